@@ -1,0 +1,247 @@
+package resource
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Scope says where a type lives.
+type Scope int
+
+const (
+	// ScopeMesh types belong to a mesh (every policy, Dataplane, MeshService...).
+	ScopeMesh Scope = iota
+	// ScopeGlobal types have no mesh (Mesh, Zone, ZoneInsight).
+	ScopeGlobal
+)
+
+// Shape says how a policy type's spec is laid out.
+type Shape int
+
+const (
+	// ShapeNone: not a policy (infrastructure types).
+	ShapeNone Shape = iota
+	// ShapeTargetRef: a targetRef policy with some of to / from / proxy-wide default.
+	ShapeTargetRef
+	// ShapeLegacySourceDestination: seed 000's sources/destinations/conf.
+	ShapeLegacySourceDestination
+	// ShapeLegacySelectors: seed 000's dataplane policies (selectors/conf).
+	ShapeLegacySelectors
+)
+
+// TargetRef kinds (SPEC 3.1).
+const (
+	KindMesh                = "Mesh"
+	KindMeshSubset          = "MeshSubset"
+	KindMeshGateway         = "MeshGateway"
+	KindMeshService         = "MeshService"
+	KindMeshServiceSubset   = "MeshServiceSubset"
+	KindMeshHTTPRoute       = "MeshHTTPRoute"
+	KindMeshExternalService = "MeshExternalService"
+)
+
+// Sync says which directions a type crosses between global and zones. The
+// finer rules (origin, role, environment, labels) live in internal/sync.
+type Sync struct {
+	GlobalToZone bool
+	ZoneToGlobal bool
+}
+
+// TypeDescriptor is the one place that knows a resource type. Adding a policy
+// type means adding one descriptor (and its conf schema), nothing else.
+type TypeDescriptor struct {
+	Name   string // e.g. MeshTimeout
+	Plural string // API path segment, e.g. meshtimeouts
+	Scope  Scope
+	Shape  Shape
+	// UniversalTopLevel: in Kuma's Universal format this type's spec fields sit
+	// at the top level of the document (Dataplane's networking, legacy policies'
+	// sources/destinations/conf) instead of under "spec".
+	UniversalTopLevel bool
+
+	// For ShapeTargetRef: which arrays the spec has and which targetRef kinds
+	// each level accepts.
+	TopLevelKinds []string
+	To            bool
+	ToKinds       []string
+	From          bool
+	FromKinds     []string
+	ProxyWide     bool // a top-level "default" (MeshTrace, MeshMetric, MeshProxyPatch)
+	Rules         bool // to[].rules (MeshHTTPRoute, MeshTCPRoute)
+
+	// AppendFields are conf fields whose lists concatenate on merge instead of
+	// being replaced (SPEC 3.3).
+	AppendFields []string
+
+	// Conf validates one conf block (a default/override, or a legacy conf).
+	// Spec validates the whole spec of non-policy types. Either may be nil.
+	Conf *Schema
+	Spec *Schema
+
+	Sync Sync
+}
+
+// IsPolicy reports whether the type is a policy (targetRef or legacy).
+func (d *TypeDescriptor) IsPolicy() bool { return d.Shape != ShapeNone }
+
+// Registry maps type names and plurals to descriptors. It is built once by
+// NewRegistry and read-only afterwards, so it is safe for concurrent use.
+type Registry struct {
+	byName   map[string]*TypeDescriptor
+	byPlural map[string]*TypeDescriptor
+	names    []string
+}
+
+// NewRegistry builds a registry from descriptors; duplicate names or plurals
+// are a programming error and reported.
+func NewRegistry(descs ...*TypeDescriptor) (*Registry, error) {
+	reg := &Registry{byName: map[string]*TypeDescriptor{}, byPlural: map[string]*TypeDescriptor{}}
+	for _, d := range descs {
+		if d.Name == "" || d.Plural == "" {
+			return nil, fmt.Errorf("type descriptor %q: name and plural are required", d.Name)
+		}
+		if _, dup := reg.byName[d.Name]; dup {
+			return nil, fmt.Errorf("type %q registered twice", d.Name)
+		}
+		if _, dup := reg.byPlural[d.Plural]; dup {
+			return nil, fmt.Errorf("plural %q registered twice", d.Plural)
+		}
+		reg.byName[d.Name] = d
+		reg.byPlural[d.Plural] = d
+		reg.names = append(reg.names, d.Name)
+	}
+	sort.Strings(reg.names)
+	return reg, nil
+}
+
+// Lookup finds a type by name (exact, e.g. "MeshTimeout").
+func (reg *Registry) Lookup(name string) (*TypeDescriptor, bool) {
+	d, ok := reg.byName[name]
+	return d, ok
+}
+
+// LookupPlural finds a type by its API plural ("meshtimeouts").
+func (reg *Registry) LookupPlural(plural string) (*TypeDescriptor, bool) {
+	d, ok := reg.byPlural[plural]
+	return d, ok
+}
+
+// Resolve finds a type by name, plural or case-insensitive name, as a CLI user
+// would type it ("meshtimeout", "meshtimeouts", "MeshTimeout").
+func (reg *Registry) Resolve(s string) (*TypeDescriptor, bool) {
+	if d, ok := reg.byName[s]; ok {
+		return d, true
+	}
+	low := strings.ToLower(s)
+	if d, ok := reg.byPlural[low]; ok {
+		return d, true
+	}
+	for _, n := range reg.names {
+		if strings.ToLower(n) == low {
+			return reg.byName[n], true
+		}
+	}
+	return nil, false
+}
+
+// Names lists every registered type name, sorted.
+func (reg *Registry) Names() []string { return append([]string(nil), reg.names...) }
+
+// Kind lists per level, as functions so every descriptor owns fresh slices
+// (DefaultTypes promises fresh descriptors; a shared slice would let one
+// caller's change leak into every registry).
+func topLevelAll() []string {
+	return []string{KindMesh, KindMeshSubset, KindMeshService, KindMeshServiceSubset, KindMeshGateway, KindMeshHTTPRoute}
+}
+
+func topLevelNoRt() []string {
+	return []string{KindMesh, KindMeshSubset, KindMeshService, KindMeshServiceSubset, KindMeshGateway}
+}
+
+func toKindsAll() []string {
+	return []string{KindMesh, KindMeshService, KindMeshExternalService, KindMeshHTTPRoute}
+}
+
+func toKindsNoRt() []string { return []string{KindMesh, KindMeshService, KindMeshExternalService} }
+
+// routeToKinds: routes attach to a service, or to all traffic of a
+// MeshGateway (kind Mesh, allowed only with a top-level MeshGateway; seed 004).
+func routeToKinds() []string { return []string{KindMesh, KindMeshService, KindMeshExternalService} }
+
+func fromKinds() []string {
+	return []string{KindMesh, KindMeshSubset, KindMeshService, KindMeshServiceSubset}
+}
+
+// DefaultTypes returns fresh descriptors of every type SPEC section 2 lists.
+func DefaultTypes() []*TypeDescriptor {
+	globalToZone := Sync{GlobalToZone: true}
+	bothWays := Sync{GlobalToZone: true, ZoneToGlobal: true}
+	return []*TypeDescriptor{
+		// Infrastructure.
+		{Name: "Mesh", Plural: "meshes", Scope: ScopeGlobal, UniversalTopLevel: true, Spec: meshSpec(), Sync: globalToZone},
+		{Name: "Zone", Plural: "zones", Scope: ScopeGlobal, UniversalTopLevel: true, Spec: zoneSpec()},
+		{Name: "ZoneInsight", Plural: "zoneinsights", Scope: ScopeGlobal, Spec: openSpec()},
+		{Name: "Dataplane", Plural: "dataplanes", UniversalTopLevel: true, Spec: dataplaneSpec(), Sync: Sync{ZoneToGlobal: true}},
+		{Name: "MeshService", Plural: "meshservices", Spec: meshServiceSpec(), Sync: bothWays},
+		{Name: "MeshExternalService", Plural: "meshexternalservices", Spec: meshExternalServiceSpec(), Sync: globalToZone},
+		{Name: "MeshGateway", Plural: "meshgateways", UniversalTopLevel: true, Spec: meshGatewaySpec(), Sync: globalToZone},
+
+		// targetRef policies.
+		{Name: "MeshTrafficPermission", Plural: "meshtrafficpermissions", Shape: ShapeTargetRef,
+			TopLevelKinds: topLevelNoRt(), From: true, FromKinds: fromKinds(), Conf: meshTrafficPermissionConf(), Sync: bothWays},
+		{Name: "MeshTimeout", Plural: "meshtimeouts", Shape: ShapeTargetRef,
+			TopLevelKinds: topLevelAll(), To: true, ToKinds: toKindsAll(), From: true, FromKinds: fromKinds(), Conf: meshTimeoutConf(), Sync: bothWays},
+		{Name: "MeshRetry", Plural: "meshretries", Shape: ShapeTargetRef,
+			TopLevelKinds: topLevelAll(), To: true, ToKinds: toKindsAll(), Conf: meshRetryConf(), Sync: bothWays},
+		{Name: "MeshCircuitBreaker", Plural: "meshcircuitbreakers", Shape: ShapeTargetRef,
+			TopLevelKinds: topLevelNoRt(), To: true, ToKinds: toKindsNoRt(), From: true, FromKinds: fromKinds(), Conf: meshCircuitBreakerConf(), Sync: bothWays},
+		{Name: "MeshHealthCheck", Plural: "meshhealthchecks", Shape: ShapeTargetRef,
+			TopLevelKinds: topLevelNoRt(), To: true, ToKinds: toKindsNoRt(), Conf: meshHealthCheckConf(), Sync: bothWays},
+		{Name: "MeshRateLimit", Plural: "meshratelimits", Shape: ShapeTargetRef,
+			TopLevelKinds: topLevelAll(), From: true, FromKinds: fromKinds(), Conf: meshRateLimitConf(), Sync: bothWays},
+		{Name: "MeshFaultInjection", Plural: "meshfaultinjections", Shape: ShapeTargetRef,
+			TopLevelKinds: topLevelNoRt(), From: true, FromKinds: fromKinds(), Conf: meshFaultInjectionConf(), Sync: bothWays},
+		{Name: "MeshAccessLog", Plural: "meshaccesslogs", Shape: ShapeTargetRef,
+			TopLevelKinds: topLevelAll(), To: true, ToKinds: toKindsAll(), From: true, FromKinds: fromKinds(), Conf: meshAccessLogConf(), Sync: bothWays},
+		{Name: "MeshLoadBalancingStrategy", Plural: "meshloadbalancingstrategies", Shape: ShapeTargetRef,
+			TopLevelKinds: topLevelNoRt(), To: true, ToKinds: toKindsNoRt(), Conf: meshLoadBalancingStrategyConf(), Sync: bothWays},
+		{Name: "MeshTrace", Plural: "meshtraces", Shape: ShapeTargetRef,
+			TopLevelKinds: topLevelNoRt(), ProxyWide: true, Conf: meshTraceConf(), Sync: bothWays},
+		{Name: "MeshMetric", Plural: "meshmetrics", Shape: ShapeTargetRef,
+			TopLevelKinds: topLevelNoRt(), ProxyWide: true, Conf: meshMetricConf(), Sync: bothWays},
+		{Name: "MeshProxyPatch", Plural: "meshproxypatches", Shape: ShapeTargetRef,
+			TopLevelKinds: topLevelNoRt(), ProxyWide: true, AppendFields: []string{"appendModifications"}, Conf: meshProxyPatchConf(), Sync: bothWays},
+		{Name: "MeshHTTPRoute", Plural: "meshhttproutes", Shape: ShapeTargetRef,
+			TopLevelKinds: topLevelNoRt(), To: true, ToKinds: routeToKinds(), Rules: true, Conf: meshHTTPRouteRule(), Sync: bothWays},
+		{Name: "MeshTCPRoute", Plural: "meshtcproutes", Shape: ShapeTargetRef,
+			TopLevelKinds: topLevelNoRt(), To: true, ToKinds: routeToKinds(), Rules: true, Conf: meshTCPRouteRule(), Sync: bothWays},
+
+		// Legacy source/destination policies (seed 000).
+		legacy("TrafficPermission", "trafficpermissions", ShapeLegacySourceDestination, trafficPermissionConf()),
+		legacy("TrafficRoute", "trafficroutes", ShapeLegacySourceDestination, trafficRouteConf()),
+		legacy("TrafficLog", "trafficlogs", ShapeLegacySourceDestination, trafficLogConf()),
+		legacy("TrafficTrace", "traffictraces", ShapeLegacySelectors, trafficTraceConf()),
+		legacy("HealthCheck", "healthchecks", ShapeLegacySourceDestination, healthCheckConf()),
+		legacy("CircuitBreaker", "circuitbreakers", ShapeLegacySourceDestination, circuitBreakerConf()),
+		legacy("FaultInjection", "faultinjections", ShapeLegacySourceDestination, faultInjectionConf()),
+		legacy("Retry", "retries", ShapeLegacySourceDestination, retryConf()),
+		legacy("Timeout", "timeouts", ShapeLegacySourceDestination, timeoutConf()),
+		legacy("RateLimit", "ratelimits", ShapeLegacySourceDestination, rateLimitConf()),
+		legacy("ProxyTemplate", "proxytemplates", ShapeLegacySelectors, proxyTemplateConf()),
+	}
+}
+
+func legacy(name, plural string, shape Shape, conf *Schema) *TypeDescriptor {
+	return &TypeDescriptor{Name: name, Plural: plural, Shape: shape, UniversalTopLevel: true,
+		Conf: conf, Spec: legacySpec(shape, conf), Sync: Sync{GlobalToZone: true}}
+}
+
+// NewDefaultRegistry returns a registry of DefaultTypes.
+func NewDefaultRegistry() *Registry {
+	r, err := NewRegistry(DefaultTypes()...)
+	if err != nil {
+		panic(err) // DefaultTypes is static; a duplicate is a bug caught by every test.
+	}
+	return r
+}

@@ -1,0 +1,255 @@
+package resource
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// Mode says which control plane validates: custom namespaces exist only in
+// Kubernetes zones (SPEC 2, seed 004).
+type Mode int
+
+const (
+	// ModeGlobal is the global control plane (the zero value: the strictest).
+	ModeGlobal Mode = iota
+	// ModeZone is a zone control plane; see ValidateOptions.Environment.
+	ModeZone
+)
+
+// Zone environments.
+const (
+	EnvKubernetes = "kubernetes"
+	EnvUniversal  = "universal"
+)
+
+// ValidateOptions describe the control plane a resource is written to.
+type ValidateOptions struct {
+	Mode Mode
+	// Environment of a zone: EnvKubernetes or EnvUniversal. Anything else
+	// (including "") is treated as Universal, which allows no namespaces.
+	Environment string
+	// SystemNamespace defaults to DefaultSystemNamespace.
+	SystemNamespace string
+}
+
+func (o ValidateOptions) systemNamespace() string {
+	if o.SystemNamespace == "" {
+		return DefaultSystemNamespace
+	}
+	return o.SystemNamespace
+}
+
+func (o ValidateOptions) allowsNamespaces() bool {
+	return o.Mode == ModeZone && o.Environment == EnvKubernetes
+}
+
+// Validate checks a resource's envelope and spec and returns a
+// *ValidationError carrying every problem found, or nil.
+func (reg *Registry) Validate(r *Resource, opts ValidateOptions) error {
+	errs := &ValidationError{}
+	d, ok := reg.Lookup(r.Type)
+	switch {
+	case r.Type == "":
+		errs.Add("type", "must be set")
+	case !ok:
+		errs.Add("type", "unknown resource type %q", r.Type)
+	}
+	validateName(r.Name, errs)
+	validateLabels(r.Labels, errs)
+	if d == nil {
+		return errs.OrNil()
+	}
+	validateMesh(d, r.Mesh, errs)
+	validateNamespace(d, r.Namespace, opts, errs)
+	validateSpec(d, r, opts, errs)
+	return errs.OrNil()
+}
+
+func validateName(name string, errs *ValidationError) {
+	switch {
+	case name == "":
+		errs.Add("name", "must be set")
+	case !isDNSSubdomain(name):
+		errs.Add("name", "invalid name %q: must be a lowercase RFC 1123 subdomain of at most 253 characters", name)
+	}
+}
+
+func validateMesh(d *TypeDescriptor, mesh string, errs *ValidationError) {
+	switch {
+	case d.Scope == ScopeGlobal && mesh != "":
+		errs.Add("mesh", "must not be set for type %s", d.Name)
+	case d.Scope == ScopeMesh && mesh == "":
+		errs.Add("mesh", "must be set")
+	case d.Scope == ScopeMesh && !isDNSLabel(mesh):
+		errs.Add("mesh", "invalid mesh name %q: must be a lowercase RFC 1123 label of at most 63 characters", mesh)
+	}
+}
+
+func validateLabels(labels map[string]string, errs *ValidationError) {
+	for _, k := range sortedKeys(labels) {
+		field := "labels[" + strconv.Quote(k) + "]"
+		if msg := labelKeyProblem(k); msg != "" {
+			errs.Add(field, "%s", msg)
+		}
+		if msg := labelValueProblem(k, labels[k]); msg != "" {
+			errs.Add(field, "%s", msg)
+		}
+		if allowed := knownLabelValues(k); allowed != nil && !contains(allowed, labels[k]) {
+			errs.Add(field, "invalid value %q: must be one of %s", labels[k], strings.Join(allowed, ", "))
+		}
+	}
+}
+
+// knownLabelValues lists the values of labels the system reads (SPEC 2).
+func knownLabelValues(key string) []string {
+	switch key {
+	case LabelOrigin:
+		return []string{OriginGlobal, OriginZone}
+	case LabelPolicyRole:
+		return []string{RoleSystem, RoleProducer, RoleConsumer, RoleWorkloadOwner}
+	}
+	return nil
+}
+
+// validateNamespace: custom namespaces exist only in Kubernetes zones, and
+// only for namespace-scoped types (seed 004). Mesh, Zone, legacy policies,
+// MeshGateway and MeshExternalService live in the system namespace.
+func validateNamespace(d *TypeDescriptor, ns string, opts ValidateOptions, errs *ValidationError) {
+	if isSystemNamespace(ns, opts.systemNamespace()) {
+		return
+	}
+	switch {
+	case !isDNSLabel(ns):
+		errs.Add("namespace", "invalid namespace %q: must be a lowercase RFC 1123 label of at most 63 characters", ns)
+	case !opts.allowsNamespaces():
+		errs.Add("namespace", "namespace %q is not allowed: only zones with the kubernetes environment have namespaces other than %q",
+			ns, opts.systemNamespace())
+	case !namespaced(d):
+		errs.Add("namespace", "%s must be in the system namespace %q", d.Name, opts.systemNamespace())
+	}
+}
+
+// namespaced reports whether a type may live in a custom namespace.
+func namespaced(d *TypeDescriptor) bool {
+	switch {
+	case d.Scope == ScopeGlobal, d.Shape == ShapeLegacySourceDestination, d.Shape == ShapeLegacySelectors:
+		return false
+	case d.Name == "MeshGateway", d.Name == "MeshExternalService":
+		return false
+	}
+	return true
+}
+
+func validateSpec(d *TypeDescriptor, r *Resource, opts ValidateOptions, errs *ValidationError) {
+	spec, err := decodeSpec(r.Spec)
+	if err != nil {
+		errs.Add("spec", "%v", err)
+		return
+	}
+	if d.Shape == ShapeTargetRef {
+		obj, ok := spec.(map[string]any)
+		if !ok {
+			errs.Add("spec", "must be an object, got %s", jsonType(spec))
+			return
+		}
+		validateTargetRefPolicy(d, r, obj, opts.systemNamespace(), errs)
+		return
+	}
+	if d.Spec != nil {
+		d.Spec.validate("spec", spec, errs)
+	}
+}
+
+// decodeSpec parses a stored spec; an absent or null spec is an empty object.
+func decodeSpec(raw json.RawMessage) (any, error) {
+	v, err := parseJSON(raw)
+	if v == nil && err == nil {
+		return map[string]any{}, nil
+	}
+	return v, err
+}
+
+// parseJSON decodes one JSON value with json.Number for numbers; empty
+// input is nil.
+func parseJSON(raw []byte) (any, error) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("invalid JSON: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		rest := bytes.TrimLeft(raw[dec.InputOffset():], " \t\r\n")
+		return nil, fmt.Errorf("invalid JSON: %w", &trailingDataError{offset: int64(len(raw)-len(rest)) + 1})
+	}
+	return v, nil
+}
+
+// trailingDataError is text after a complete JSON value; offset is counted
+// like json.SyntaxError's (the offending byte included).
+type trailingDataError struct{ offset int64 }
+
+func (e *trailingDataError) Error() string { return "unexpected data after the JSON value" }
+
+// decodeSpecObject parses a stored spec that must be an object.
+func decodeSpecObject(raw json.RawMessage) (map[string]any, error) {
+	v, err := decodeSpec(raw)
+	if err != nil {
+		return nil, err
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("spec must be an object, got %s", jsonType(v))
+	}
+	return obj, nil
+}
+
+// Normalize brings a decoded resource to its canonical stored form: the
+// system namespace is written as "" (SPEC 2: absent = the system namespace),
+// and spec and status are re-encoded compactly with sorted keys, so equal
+// resources have equal bytes. Invalid JSON is left for Validate to report.
+func (reg *Registry) Normalize(r *Resource, systemNamespace string) {
+	if isSystemNamespace(r.Namespace, systemNamespace) {
+		r.Namespace = ""
+	}
+	r.Spec = canonicalOrSame(r.Spec)
+	r.Status = canonicalOrSame(r.Status)
+	if len(r.Labels) == 0 {
+		r.Labels = nil
+	}
+}
+
+func canonicalOrSame(raw json.RawMessage) json.RawMessage {
+	v, err := parseJSON(raw)
+	if err != nil {
+		return raw
+	}
+	if v == nil {
+		return nil
+	}
+	out, err := canonicalJSON(v)
+	if err != nil {
+		return raw
+	}
+	return out
+}
+
+// canonicalJSON encodes a decoded value compactly, keys sorted, without
+// HTML escaping (specs carry Envoy configs with '<' and '&').
+func canonicalJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, fmt.Errorf("encode JSON: %w", err)
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
