@@ -1,0 +1,90 @@
+package boltstore
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Clock tells the store the time for CreationTime, ModificationTime and
+// tombstone expiry. Tests inject a fake one; it must be safe for concurrent
+// use.
+type Clock interface {
+	Now() time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// Defaults applied by Open to zero Config fields.
+const (
+	DefaultTombstoneRetention = 24 * time.Hour
+	DefaultExpiryInterval     = time.Minute
+	DefaultLockTimeout        = time.Second
+	DefaultMaxWriteGroup      = 512
+)
+
+// Config configures Open. Zero values take the defaults above.
+type Config struct {
+	// Path is the data file; its directory is created when missing.
+	Path string
+	// Logger receives the store's logs; nil discards them.
+	Logger hclog.Logger
+	// Clock defaults to the real time.
+	Clock Clock
+	// TombstoneRetention is how long a delete stays in the change log for
+	// watchers that resume; after it, watching from before the delete
+	// yields storage.ErrCompacted.
+	TombstoneRetention time.Duration
+	// ExpiryInterval is how often the background pass drops expired
+	// tombstones.
+	ExpiryInterval time.Duration
+	// LockTimeout bounds the wait for the file lock, so that a second
+	// process on the same data file fails with ErrInUse instead of hanging.
+	LockTimeout time.Duration
+	// MaxWriteGroup caps how many concurrent single writes share one
+	// transaction (and one fsync).
+	MaxWriteGroup int
+}
+
+// ErrInvalidConfig is wrapped by Open for a Config it cannot use.
+var ErrInvalidConfig = errors.New("invalid boltstore config")
+
+// withDefaults validates c and returns a copy with every default filled in.
+func (c Config) withDefaults() (Config, error) {
+	if c.Path == "" {
+		return c, fmt.Errorf("%w: Path is required", ErrInvalidConfig)
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"TombstoneRetention", &c.TombstoneRetention, DefaultTombstoneRetention},
+		{"ExpiryInterval", &c.ExpiryInterval, DefaultExpiryInterval},
+		{"LockTimeout", &c.LockTimeout, DefaultLockTimeout},
+	} {
+		if *d.v < 0 {
+			return c, fmt.Errorf("%w: %s is negative (%s)", ErrInvalidConfig, d.name, *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if c.MaxWriteGroup < 0 {
+		return c, fmt.Errorf("%w: MaxWriteGroup is negative (%d)", ErrInvalidConfig, c.MaxWriteGroup)
+	}
+	if c.MaxWriteGroup == 0 {
+		c.MaxWriteGroup = DefaultMaxWriteGroup
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	if c.Clock == nil {
+		c.Clock = realClock{}
+	}
+	return c, nil
+}

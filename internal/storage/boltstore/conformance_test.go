@@ -1,0 +1,57 @@
+package boltstore
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meridian-mesh/meridian/internal/storage"
+	"github.com/meridian-mesh/meridian/internal/storage/storagetest"
+)
+
+// testLogger shows the store's warnings and errors in the test output.
+func testLogger(t *testing.T) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Name: "boltstore", Level: hclog.Warn, Output: t.Output()})
+}
+
+// TestConformance runs the shared suite twice: with the production
+// settings, and with tiny watch chunks and commit groups so that chunk
+// boundaries (also inside one batch's revision) and group splitting are
+// exercised by small tests too.
+func TestConformance(t *testing.T) {
+	tests := []struct {
+		name          string
+		watchChunk    int
+		maxWriteGroup int
+	}{
+		{"defaults", defaultWatchChunk, 0},
+		{"tiny chunks and groups", 2, 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			storagetest.Run(t, storagetest.Factory{
+				Open: func(t *testing.T, o storagetest.Options) (storage.Store, error) {
+					s, err := Open(Config{
+						Path:               filepath.Join(o.Dir, "meridian.db"),
+						Logger:             testLogger(t),
+						Clock:              o.Clock,
+						TombstoneRetention: o.TombstoneRetention,
+						MaxWriteGroup:      tc.maxWriteGroup,
+					})
+					if err != nil {
+						return nil, err
+					}
+					s.watchChunk = tc.watchChunk // before any Watch
+					return s, nil
+				},
+				ExpireTombstones: func(ctx context.Context, s storage.Store) error {
+					_, err := s.(*Store).ExpireTombstones(ctx)
+					return err
+				},
+			})
+		})
+	}
+}

@@ -1,0 +1,128 @@
+package boltstore
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/meridian-mesh/meridian/internal/storage"
+)
+
+// The on-disk layout lives in this one file so that a schema change is one
+// reviewable diff: bump schemaVersion, and teach checkSchema how to migrate.
+//
+// Layout (schema 1):
+//
+//	meta       schema version, store revision, compacted revision (8-byte big-endian each)
+//	resources  resourceKey(type, mesh, namespace, name) -> logKey(12) ++ encodeResource
+//	log        logKey(revision BE 8, index BE 4)        -> opPut ++ resourceKey | opDelete ++ encodeResource(tombstone)
+//	tombstones logKey                                   -> deletion time (unix nanoseconds, BE 8)
+//	usermeta   Batch.Meta key                            -> value
+//
+// The log holds exactly one put entry per live resource (its latest write;
+// older ones are dropped when the resource is rewritten or deleted) plus one
+// entry per delete until the expiry pass drops it. tombstones indexes the
+// delete entries in revision order so that expiry never scans live entries.
+const schemaVersion uint64 = 1
+
+// Values inside the buckets: the kind of a log entry (its first byte), and
+// the leading format byte of an encoded resource (codec.go).
+const (
+	opPut        byte = 'P'
+	opDelete     byte = 'D'
+	recordFormat byte = 1
+)
+
+// Bucket names and meta keys are strings, not []byte, so that nothing
+// package-level is mutable; the conversions are a few bytes per transaction.
+const (
+	bucketMeta       = "meta"
+	bucketResources  = "resources"
+	bucketLog        = "log"
+	bucketTombstones = "tombstones"
+	bucketUserMeta   = "usermeta"
+
+	metaKeySchema    = "schema"
+	metaKeyRevision  = "revision"
+	metaKeyCompacted = "compacted"
+)
+
+func allBuckets() []string {
+	return []string{bucketMeta, bucketResources, bucketLog, bucketTombstones, bucketUserMeta}
+}
+
+// storedState is what Open needs from the meta bucket.
+type storedState struct {
+	revision  uint64
+	compacted uint64
+}
+
+// checkSchema verifies the schema version of the file and creates the buckets
+// of a fresh file. It must run in a writable transaction; it returns before
+// writing anything when the file is from a newer schema, so the caller's
+// rollback leaves such a file untouched.
+func checkSchema(tx *bolt.Tx, path string) (storedState, error) {
+	meta := tx.Bucket([]byte(bucketMeta))
+	if meta == nil {
+		return initSchema(tx, path)
+	}
+	raw := meta.Get([]byte(metaKeySchema))
+	if len(raw) != 8 {
+		return storedState{}, fmt.Errorf("boltstore: %s has no valid schema version (%d bytes): not a Meridian store or corrupted", path, len(raw))
+	}
+	v := binary.BigEndian.Uint64(raw)
+	if v > schemaVersion {
+		return storedState{}, fmt.Errorf("boltstore: %s was written with schema version %d, this binary supports up to %d; upgrade Meridian: %w",
+			path, v, schemaVersion, storage.ErrNewerSchema)
+	}
+	// v < schemaVersion would be migrated here; schema 1 is the first.
+	for _, name := range allBuckets() {
+		if tx.Bucket([]byte(name)) == nil {
+			return storedState{}, fmt.Errorf("boltstore: %s: bucket %q missing: corrupted store", path, name)
+		}
+	}
+	return storedState{
+		revision:  getUint64(meta, metaKeyRevision),
+		compacted: getUint64(meta, metaKeyCompacted),
+	}, nil
+}
+
+// initSchema creates every bucket and records the schema version. A file
+// that holds other buckets but no meta bucket is not ours; refuse it rather
+// than mixing data.
+func initSchema(tx *bolt.Tx, path string) (storedState, error) {
+	var foreign []string
+	if err := tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+		foreign = append(foreign, string(name))
+		return nil
+	}); err != nil {
+		return storedState{}, fmt.Errorf("boltstore: %s: list buckets: %w", path, err)
+	}
+	if len(foreign) > 0 {
+		return storedState{}, fmt.Errorf("boltstore: %s holds buckets %q but no schema version: not a Meridian store", path, foreign)
+	}
+	for _, name := range allBuckets() {
+		if _, err := tx.CreateBucket([]byte(name)); err != nil {
+			return storedState{}, fmt.Errorf("boltstore: %s: create bucket %q: %w", path, name, err)
+		}
+	}
+	if err := putUint64(tx.Bucket([]byte(bucketMeta)), metaKeySchema, schemaVersion); err != nil {
+		return storedState{}, fmt.Errorf("boltstore: %s: write schema version: %w", path, err)
+	}
+	return storedState{}, nil
+}
+
+func getUint64(b *bolt.Bucket, key string) uint64 {
+	v := b.Get([]byte(key))
+	if len(v) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(v)
+}
+
+func putUint64(b *bolt.Bucket, key string, v uint64) error {
+	var buf [8]byte
+	binary.BigEndian.PutUint64(buf[:], v)
+	return b.Put([]byte(key), buf[:])
+}

@@ -1,0 +1,151 @@
+// Package storage holds resources. Store is the one interface every backend
+// implements; bbolt (package storage/boltstore) is the embedded default. The
+// conformance suite in storage/storagetest defines the contract in tests.
+package storage
+
+import (
+	"context"
+	"errors"
+
+	"github.com/meridian-mesh/meridian/internal/resource"
+)
+
+// Errors a Store returns; wrap-aware callers test them with errors.Is.
+var (
+	ErrNotFound      = errors.New("resource not found")
+	ErrAlreadyExists = errors.New("resource already exists")
+	// ErrConflict: the write carried a Version that is not the stored one.
+	ErrConflict = errors.New("version conflict")
+	// ErrCompacted: a watch asked for changes older than the retained history
+	// (tombstones past the retention window); the caller must resync in full.
+	ErrCompacted = errors.New("revision compacted")
+	// ErrNewerSchema: the data file was written by a newer Meridian.
+	ErrNewerSchema = errors.New("store schema is newer than this binary supports")
+	ErrClosed      = errors.New("store closed")
+	// ErrInvalid: the request cannot be stored as given (empty type or name,
+	// a NUL byte in a key, a List without Type, a negative Offset or Limit).
+	ErrInvalid = errors.New("invalid storage request")
+)
+
+// Store is safe for concurrent use. Resources passed in are not retained;
+// resources returned are owned by the caller.
+//
+// Every successful write bumps the store-wide revision by exactly one (a batch
+// is one write). Version on a resource counts writes to that resource
+// (1 on create). A write whose Version is non-zero must match the stored
+// Version or fail with ErrConflict.
+type Store interface {
+	Get(ctx context.Context, key resource.Key) (*resource.Resource, error)
+	List(ctx context.Context, opts ListOptions) (*ListResult, error)
+
+	// Create fails with ErrAlreadyExists; it sets CreationTime,
+	// ModificationTime and Version=1.
+	Create(ctx context.Context, r *resource.Resource) (*resource.Resource, error)
+	// Update fails with ErrNotFound or ErrConflict.
+	Update(ctx context.Context, r *resource.Resource) (*resource.Resource, error)
+	// Put creates or updates. When labels, spec and status equal the stored
+	// ones nothing is written and the outcome is Unchanged.
+	Put(ctx context.Context, r *resource.Resource) (*resource.Resource, Outcome, error)
+	// Delete fails with ErrNotFound; with version != 0, ErrConflict on mismatch.
+	Delete(ctx context.Context, key resource.Key, version uint64) error
+
+	// Apply writes a batch in one transaction: all or nothing, one revision.
+	Apply(ctx context.Context, b Batch) (*BatchResult, error)
+
+	// Meta reads a value written by Batch.Meta (e.g. a peer's resume revision).
+	Meta(ctx context.Context, key string) ([]byte, error)
+
+	// Revision is the revision of the last committed write (0 when empty).
+	Revision(ctx context.Context) (uint64, error)
+
+	// Watch delivers every change with revision > from, in revision order, then
+	// live changes, until ctx ends or the store closes (the channel is closed).
+	// A put that a later write to the same key supersedes may be skipped
+	// during catch-up: the watcher sees each key's latest state, and every
+	// delete. from below CompactedRevision yields ErrCompacted.
+	Watch(ctx context.Context, from uint64) (<-chan Event, error)
+
+	// CompactedRevision is the highest revision whose history (tombstones) was
+	// dropped; watching from below it is impossible.
+	CompactedRevision(ctx context.Context) (uint64, error)
+
+	Close() error
+}
+
+// Outcome of a Put.
+type Outcome int
+
+const (
+	Created Outcome = iota + 1
+	Updated
+	Unchanged
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Created:
+		return "created"
+	case Updated:
+		return "updated"
+	case Unchanged:
+		return "unchanged"
+	}
+	return "unknown"
+}
+
+// ListOptions filter a List. Zero values mean "any".
+type ListOptions struct {
+	Type string // required
+	Mesh string
+	// Namespace, when non-nil, keeps only resources in that namespace ("" is
+	// the system namespace).
+	Namespace *string
+	// Labels keeps resources carrying every key with the given value.
+	Labels map[string]string
+	// Offset and Limit page through the sorted (mesh, namespace, name) order;
+	// Limit 0 means all.
+	Offset int
+	Limit  int
+}
+
+// ListResult is one page; Total counts every match across pages.
+type ListResult struct {
+	Items []*resource.Resource
+	Total int
+}
+
+// Batch is a set of writes applied atomically. Puts apply in order, then
+// Deletes, each seeing the effect of the ones before it (a key may appear
+// more than once). A batch that changes no resource (every put Unchanged,
+// every delete absent) does not bump the revision, even if it writes Meta.
+type Batch struct {
+	// Puts create or update; a Version of 0 skips the concurrency check.
+	Puts []*resource.Resource
+	// Deletes of absent keys are ignored (sync may repeat a removal).
+	Deletes []resource.Key
+	// Meta entries are stored in the same transaction.
+	Meta map[string][]byte
+}
+
+// BatchResult reports what a batch did.
+type BatchResult struct {
+	Revision uint64
+	Outcomes []Outcome // one per Put, in order
+	Deleted  int
+}
+
+// EventKind tells a put from a delete.
+type EventKind int
+
+const (
+	EventPut EventKind = iota + 1
+	EventDelete
+)
+
+// Event is one change. For a delete, Resource holds the key fields and the
+// last known labels (so filters by label still work) with Spec nil.
+type Event struct {
+	Kind     EventKind
+	Revision uint64
+	Resource *resource.Resource
+}
