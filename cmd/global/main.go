@@ -1,0 +1,54 @@
+// Command global-cp is Meridian's global control plane: it holds fleet-wide
+// policies, serves them to zones over KDS and exposes the REST API.
+package main
+
+import (
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/meridian-mesh/meridian/internal/api"
+	"github.com/meridian-mesh/meridian/internal/controlplane"
+	"github.com/meridian-mesh/meridian/internal/version"
+)
+
+func main() {
+	controlplane.Execute(newCommand())
+}
+
+func newCommand() *cobra.Command {
+	var (
+		common     controlplane.CommonFlags
+		kdsAddress string
+		tlsCert    string
+		tlsKey     string
+	)
+	cmd := &cobra.Command{
+		Use:   "global-cp",
+		Short: "Meridian global control plane",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := common.ApplySources(cmd); err != nil {
+				return err
+			}
+			logger, err := common.NewLogger("global-cp", os.Stderr)
+			if err != nil {
+				return err
+			}
+			return controlplane.Run(cmd.Context(), controlplane.Config{
+				Mode:               api.ModeGlobal,
+				DataDir:            common.DataDir,
+				APIAddress:         common.APIAddress,
+				Version:            version.Version,
+				Logger:             logger,
+				TombstoneRetention: common.TombstoneRetention,
+			})
+		},
+	}
+	common.Register(cmd, "127.0.0.1:5681")
+	fs := cmd.Flags()
+	fs.StringVar(&kdsAddress, "kds-address", "127.0.0.1:5685", "KDS (zone sync) gRPC listen address")
+	fs.StringVar(&tlsCert, "tls-cert-file", "", "KDS TLS certificate (PEM); self-signed into the data dir when absent")
+	fs.StringVar(&tlsKey, "tls-key-file", "", "KDS TLS private key (PEM)")
+	return cmd
+}

@@ -1,0 +1,70 @@
+// Command meridianctl is the CLI over Meridian's REST API.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/meridian-mesh/meridian/internal/flagconfig"
+	"github.com/meridian-mesh/meridian/internal/resource"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run is main without the process: tests call it directly.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	app := &app{reg: resource.NewDefaultRegistry(), stdin: stdin, stdout: stdout, stderr: stderr}
+	root := app.rootCommand()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintf(stderr, "Error: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+type app struct {
+	reg        *resource.Registry
+	apiAddress string
+	client     *client
+	stdin      io.Reader
+	stdout     io.Writer
+	stderr     io.Writer
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "meridianctl",
+		Short:         "CLI for the Meridian control planes",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := flagconfig.Apply(cmd.Flags(), flagconfig.Source{EnvPrefix: "MERIDIAN", Skip: []string{"help"}}); err != nil {
+				return err
+			}
+			c, err := newClient(a.apiAddress)
+			if err != nil {
+				return err
+			}
+			a.client = c
+			return nil
+		},
+	}
+	root.PersistentFlags().StringVar(&a.apiAddress, "api-address", "http://127.0.0.1:5681",
+		"control plane REST API (env MERIDIAN_API_ADDRESS)")
+	root.AddCommand(a.applyCommand(), a.getCommand(), a.deleteCommand())
+	return root
+}

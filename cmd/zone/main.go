@@ -1,0 +1,70 @@
+// Command zone-cp is Meridian's zone control plane: it holds the zone's
+// proxies and local policies, syncs with the global control plane and
+// computes every proxy's effective configuration.
+package main
+
+import (
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/meridian-mesh/meridian/internal/api"
+	"github.com/meridian-mesh/meridian/internal/controlplane"
+	"github.com/meridian-mesh/meridian/internal/resource"
+	"github.com/meridian-mesh/meridian/internal/version"
+)
+
+func main() {
+	controlplane.Execute(newCommand())
+}
+
+func newCommand() *cobra.Command {
+	var (
+		common          controlplane.CommonFlags
+		zone            string
+		globalAddress   string
+		systemNamespace string
+		environment     string
+		tokenFile       string
+		caFile          string
+		skipVerify      bool
+	)
+	cmd := &cobra.Command{
+		Use:   "zone-cp",
+		Short: "Meridian zone control plane",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := common.ApplySources(cmd); err != nil {
+				return err
+			}
+			logger, err := common.NewLogger("zone-cp", os.Stderr)
+			if err != nil {
+				return err
+			}
+			if globalAddress != "" {
+				logger.Warn("multizone sync is not implemented yet: running as a standalone zone", "global_address", globalAddress)
+			}
+			return controlplane.Run(cmd.Context(), controlplane.Config{
+				Mode:               api.ModeZone,
+				Zone:               zone,
+				Environment:        environment,
+				SystemNamespace:    systemNamespace,
+				DataDir:            common.DataDir,
+				APIAddress:         common.APIAddress,
+				Version:            version.Version,
+				Logger:             logger.With("zone", zone),
+				TombstoneRetention: common.TombstoneRetention,
+			})
+		},
+	}
+	common.Register(cmd, "127.0.0.1:5681")
+	fs := cmd.Flags()
+	fs.StringVar(&zone, "zone", "", "name of this zone (required)")
+	fs.StringVar(&globalAddress, "global-address", "", "global control plane KDS address HOST:PORT; empty = standalone zone")
+	fs.StringVar(&systemNamespace, "system-namespace", resource.DefaultSystemNamespace, "the control plane's system namespace")
+	fs.StringVar(&environment, "environment", "kubernetes", "zone environment: kubernetes or universal")
+	fs.StringVar(&tokenFile, "zone-token-file", "", "file holding this zone's token issued by the global")
+	fs.StringVar(&caFile, "kds-ca-file", "", "CA bundle (PEM) to verify the global's KDS certificate")
+	fs.BoolVar(&skipVerify, "kds-skip-verify", false, "do not verify the global's KDS certificate (testing only)")
+	return cmd
+}

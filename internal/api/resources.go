@@ -1,0 +1,431 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/meridian-mesh/meridian/internal/resource"
+	"github.com/meridian-mesh/meridian/internal/storage"
+)
+
+const (
+	defaultPageSize = 100
+	maxPageSize     = 10000
+	// OutcomeHeader tells a PUT's caller whether the resource was created,
+	// updated or unchanged (meridianctl apply reports it).
+	OutcomeHeader = "Meridian-Outcome"
+)
+
+func jsonToYAML(b []byte) ([]byte, error) {
+	y, err := yaml.JSONToYAML(b)
+	if err != nil {
+		return nil, fmt.Errorf("render yaml: %w", err)
+	}
+	return y, nil
+}
+
+// meshScopedType resolves {plural} to a mesh-scoped descriptor.
+func (s *Server) meshScopedType(plural string) (*resource.TypeDescriptor, error) {
+	d, ok := s.reg.LookupPlural(plural)
+	if !ok || d.Scope != resource.ScopeMesh {
+		return nil, notFound("unknown resource type %q", plural)
+	}
+	return d, nil
+}
+
+// globalScopedType resolves {plural} to a global-scoped descriptor.
+func (s *Server) globalScopedType(plural string) (*resource.TypeDescriptor, error) {
+	d, ok := s.reg.LookupPlural(plural)
+	if !ok || d.Scope != resource.ScopeGlobal {
+		return nil, notFound("unknown path /%s", plural)
+	}
+	return d, nil
+}
+
+// namespaceParam reads ?namespace=, mapping the system namespace to "".
+func (s *Server) namespaceParam(r *http.Request) string {
+	ns := r.URL.Query().Get("namespace")
+	if ns == s.cfg.SystemNamespace {
+		return ""
+	}
+	return ns
+}
+
+func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
+	d, err := s.meshScopedType(r.PathValue("plural"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	key := resource.Key{Type: d.Name, Mesh: r.PathValue("mesh"), Namespace: s.namespaceParam(r), Name: r.PathValue("name")}
+	s.getAndWrite(w, r, key)
+}
+
+func (s *Server) getAndWrite(w http.ResponseWriter, r *http.Request, key resource.Key) {
+	res, err := s.store.Get(r.Context(), key)
+	if errors.Is(err, storage.ErrNotFound) {
+		s.writeError(w, r, notFound("%s not found", key))
+		return
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeResource(w, r, http.StatusOK, res)
+}
+
+func (s *Server) writeResource(w http.ResponseWriter, r *http.Request, status int, res *resource.Resource) {
+	b, err := s.reg.EncodeJSON(res)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSONBytes(w, r, status, b)
+}
+
+func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
+	d, err := s.meshScopedType(r.PathValue("plural"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.list(w, r, d, r.PathValue("mesh"))
+}
+
+func (s *Server) handleListGlobalScoped(typeName string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		d, _ := s.reg.Lookup(typeName)
+		s.list(w, r, d, "")
+	}
+}
+
+func (s *Server) handleListGlobalScopedPlural(w http.ResponseWriter, r *http.Request) {
+	d, err := s.globalScopedType(r.PathValue("plural"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.list(w, r, d, "")
+}
+
+// listPage is the list response: {"total", "items", "next"}.
+type listPage struct {
+	Total int               `json:"total"`
+	Items []json.RawMessage `json:"items"`
+	Next  *string           `json:"next"`
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request, d *resource.TypeDescriptor, mesh string) {
+	opts, err := s.listOptions(r, d, mesh)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	res, err := s.store.List(r.Context(), opts)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	page := listPage{Total: res.Total, Items: make([]json.RawMessage, 0, len(res.Items))}
+	for _, item := range res.Items {
+		b, err := s.reg.EncodeJSON(item)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		page.Items = append(page.Items, b)
+	}
+	if end := opts.Offset + len(res.Items); end < res.Total {
+		next := nextURL(r, end, opts.Limit)
+		page.Next = &next
+	}
+	s.writeValue(w, r, http.StatusOK, page)
+}
+
+func (s *Server) listOptions(r *http.Request, d *resource.TypeDescriptor, mesh string) (storage.ListOptions, error) {
+	q := r.URL.Query()
+	opts := storage.ListOptions{Type: d.Name, Mesh: mesh, Limit: defaultPageSize}
+	if v := q.Get("size"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxPageSize {
+			return opts, fieldError("size", "must be an integer from 1 to %d, got %q", maxPageSize, v)
+		}
+		opts.Limit = n
+	}
+	if v := q.Get("offset"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return opts, fieldError("offset", "must be a non-negative integer, got %q", v)
+		}
+		opts.Offset = n
+	}
+	if q.Has("namespace") {
+		ns := s.namespaceParam(r)
+		opts.Namespace = &ns
+	}
+	labels, err := labelFilter(q)
+	if err != nil {
+		return opts, err
+	}
+	opts.Labels = labels
+	return opts, nil
+}
+
+// labelFilter accepts Kuma's filter[labels.KEY]=VALUE as well as
+// labels=k=v,k2=v2 (k:v also accepted).
+func labelFilter(q url.Values) (map[string]string, error) {
+	out := map[string]string{}
+	for param, values := range q {
+		for _, prefix := range []string{"filter[labels.", "filter[label."} {
+			if strings.HasPrefix(param, prefix) && strings.HasSuffix(param, "]") {
+				out[strings.TrimSuffix(strings.TrimPrefix(param, prefix), "]")] = values[0]
+			}
+		}
+	}
+	for _, v := range q["labels"] {
+		for _, pair := range strings.Split(v, ",") {
+			k, val, ok := strings.Cut(pair, "=")
+			if !ok {
+				k, val, ok = strings.Cut(pair, ":")
+			}
+			if !ok || k == "" {
+				return nil, fieldError("labels", "want key=value pairs separated by commas, got %q", pair)
+			}
+			out[k] = val
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+func nextURL(r *http.Request, offset, size int) string {
+	u := *r.URL
+	q := u.Query()
+	q.Set("offset", strconv.Itoa(offset))
+	q.Set("size", strconv.Itoa(size))
+	u.RawQuery = q.Encode()
+	u.Host = r.Host
+	u.Scheme = "http"
+	if r.TLS != nil {
+		u.Scheme = "https"
+	}
+	return u.String()
+}
+
+func (s *Server) handlePut(w http.ResponseWriter, r *http.Request) {
+	d, err := s.meshScopedType(r.PathValue("plural"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	key := resource.Key{Type: d.Name, Mesh: r.PathValue("mesh"), Namespace: s.namespaceParam(r), Name: r.PathValue("name")}
+	s.put(w, r, d, key)
+}
+
+// put decodes the body, checks it against the URL, validates and stores it.
+func (s *Server) put(w http.ResponseWriter, r *http.Request, d *resource.TypeDescriptor, key resource.Key) {
+	res, err := s.decodeBody(r, d, key)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := s.checkWriteAllowed(r, res); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	stored, outcome, err := s.store.Put(r.Context(), res)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.Header().Set(OutcomeHeader, outcome.String())
+	status := http.StatusOK
+	if outcome == storage.Created {
+		status = http.StatusCreated
+	}
+	s.writeResource(w, r, status, stored)
+}
+
+// decodeBody turns a request body into a validated resource whose identity
+// matches the URL, with the labels the control plane owns set.
+func (s *Server) decodeBody(r *http.Request, d *resource.TypeDescriptor, key resource.Key) (*resource.Resource, error) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return nil, fmt.Errorf("read body: %w", err)
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return nil, badRequest("request body is empty: send the resource as JSON or YAML")
+	}
+	res, err := s.reg.Decode(body)
+	if err != nil {
+		var verr *resource.ValidationError
+		if errors.As(err, &verr) {
+			return nil, err
+		}
+		return nil, badRequest("cannot parse body: %v", err)
+	}
+	if err := matchURL(res, key, r.URL.Query().Has("namespace")); err != nil {
+		return nil, err
+	}
+	s.reg.Normalize(res, s.cfg.SystemNamespace)
+	if err := s.setSystemLabels(res, d); err != nil {
+		return nil, err
+	}
+	if err := s.reg.Validate(res, s.validateOptions()); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// matchURL fills identity fields the body left out from the URL and rejects
+// a body that names another resource than the URL.
+func matchURL(res *resource.Resource, key resource.Key, urlHasNamespace bool) error {
+	checks := []struct {
+		field    string
+		body     *string
+		url      string
+		optional bool
+	}{
+		{"type", &res.Type, key.Type, false},
+		{"mesh", &res.Mesh, key.Mesh, false},
+		{"name", &res.Name, key.Name, false},
+		{"namespace", &res.Namespace, key.Namespace, !urlHasNamespace},
+	}
+	for _, c := range checks {
+		switch {
+		case *c.body == "":
+			*c.body = c.url
+		case *c.body != c.url && !c.optional:
+			return fieldError(c.field, "%q in the body does not match %q in the URL", *c.body, c.url)
+		}
+	}
+	return nil
+}
+
+func (s *Server) validateOptions() resource.ValidateOptions {
+	opts := resource.ValidateOptions{Mode: resource.ModeGlobal, SystemNamespace: s.cfg.SystemNamespace}
+	if s.cfg.Mode == ModeZone {
+		opts.Mode = resource.ModeZone
+		opts.Environment = s.cfg.Environment
+	}
+	return opts
+}
+
+// setSystemLabels sets the labels the control plane owns (SPEC section 2):
+// origin, zone, namespace and policy role. A caller may not claim another
+// origin than the control plane it writes to.
+func (s *Server) setSystemLabels(res *resource.Resource, d *resource.TypeDescriptor) error {
+	origin := resource.OriginGlobal
+	if s.cfg.Mode == ModeZone {
+		origin = resource.OriginZone
+	}
+	if claimed := res.Labels[resource.LabelOrigin]; claimed != "" && claimed != origin {
+		return forbidden("the %s control plane accepts only resources of origin %q, not %q (label %s)",
+			s.cfg.Mode, origin, claimed, resource.LabelOrigin)
+	}
+	if res.Labels == nil {
+		res.Labels = map[string]string{}
+	}
+	res.Labels[resource.LabelOrigin] = origin
+	if s.cfg.Mode == ModeZone {
+		if z := res.Labels[resource.LabelZone]; z != "" && z != s.cfg.Zone {
+			return forbidden("zone %q cannot write resources of zone %q (label %s)", s.cfg.Zone, z, resource.LabelZone)
+		}
+		res.Labels[resource.LabelZone] = s.cfg.Zone
+		if res.Namespace != "" {
+			res.Labels[resource.LabelNamespace] = res.Namespace
+		}
+	}
+	if d.Shape == resource.ShapeTargetRef {
+		role, err := resource.PolicyRole(res, d, s.cfg.SystemNamespace)
+		if err != nil {
+			return err
+		}
+		res.Labels[resource.LabelPolicyRole] = role
+	}
+	return nil
+}
+
+// checkWriteAllowed enforces authority over existing resources: a zone does
+// not edit what the global sent it, and a resource's mesh must exist.
+func (s *Server) checkWriteAllowed(r *http.Request, res *resource.Resource) error {
+	if err := s.checkOwnership(r, res.Key()); err != nil {
+		return err
+	}
+	if res.Mesh == "" {
+		return nil
+	}
+	_, err := s.store.Get(r.Context(), resource.Key{Type: "Mesh", Name: res.Mesh})
+	if errors.Is(err, storage.ErrNotFound) {
+		return fieldError("mesh", "mesh %q does not exist", res.Mesh)
+	}
+	return err
+}
+
+// checkOwnership refuses, on a zone, writes to resources synced from the
+// global.
+func (s *Server) checkOwnership(r *http.Request, key resource.Key) error {
+	if s.cfg.Mode != ModeZone {
+		return nil
+	}
+	existing, err := s.store.Get(r.Context(), key)
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if o := existing.Labels[resource.LabelOrigin]; o != "" && o != resource.OriginZone {
+		return conflict("%s has origin %q: change it on the global control plane, not in zone %q", key, o, s.cfg.Zone)
+	}
+	if z := existing.Labels[resource.LabelZone]; z != "" && z != s.cfg.Zone {
+		return conflict("%s belongs to zone %q, not %q", key, z, s.cfg.Zone)
+	}
+	return nil
+}
+
+func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
+	d, err := s.meshScopedType(r.PathValue("plural"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	key := resource.Key{Type: d.Name, Mesh: r.PathValue("mesh"), Namespace: s.namespaceParam(r), Name: r.PathValue("name")}
+	s.delete(w, r, key)
+}
+
+func (s *Server) delete(w http.ResponseWriter, r *http.Request, key resource.Key) {
+	var version uint64
+	if v := r.URL.Query().Get("version"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			s.writeError(w, r, fieldError("version", "must be a non-negative integer, got %q", v))
+			return
+		}
+		version = n
+	}
+	if err := s.checkOwnership(r, key); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	err := s.store.Delete(r.Context(), key, version)
+	if errors.Is(err, storage.ErrNotFound) {
+		s.writeError(w, r, notFound("%s not found", key))
+		return
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeValue(w, r, http.StatusOK, map[string]string{})
+}

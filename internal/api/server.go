@@ -1,0 +1,192 @@
+// Package api serves Meridian's REST API (SPEC section 5) on both control
+// planes. Handlers are thin: decode, validate through internal/resource, call
+// the store, encode. Everything the handlers need is declared here as narrow
+// interfaces and passed in Config.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meridian-mesh/meridian/internal/resource"
+	"github.com/meridian-mesh/meridian/internal/storage"
+)
+
+// Mode says which control plane serves the API.
+type Mode string
+
+const (
+	ModeGlobal Mode = "global"
+	ModeZone   Mode = "zone"
+)
+
+// DefaultMaxBodyBytes bounds request bodies; a resource larger than this is a
+// 413, never an out-of-memory.
+const DefaultMaxBodyBytes = 4 << 20
+
+// Store is what the API needs from storage.
+type Store interface {
+	Get(ctx context.Context, key resource.Key) (*resource.Resource, error)
+	List(ctx context.Context, opts storage.ListOptions) (*storage.ListResult, error)
+	Put(ctx context.Context, r *resource.Resource) (*resource.Resource, storage.Outcome, error)
+	Delete(ctx context.Context, key resource.Key, version uint64) error
+	Apply(ctx context.Context, b storage.Batch) (*storage.BatchResult, error)
+}
+
+// Config wires a Server. Registry, Store and Mode are required.
+type Config struct {
+	Registry *resource.Registry
+	Store    Store
+	Logger   hclog.Logger
+	Mode     Mode
+	// Zone is the zone's name (zone mode only).
+	Zone string
+	// Environment is "kubernetes" or "universal" (zone mode only).
+	Environment     string
+	SystemNamespace string
+	Version         string
+	MaxBodyBytes    int64
+	// Ready reports readiness for /readyz; nil means always ready.
+	Ready func() error
+}
+
+// Server is the HTTP handler. It is safe for concurrent use.
+type Server struct {
+	cfg    Config
+	reg    *resource.Registry
+	store  Store
+	logger hclog.Logger
+	mux    *http.ServeMux
+}
+
+// New checks cfg and builds the handler.
+func New(cfg Config) (*Server, error) {
+	if cfg.Registry == nil {
+		return nil, errors.New("api: Registry is required")
+	}
+	if cfg.Store == nil {
+		return nil, errors.New("api: Store is required")
+	}
+	switch cfg.Mode {
+	case ModeGlobal:
+	case ModeZone:
+		if cfg.Zone == "" {
+			return nil, errors.New("api: Zone is required in zone mode")
+		}
+		if cfg.Environment != "kubernetes" && cfg.Environment != "universal" {
+			return nil, errors.New(`api: Environment must be "kubernetes" or "universal" in zone mode`)
+		}
+	default:
+		return nil, errors.New(`api: Mode must be "global" or "zone"`)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.SystemNamespace == "" {
+		cfg.SystemNamespace = resource.DefaultSystemNamespace
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	s := &Server{cfg: cfg, reg: cfg.Registry, store: cfg.Store, logger: cfg.Logger, mux: http.NewServeMux()}
+	s.routes()
+	return s, nil
+}
+
+func (s *Server) routes() {
+	s.mux.HandleFunc("GET /{$}", s.handleIndex)
+	s.mux.HandleFunc("GET /healthz", s.handleHealth)
+	s.mux.HandleFunc("GET /readyz", s.handleReady)
+
+	s.mux.HandleFunc("GET /meshes", s.handleListGlobalScoped("Mesh"))
+	s.mux.HandleFunc("GET /meshes/{mesh}", s.handleGetMesh)
+	s.mux.HandleFunc("PUT /meshes/{mesh}", s.handlePutMesh)
+	s.mux.HandleFunc("DELETE /meshes/{mesh}", s.handleDeleteMesh)
+
+	s.mux.HandleFunc("GET /meshes/{mesh}/{plural}", s.handleList)
+	s.mux.HandleFunc("GET /meshes/{mesh}/{plural}/{name}", s.handleGet)
+	s.mux.HandleFunc("PUT /meshes/{mesh}/{plural}/{name}", s.handlePut)
+	s.mux.HandleFunc("DELETE /meshes/{mesh}/{plural}/{name}", s.handleDelete)
+
+	// Other global-scoped types (zones, zoneinsights).
+	s.mux.HandleFunc("GET /{plural}", s.handleListGlobalScopedPlural)
+	s.mux.HandleFunc("GET /{plural}/{name}", s.handleGetGlobalScoped)
+	s.mux.HandleFunc("PUT /{plural}/{name}", s.handlePutGlobalScoped)
+	s.mux.HandleFunc("DELETE /{plural}/{name}", s.handleDeleteGlobalScoped)
+}
+
+// Handle registers an extra handler (inspect, zones, tokens) on the same mux.
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Body != nil {
+		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+func (s *Server) handleIndex(w http.ResponseWriter, r *http.Request) {
+	body := map[string]any{
+		"product": "Meridian",
+		"version": s.cfg.Version,
+		"mode":    string(s.cfg.Mode),
+	}
+	if s.cfg.Mode == ModeZone {
+		body["zone"] = s.cfg.Zone
+		body["environment"] = s.cfg.Environment
+	}
+	s.writeValue(w, r, http.StatusOK, body)
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	s.writeValue(w, r, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Ready != nil {
+		if err := s.cfg.Ready(); err != nil {
+			s.writeError(w, r, newError(http.StatusServiceUnavailable, "Service Unavailable", "%v", err))
+			return
+		}
+	}
+	s.writeValue(w, r, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// wantsYAML reports whether the client asked for YAML in Accept.
+func wantsYAML(r *http.Request) bool {
+	a := r.Header.Get("Accept")
+	return strings.Contains(a, "yaml")
+}
+
+// writeValue writes any JSON-able value, as YAML when asked.
+func (s *Server) writeValue(w http.ResponseWriter, r *http.Request, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSONBytes(w, r, status, b)
+}
+
+func (s *Server) writeJSONBytes(w http.ResponseWriter, r *http.Request, status int, b []byte) {
+	if wantsYAML(r) {
+		y, err := jsonToYAML(b)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/yaml")
+		w.WriteHeader(status)
+		_, _ = w.Write(y)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+	_, _ = w.Write([]byte("\n"))
+}

@@ -1,0 +1,167 @@
+// Package controlplane runs one control plane process: it opens the store,
+// serves the API and shuts everything down in order. cmd/global and cmd/zone
+// are thin wrappers that turn flags into a Config.
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meridian-mesh/meridian/internal/api"
+	"github.com/meridian-mesh/meridian/internal/resource"
+	"github.com/meridian-mesh/meridian/internal/storage"
+	"github.com/meridian-mesh/meridian/internal/storage/boltstore"
+)
+
+// StoreFileName is the bbolt file inside the data dir.
+const StoreFileName = "meridian.db"
+
+// Config describes one control plane process.
+type Config struct {
+	Mode            api.Mode
+	Zone            string // zone mode
+	Environment     string // zone mode: kubernetes | universal
+	SystemNamespace string
+	// GlobalAddress is the global's KDS address; empty = standalone zone.
+	GlobalAddress string
+	DataDir       string
+	APIAddress    string
+	Version       string
+	Logger        hclog.Logger
+	// TombstoneRetention bounds how long deletions are remembered for resume.
+	TombstoneRetention time.Duration
+	// ShutdownTimeout bounds graceful shutdown (SPEC: within 5 s).
+	ShutdownTimeout time.Duration
+	// Listening, when set, receives the API's bound address once serving (for
+	// tests that listen on port 0).
+	Listening func(apiAddr string)
+}
+
+func (c *Config) check() error {
+	if c.Logger == nil {
+		return errors.New("logger is required")
+	}
+	if c.DataDir == "" {
+		return errors.New("--data-dir is required")
+	}
+	if c.APIAddress == "" {
+		return errors.New("--api-address is required")
+	}
+	if c.Mode == api.ModeZone {
+		if c.Zone == "" {
+			return errors.New("--zone is required")
+		}
+		if c.Environment != "kubernetes" && c.Environment != "universal" {
+			return fmt.Errorf("--environment must be kubernetes or universal, got %q", c.Environment)
+		}
+	}
+	if c.SystemNamespace == "" {
+		c.SystemNamespace = resource.DefaultSystemNamespace
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 4 * time.Second
+	}
+	return nil
+}
+
+// Run starts the control plane and blocks until ctx ends (graceful shutdown)
+// or a component fails. Startup errors are returned as one readable line.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.check(); err != nil {
+		return err
+	}
+	store, err := openStore(cfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := store.Close(); err != nil {
+			cfg.Logger.Error("closing store", "error", err)
+		}
+	}()
+	reg := resource.NewDefaultRegistry()
+	if err := ensureDefaultMesh(ctx, cfg, reg, store); err != nil {
+		return err
+	}
+	handler, err := api.New(api.Config{
+		Registry: reg, Store: store, Logger: cfg.Logger.Named("api"), Mode: cfg.Mode,
+		Zone: cfg.Zone, Environment: cfg.Environment, SystemNamespace: cfg.SystemNamespace, Version: cfg.Version,
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.APIAddress)
+	if err != nil {
+		return fmt.Errorf("api address %s: %w", cfg.APIAddress, err)
+	}
+	return serve(ctx, cfg, ln, handler)
+}
+
+func openStore(cfg Config) (*boltstore.Store, error) {
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
+	}
+	store, err := boltstore.Open(boltstore.Config{
+		Path:               filepath.Join(cfg.DataDir, StoreFileName),
+		Logger:             cfg.Logger.Named("store"),
+		TombstoneRetention: cfg.TombstoneRetention,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
+	}
+	return store, nil
+}
+
+// ensureDefaultMesh creates mesh "default" on the global and on a standalone
+// zone, as Kuma does, so that a fresh install accepts policies at once. A zone
+// connected to a global gets its meshes from the global instead.
+func ensureDefaultMesh(ctx context.Context, cfg Config, reg *resource.Registry, store storage.Store) error {
+	if cfg.Mode == api.ModeZone && cfg.GlobalAddress != "" {
+		return nil
+	}
+	key := resource.Key{Type: "Mesh", Name: "default"}
+	if _, err := store.Get(ctx, key); !errors.Is(err, storage.ErrNotFound) {
+		return err
+	}
+	origin := resource.OriginGlobal
+	labels := map[string]string{resource.LabelOrigin: origin}
+	if cfg.Mode == api.ModeZone {
+		labels = map[string]string{resource.LabelOrigin: resource.OriginZone, resource.LabelZone: cfg.Zone}
+	}
+	_, err := store.Create(ctx, &resource.Resource{Type: "Mesh", Name: "default", Labels: labels, Spec: []byte("{}")})
+	if err != nil && !errors.Is(err, storage.ErrAlreadyExists) {
+		return fmt.Errorf("create default mesh: %w", err)
+	}
+	return nil
+}
+
+func serve(ctx context.Context, cfg Config, ln net.Listener, handler http.Handler) error {
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	cfg.Logger.Info("control plane started", "mode", cfg.Mode, "zone", cfg.Zone, "api", ln.Addr().String(), "data_dir", cfg.DataDir)
+	if cfg.Listening != nil {
+		cfg.Listening(ln.Addr().String())
+	}
+	select {
+	case err := <-errc:
+		return fmt.Errorf("api server: %w", err)
+	case <-ctx.Done():
+	}
+	cfg.Logger.Info("shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		cfg.Logger.Warn("api server did not drain in time", "error", err)
+		_ = srv.Close()
+	}
+	return nil
+}

@@ -1,0 +1,77 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/spf13/cobra"
+
+	"github.com/meridian-mesh/meridian/internal/flagconfig"
+)
+
+// EnvPrefix prefixes every environment variable that sets a flag.
+const EnvPrefix = "MERIDIAN"
+
+// CommonFlags are the flags both daemons share.
+type CommonFlags struct {
+	ConfigFile         string
+	DataDir            string
+	APIAddress         string
+	LogLevel           string
+	LogFormat          string
+	TombstoneRetention time.Duration
+}
+
+// Register adds the common flags to cmd.
+func (f *CommonFlags) Register(cmd *cobra.Command, defaultAPI string) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.ConfigFile, "config", "", "YAML config file; keys are flag names (flags and "+EnvPrefix+"_* variables win)")
+	fs.StringVar(&f.DataDir, "data-dir", "", "directory of the embedded store (required)")
+	fs.StringVar(&f.APIAddress, "api-address", defaultAPI, "REST API listen address")
+	fs.StringVar(&f.LogLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
+	fs.StringVar(&f.LogFormat, "log-format", "text", "log format: text or json")
+	fs.DurationVar(&f.TombstoneRetention, "tombstone-retention", 24*time.Hour, "how long deletions are kept for resuming peers")
+}
+
+// ApplySources fills unset flags from the environment and the config file.
+func (f *CommonFlags) ApplySources(cmd *cobra.Command) error {
+	return flagconfig.Apply(cmd.Flags(), flagconfig.Source{EnvPrefix: EnvPrefix, ConfigFile: f.ConfigFile, Skip: []string{"config", "help"}})
+}
+
+// NewLogger builds the process logger from the flags.
+func (f *CommonFlags) NewLogger(name string, w io.Writer) (hclog.Logger, error) {
+	level := hclog.LevelFromString(f.LogLevel)
+	if level == hclog.NoLevel {
+		return nil, fmt.Errorf("--log-level: unknown level %q (want trace, debug, info, warn or error)", f.LogLevel)
+	}
+	var json bool
+	switch f.LogFormat {
+	case "text":
+	case "json":
+		json = true
+	default:
+		return nil, fmt.Errorf("--log-format: want text or json, got %q", f.LogFormat)
+	}
+	return hclog.New(&hclog.LoggerOptions{Name: name, Level: level, JSONFormat: json, Output: w}), nil
+}
+
+// Execute runs cmd with SIGINT/SIGTERM cancelling its context and turns an
+// error into one line on stderr and exit status 1.
+func Execute(cmd *cobra.Command) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cmd.SilenceUsage = true
+	cmd.SilenceErrors = true
+	if err := cmd.ExecuteContext(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: error: %s\n", cmd.Name(), strings.ReplaceAll(err.Error(), "\n", "; "))
+		stop()
+		os.Exit(1)
+	}
+}
