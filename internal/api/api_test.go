@@ -17,12 +17,12 @@ import (
 )
 
 type fixture struct {
-	t     *testing.T
+	t     testing.TB
 	srv   *httptest.Server
 	store *boltstore.Store
 }
 
-func newFixture(t *testing.T, mode api.Mode) *fixture {
+func newFixture(t testing.TB, mode api.Mode) *fixture {
 	t.Helper()
 	store, err := boltstore.Open(boltstore.Config{Path: filepath.Join(t.TempDir(), "db")})
 	if err != nil {
