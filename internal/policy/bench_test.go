@@ -1,0 +1,226 @@
+package policy
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/meridian-mesh/meridian/internal/resource"
+)
+
+// Benchmarks for SPEC section 7:
+//
+//	go test -run '^$' -bench . -benchmem ./internal/policy/
+
+func res(typ, name, spec string) *resource.Resource {
+	return &resource.Resource{Type: typ, Mesh: "default", Name: name, Spec: json.RawMessage(spec)}
+}
+
+// benchDataplane has one inbound (service backend, with version and zone
+// tags) and n outbounds to svc-0 ... svc-(n-1).
+func benchDataplane(name string, n int, svcOffset int) *resource.Resource {
+	outs := make([]string, n)
+	for i := range outs {
+		outs[i] = fmt.Sprintf(`{"port":%d,"tags":{"kuma.io/service":"svc-%d"}}`, 10000+i, (svcOffset+i)%1000)
+	}
+	return res("Dataplane", name, fmt.Sprintf(
+		`{"networking":{"address":"10.0.0.1","inbound":[{"port":8080,"tags":{"kuma.io/service":"backend","version":"v1"}}],"outbound":[%s]}}`,
+		strings.Join(outs, ",")))
+}
+
+// hundredPolicies: 100 policies of five to-types matching the proxy, each
+// with a Mesh entry and a MeshService entry.
+func hundredPolicies() []*resource.Resource {
+	types := []string{"MeshTimeout", "MeshRetry", "MeshCircuitBreaker", "MeshHealthCheck", "MeshLoadBalancingStrategy"}
+	confs := []string{
+		`{"connectionTimeout":"%ds","http":{"requestTimeout":"%ds"}}`,
+		`{"http":{"numRetries":%d,"perTryTimeout":"%ds"}}`,
+		`{"connectionLimits":{"maxConnections":%d,"maxRequests":%d}}`,
+		`{"interval":"%ds","timeout":"%ds"}`,
+		`{"loadBalancer":{"type":"RoundRobin"},"x":%d,"y":%d}`,
+	}
+	var rs []*resource.Resource
+	for i := 0; i < 100; i++ {
+		t := i % len(types)
+		top := `{"kind":"Mesh"}`
+		if i%3 == 0 {
+			top = `{"kind":"MeshService","name":"backend"}`
+		}
+		conf := func(a, b int) string { return fmt.Sprintf(confs[t], a, b) }
+		spec := fmt.Sprintf(`{"targetRef":%s,"to":[{"targetRef":{"kind":"Mesh"},"default":%s},{"targetRef":{"kind":"MeshService","name":"svc-%d"},"default":%s}]}`,
+			top, conf(i+1, i+2), (i*37)%1000, conf(i+3, i+4))
+		rs = append(rs, res(types[t], fmt.Sprintf("policy-%03d", i), spec))
+	}
+	return rs
+}
+
+func benchSnapshot(b *testing.B, rs []*resource.Resource) *MeshSnapshot {
+	b.Helper()
+	s, err := NewMeshSnapshot(Inputs{Registry: resource.NewDefaultRegistry(), Mesh: "default", Zone: "zone-1", Resources: rs})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// forgetMemos drops the snapshot's shared memos so that a benchmark
+// measures a cold computation, as for the first Dataplane after a change.
+func forgetMemos(s *MeshSnapshot) {
+	s.fromMemo.Clear()
+	s.toMemo.Clear()
+}
+
+// benchQuery measures q cold (memos dropped before every call, as for the
+// first proxy computed after a change), warm (memos filled by a proxy
+// selected by the same entries), and cold with JSON encoding (what the
+// inspect API serves).
+func benchQuery(b *testing.B, s *MeshSnapshot, q func() (any, error)) {
+	b.Run("cold", func(b *testing.B) {
+		for b.Loop() {
+			forgetMemos(s)
+			if _, err := q(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("warm", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := q(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("cold+json", func(b *testing.B) {
+		for b.Loop() {
+			forgetMemos(s)
+			r, err := q()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := json.Marshal(r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func rulesQuery(s *MeshSnapshot, dp string) func() (any, error) {
+	return func() (any, error) { return s.Rules(dp, "") }
+}
+
+// BenchmarkRules100Policies1000Outbounds: SPEC 7, ≤ 20 ms.
+func BenchmarkRules100Policies1000Outbounds(b *testing.B) {
+	s := benchSnapshot(b, append(hundredPolicies(), benchDataplane("dp", 1000, 0)))
+	benchQuery(b, s, rulesQuery(s, "dp"))
+}
+
+// mtpItems builds a MeshTrafficPermission from-array of n items spread over
+// keys (n/keys values each), with alternating ALLOW/DENY.
+func mtpItems(name string, n, keys int) *resource.Resource {
+	per := n / keys
+	items := make([]string, n)
+	for i := range items {
+		action := "ALLOW"
+		if i%2 == 1 {
+			action = "DENY"
+		}
+		items[i] = fmt.Sprintf(`{"targetRef":{"kind":"MeshSubset","tags":{"key-%d":"value-%d"}},"default":{"action":"%s"}}`, i/per, i%per, action)
+	}
+	return res("MeshTrafficPermission", name, `{"targetRef":{"kind":"Mesh"},"from":[`+strings.Join(items, ",")+`]}`)
+}
+
+func benchMTP(b *testing.B, n, keys int) {
+	s := benchSnapshot(b, []*resource.Resource{mtpItems("mtp", n, keys), benchDataplane("dp", 1, 0)})
+	if r, err := s.Rules("dp", ""); err != nil || len(r.Rules) != 1 {
+		b.Fatalf("rules: %v", err)
+	} else {
+		b.Logf("%d items over %d keys: %d rules", n, keys, len(r.Rules[0].FromRules[0].Rules))
+	}
+	b.Run("rules", func(b *testing.B) { benchQuery(b, s, rulesQuery(s, "dp")) })
+	b.Run("config+rbac", func(b *testing.B) {
+		benchQuery(b, s, func() (any, error) { return s.Config("dp", "") })
+	})
+}
+
+// BenchmarkMTP70Items2Keys: SPEC 7, ≤ 10 ms (seed 003's enumeration: 2^70).
+func BenchmarkMTP70Items2Keys(b *testing.B) { benchMTP(b, 70, 2) }
+
+// BenchmarkMTP200Items5Keys: 200 items over 5 keys (40 values each).
+func BenchmarkMTP200Items5Keys(b *testing.B) { benchMTP(b, 200, 5) }
+
+// tenThousandTimeouts: MeshTimeouts matching the proxy, alternately
+// top-level Mesh and MeshService, each with a to (Mesh) and a from (Mesh)
+// entry with its own values.
+func tenThousandTimeouts() []*resource.Resource {
+	rs := make([]*resource.Resource, 0, 10000)
+	for i := 0; i < 10000; i++ {
+		top := `{"kind":"Mesh"}`
+		if i%2 == 1 {
+			top = `{"kind":"MeshService","name":"backend"}`
+		}
+		spec := fmt.Sprintf(`{"targetRef":%s,"to":[{"targetRef":{"kind":"Mesh"},"default":{"connectionTimeout":"%ds","idleTimeout":"%ds"}}],`+
+			`"from":[{"targetRef":{"kind":"Mesh"},"default":{"http":{"requestTimeout":"%ds"}}}]}`, top, i%60+1, i%30+1, i%90+1)
+		rs = append(rs, res("MeshTimeout", fmt.Sprintf("timeout-%05d", i), spec))
+	}
+	return rs
+}
+
+// BenchmarkRules10000MeshTimeouts: SPEC 7, `_rules` of a proxy matched by
+// 10,000 MeshTimeouts and a 70-item MeshTrafficPermission, ≤ 50 ms. The
+// snapshot is built once, as the zone's cache does; building it is measured
+// separately.
+func BenchmarkRules10000MeshTimeouts(b *testing.B) {
+	rs := append(tenThousandTimeouts(), mtpItems("mtp", 70, 2), benchDataplane("dp", 10, 0))
+	s := benchSnapshot(b, rs)
+	b.Run("rules", func(b *testing.B) { benchQuery(b, s, rulesQuery(s, "dp")) })
+	b.Run("snapshot", func(b *testing.B) {
+		for b.Loop() {
+			benchSnapshot(b, rs)
+		}
+	})
+	b.Run("snapshot-after-one-change", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			i++
+			changed := append([]*resource.Resource(nil), rs...)
+			changed[0] = res("MeshTimeout", "timeout-00000", fmt.Sprintf(
+				`{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"connectionTimeout":"%ds"}}]}`, i%50+1))
+			next, err := NewMeshSnapshot(Inputs{Registry: s.reg, Mesh: "default", Zone: "zone-1", Resources: changed, Previous: s})
+			if err != nil {
+				b.Fatal(err)
+			}
+			s = next
+		}
+	})
+}
+
+// BenchmarkRecompute1000Dataplanes: SPEC 7, after one policy change, build
+// the new snapshot (reusing the previous one's decoded policies, as the
+// zone's cache does) and recompute `_rules` of 1,000 Dataplanes (< 1 s).
+func BenchmarkRecompute1000Dataplanes(b *testing.B) {
+	policies := append(hundredPolicies(), mtpItems("mtp", 70, 2))
+	var dps []*resource.Resource
+	for i := 0; i < 1000; i++ {
+		dps = append(dps, benchDataplane(fmt.Sprintf("dp-%04d", i), 20, i*20))
+	}
+	prev := benchSnapshot(b, append(append([]*resource.Resource(nil), policies...), dps...))
+	i := 0
+	for b.Loop() {
+		i++
+		changed := append([]*resource.Resource(nil), policies...)
+		changed[0] = res("MeshTimeout", "policy-000", fmt.Sprintf(
+			`{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"connectionTimeout":"%ds"}}]}`, i%50+1))
+		s, err := NewMeshSnapshot(Inputs{Registry: prev.reg, Mesh: "default", Zone: "zone-1",
+			Resources: append(changed, dps...), Previous: prev})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, dp := range s.Dataplanes() {
+			if _, err := s.Rules(dp.Name, dp.Namespace); err != nil {
+				b.Fatal(err)
+			}
+		}
+		prev = s
+	}
+}

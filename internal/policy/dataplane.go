@@ -1,0 +1,202 @@
+package policy
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/meridian-mesh/meridian/internal/resource"
+)
+
+// dpSpec is the part of Kuma's Dataplane spec the engine reads.
+type dpSpec struct {
+	Networking struct {
+		Inbound []struct {
+			Port int               `json:"port"`
+			Tags map[string]string `json:"tags"`
+		} `json:"inbound"`
+		Outbound []struct {
+			Port       int               `json:"port"`
+			Address    string            `json:"address"`
+			Tags       map[string]string `json:"tags"`
+			Service    string            `json:"service"`
+			BackendRef *struct {
+				Kind   string            `json:"kind"`
+				Name   string            `json:"name"`
+				Labels map[string]string `json:"labels"`
+			} `json:"backendRef"`
+		} `json:"outbound"`
+		Gateway *struct {
+			Tags map[string]string `json:"tags"`
+		} `json:"gateway"`
+	} `json:"networking"`
+}
+
+type dataplane struct {
+	res  *resource.Resource
+	meta Meta
+	ns   string // normalized namespace
+
+	inbounds  []*inbound
+	outbounds []*outbound
+	// gateway holds a gateway's effective tags; nil for a sidecar.
+	gateway map[string]string
+	// sets are the tag sets top-level targetRefs are matched against: one
+	// per inbound, and a gateway's tags.
+	sets []map[string]string
+	kind string // proxy type for targetRef.proxyTypes: Sidecar or Gateway
+
+	byService map[string][]int // outbound indexes by service name
+	byBackend map[string][]int // outbound indexes by "Kind/name" of the backendRef
+	warnings  []string
+}
+
+type inbound struct {
+	port int
+	tags map[string]string // effective: with kuma.io/zone and k8s.kuma.io/namespace
+}
+
+type outbound struct {
+	port    int
+	address string
+	service string
+	tags    map[string]string
+}
+
+func (o *outbound) ref() OutboundRef {
+	return OutboundRef{Port: o.port, Address: o.address, Service: o.service, Tags: o.tags}
+}
+
+func (in *inbound) ref() InboundRef { return InboundRef{Port: in.port, Tags: in.tags} }
+
+// addDataplane parses a Dataplane. A spec that cannot be read leaves a
+// Dataplane without inbounds and outbounds and a warning, so that queries
+// say what is wrong instead of "not found".
+func (b *builder) addDataplane(r *resource.Resource) {
+	dp := &dataplane{res: r, meta: metaOf(r), ns: b.normNS(r.Namespace),
+		byService: map[string][]int{}, byBackend: map[string][]int{}}
+	b.s.dataplanes[nsName{dp.ns, r.Name}] = dp
+	b.s.dpList = append(b.s.dpList, dp)
+	defer dp.finish()
+	var spec dpSpec
+	if err := json.Unmarshal(r.Spec, &spec); err != nil {
+		dp.warnings = append(dp.warnings, fmt.Sprintf("Dataplane spec cannot be read: %v", err))
+		return
+	}
+	n := &spec.Networking
+	for _, in := range n.Inbound {
+		dp.inbounds = append(dp.inbounds, &inbound{port: in.Port, tags: b.effectiveTags(in.Tags, dp.ns)})
+	}
+	if n.Gateway != nil {
+		dp.gateway = b.effectiveTags(n.Gateway.Tags, dp.ns)
+	}
+	for _, out := range n.Outbound {
+		o := &outbound{port: out.Port, address: out.Address, tags: copyTags(out.Tags), service: out.Tags[resource.ServiceTag]}
+		if o.service == "" {
+			o.service = out.Service
+		}
+		i := len(dp.outbounds)
+		dp.outbounds = append(dp.outbounds, o)
+		if br := out.BackendRef; br != nil {
+			for _, name := range b.backendNames(br.Kind, br.Name, br.Labels, dp.ns) {
+				dp.byBackend[br.Kind+"/"+name] = append(dp.byBackend[br.Kind+"/"+name], i)
+			}
+			if o.service == "" {
+				o.service = b.backendService(br.Kind, br.Name, dp.ns)
+			}
+		}
+		if _, ok := o.tags[resource.ServiceTag]; !ok && o.service != "" {
+			o.tags[resource.ServiceTag] = o.service // destinations and outputs name the service by tag
+		}
+		dp.byService[o.service] = append(dp.byService[o.service], i)
+	}
+}
+
+// effectiveTags adds the tags a zone implies (SPEC 3.1): kuma.io/zone and,
+// in a namespace, k8s.kuma.io/namespace. Tags the Dataplane sets win.
+func (b *builder) effectiveTags(tags map[string]string, ns string) map[string]string {
+	out := copyTags(tags)
+	if _, ok := out[resource.LabelZone]; !ok && b.zone != "" {
+		out[resource.LabelZone] = b.zone
+	}
+	if _, ok := out[resource.LabelNamespace]; !ok && ns != "" {
+		out[resource.LabelNamespace] = ns
+	}
+	return out
+}
+
+func copyTags(tags map[string]string) map[string]string {
+	out := make(map[string]string, len(tags)+2)
+	for k, v := range tags {
+		out[k] = v
+	}
+	return out
+}
+
+// backendNames lists the names of the resources an outbound's backendRef
+// points at: the name itself, or every resource of that kind whose labels
+// contain the reference's labels.
+func (b *builder) backendNames(kind, name string, labels map[string]string, ns string) []string {
+	if name != "" {
+		return []string{name}
+	}
+	var names []string
+	switch kind {
+	case resource.KindMeshService:
+		for _, ms := range b.s.services {
+			if hasLabels(ms.res.Labels, labels) {
+				names = append(names, ms.res.Name)
+			}
+		}
+	case resource.KindMeshExternalService:
+		for _, r := range b.s.externals {
+			if hasLabels(r.Labels, labels) {
+				names = append(names, r.Name)
+			}
+		}
+	}
+	return names
+}
+
+// backendService names the service of an outbound that only has a
+// backendRef: the display name of the MeshService it points at.
+func (b *builder) backendService(kind, name, ns string) string {
+	if kind == resource.KindMeshService {
+		for _, key := range []nsName{{ns, name}, {"", name}} {
+			if ms := b.s.services[key]; ms != nil {
+				return ms.display
+			}
+		}
+	}
+	if r := b.s.externals[nsName{"", name}]; r != nil && kind == resource.KindMeshExternalService {
+		return r.DisplayName()
+	}
+	return name
+}
+
+func hasLabels(have, want map[string]string) bool {
+	if len(want) == 0 {
+		return false
+	}
+	for k, v := range want {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (dp *dataplane) tagSets() []map[string]string { return dp.sets }
+
+func (dp *dataplane) proxyType() string { return dp.kind }
+
+// finish computes what queries read on every call.
+func (dp *dataplane) finish() {
+	dp.kind = "Sidecar"
+	for _, in := range dp.inbounds {
+		dp.sets = append(dp.sets, in.tags)
+	}
+	if dp.gateway != nil {
+		dp.sets = append(dp.sets, dp.gateway)
+		dp.kind = "Gateway"
+	}
+}

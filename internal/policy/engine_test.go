@@ -1,0 +1,327 @@
+package policy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/meridian-mesh/meridian/internal/resource"
+)
+
+// yamlResources decodes and validates a YAML list of resource documents.
+func yamlResources(t *testing.T, doc string) []*resource.Resource {
+	t.Helper()
+	var raw []json.RawMessage
+	if err := yaml.Unmarshal([]byte(doc), &raw); err != nil {
+		t.Fatal(err)
+	}
+	return decodeResources(t, raw, "")
+}
+
+func mustSnapshot(t testing.TB, zone string, rs []*resource.Resource) *MeshSnapshot {
+	t.Helper()
+	s, err := NewMeshSnapshot(Inputs{Registry: resource.NewDefaultRegistry(), Mesh: "default", Zone: zone, Resources: rs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+const sugarDataplanes = `
+- type: Dataplane
+  mesh: default
+  name: backend-1
+  namespace: backend-ns
+  networking:
+    address: 10.0.0.2
+    inbound: [{port: 8080, tags: {kuma.io/service: backend}}]
+    outbound: [{port: 10001, tags: {kuma.io/service: backend, k8s.kuma.io/namespace: backend-ns}}]
+- type: Dataplane
+  mesh: default
+  name: backend-remote
+  namespace: backend-ns
+  networking:
+    address: 10.0.0.5
+    inbound: [{port: 8080, tags: {kuma.io/service: backend, kuma.io/zone: zone-2}}]
+- type: Dataplane
+  mesh: default
+  name: frontend-1
+  namespace: frontend-ns
+  networking:
+    address: 10.0.0.1
+    inbound: [{port: 8080, tags: {kuma.io/service: frontend}}]
+    outbound: [{port: 10001, tags: {kuma.io/service: backend, k8s.kuma.io/namespace: backend-ns}}]
+- type: Dataplane
+  mesh: default
+  name: other-1
+  namespace: other-ns
+  networking:
+    address: 10.0.0.3
+    inbound: [{port: 8080, tags: {kuma.io/service: other}}]
+    outbound: [{port: 10001, tags: {kuma.io/service: backend, k8s.kuma.io/namespace: backend-ns}}]
+`
+
+// TestSugarEquivalence: seed 004's "semantically equal" pairs give the same
+// `_config` on every Dataplane and match the same Dataplanes.
+func TestSugarEquivalence(t *testing.T) {
+	cases := []struct{ name, sugar, explicit string }{
+		{
+			name: "producer: empty top-level targetRef and empty to namespace",
+			sugar: `
+- {type: MeshTimeout, mesh: default, name: p, namespace: backend-ns,
+   spec: {to: [{targetRef: {kind: MeshService, name: backend}, default: {idleTimeout: 1s}}]}}`,
+			explicit: `
+- {type: MeshTimeout, mesh: default, name: p, namespace: backend-ns,
+   spec: {targetRef: {kind: Mesh}, to: [{targetRef: {kind: MeshService, name: backend, namespace: backend-ns}, default: {idleTimeout: 1s}}]}}`,
+		},
+		{
+			name: "workload-owner: empty top-level targetRef",
+			sugar: `
+- {type: MeshTimeout, mesh: default, name: p, namespace: backend-ns,
+   spec: {from: [{targetRef: {kind: Mesh}, default: {idleTimeout: 2s}}]}}`,
+			explicit: `
+- {type: MeshTimeout, mesh: default, name: p, namespace: backend-ns,
+   spec: {targetRef: {kind: MeshSubset, tags: {k8s.kuma.io/namespace: backend-ns, kuma.io/zone: zone-1}},
+          from: [{targetRef: {kind: Mesh}, default: {idleTimeout: 2s}}]}}`,
+		},
+		{
+			name: "workload-owner: top-level Mesh",
+			sugar: `
+- {type: MeshTrafficPermission, mesh: default, name: p, namespace: backend-ns,
+   spec: {targetRef: {kind: Mesh}, from: [{targetRef: {kind: Mesh}, default: {action: DENY}}]}}`,
+			explicit: `
+- {type: MeshTrafficPermission, mesh: default, name: p, namespace: backend-ns,
+   spec: {targetRef: {kind: MeshSubset, tags: {k8s.kuma.io/namespace: backend-ns, kuma.io/zone: zone-1}},
+          from: [{targetRef: {kind: Mesh}, default: {action: DENY}}]}}`,
+		},
+		{
+			name: "consumer: empty top-level targetRef",
+			sugar: `
+- {type: MeshTimeout, mesh: default, name: p, namespace: frontend-ns,
+   spec: {to: [{targetRef: {kind: MeshService, name: backend, namespace: backend-ns}, default: {idleTimeout: 3s}}]}}`,
+			explicit: `
+- {type: MeshTimeout, mesh: default, name: p, namespace: frontend-ns,
+   spec: {targetRef: {kind: MeshSubset, tags: {k8s.kuma.io/namespace: frontend-ns, kuma.io/zone: zone-1}},
+          to: [{targetRef: {kind: MeshService, name: backend, namespace: backend-ns}, default: {idleTimeout: 3s}}]}}`,
+		},
+		{
+			name: "empty from[].targetRef",
+			sugar: `
+- {type: MeshTimeout, mesh: default, name: p, namespace: backend-ns,
+   spec: {from: [{default: {}}]}}`,
+			explicit: `
+- {type: MeshTimeout, mesh: default, name: p, namespace: backend-ns,
+   spec: {targetRef: {kind: MeshSubset, tags: {k8s.kuma.io/namespace: backend-ns, kuma.io/zone: zone-1}},
+          from: [{targetRef: {kind: Mesh}, default: {}}]}}`,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dps := yamlResources(t, sugarDataplanes)
+			a := mustSnapshot(t, "zone-1", append(yamlResources(t, tc.sugar), dps...))
+			b := mustSnapshot(t, "zone-1", append(yamlResources(t, tc.explicit), dps...))
+			applied := 0
+			for _, dp := range a.Dataplanes() {
+				ca, errA := a.Config(dp.Name, dp.Namespace)
+				cb, errB := b.Config(dp.Name, dp.Namespace)
+				if errA != nil || errB != nil {
+					t.Fatal(errA, errB)
+				}
+				ja, jb := compact(ca), compact(cb)
+				if ja != jb {
+					t.Errorf("%s:\n sugar    %s\n explicit %s", dp.Name, ja, jb)
+				}
+				if strings.Contains(ja, `"name":"p"`) {
+					applied++
+				}
+			}
+			if applied == 0 {
+				t.Errorf("the policy applies to no Dataplane: the case tests nothing")
+			}
+			typ := a.types[a.typeNames[0]].desc.Name
+			ma, _ := a.MatchedDataplanes(typ, "p", a.types[typ].policies[0].res.Namespace)
+			mb, _ := b.MatchedDataplanes(typ, "p", b.types[typ].policies[0].res.Namespace)
+			if compact(ma) != compact(mb) {
+				t.Errorf("matched: sugar %s, explicit %s", compact(ma), compact(mb))
+			}
+		})
+	}
+}
+
+func TestNewMeshSnapshotErrors(t *testing.T) {
+	reg := resource.NewDefaultRegistry()
+	dp := dpWithBackend()
+	cases := []struct {
+		name string
+		in   Inputs
+		want string
+	}{
+		{"no registry", Inputs{Mesh: "default"}, "no registry"},
+		{"nil resource", Inputs{Registry: reg, Mesh: "default", Resources: []*resource.Resource{nil}}, "resources[0] is nil"},
+		{"other mesh", Inputs{Registry: reg, Mesh: "other", Resources: []*resource.Resource{dp}}, "belongs to mesh"},
+		{"unknown type", Inputs{Registry: reg, Mesh: "default", Resources: []*resource.Resource{{Type: "Nope", Mesh: "default", Name: "x"}}}, "unknown resource type"},
+		{"duplicate", Inputs{Registry: reg, Mesh: "default", Resources: []*resource.Resource{dp, dp.Clone()}}, "duplicate"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := NewMeshSnapshot(tc.in)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestBrokenInputsBecomeWarnings: resources the engine cannot evaluate are
+// reported on the Dataplanes, never turned into errors or panics.
+func TestBrokenInputsBecomeWarnings(t *testing.T) {
+	rs := []*resource.Resource{
+		{Type: "MeshTimeout", Mesh: "default", Name: "bad-json", Spec: json.RawMessage(`{"to": 5}`)},
+		{Type: "MeshTimeout", Mesh: "default", Name: "mixed", Namespace: "ns1",
+			Spec: json.RawMessage(`{"to":[{"targetRef":{"kind":"MeshService","name":"a"}},{"targetRef":{"kind":"MeshService","name":"b","namespace":"ns2"}}]}`)},
+		{Type: "MeshTimeout", Mesh: "default", Name: "good",
+			Spec: json.RawMessage(`{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"1s"}}]}`)},
+		{Type: "Dataplane", Mesh: "default", Name: "broken", Spec: json.RawMessage(`{"networking": []}`)},
+		{Type: "Dataplane", Mesh: "default", Name: "web", Spec: json.RawMessage(
+			`{"networking":{"address":"1.1.1.1","inbound":[{"port":1,"tags":{"kuma.io/service":"web"}}],"outbound":[{"port":2,"tags":{"kuma.io/service":"x"}}]}}`)},
+	}
+	s := mustSnapshot(t, "z", rs)
+	res, err := s.Rules("web", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rules) != 1 || len(res.Rules[0].Warnings) != 2 || len(res.Rules[0].ToRules) != 1 {
+		t.Fatalf("rules %s", compact(res))
+	}
+	for _, w := range res.Rules[0].Warnings {
+		if !strings.Contains(w, "skipped") {
+			t.Errorf("warning %q", w)
+		}
+	}
+	broken, err := s.Rules("broken", "")
+	if err != nil || len(broken.Warnings) != 1 {
+		t.Fatalf("broken Dataplane: %v %s", err, compact(broken))
+	}
+	if m, err := s.MatchedDataplanes("MeshTimeout", "bad-json", ""); err != nil || len(m) != 0 {
+		t.Fatalf("skipped policy: %v %v", m, err)
+	}
+	if _, err := s.MatchedDataplanes("MeshTimeout", "nope", ""); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown policy: %v", err)
+	}
+	if _, err := s.Config("nope", "ns"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown Dataplane: %v", err)
+	}
+}
+
+// TestNoPermissionDeniesAll: SPEC 3.5, an inbound without any
+// MeshTrafficPermission gets an ALLOW RBAC without policies.
+func TestNoPermissionDeniesAll(t *testing.T) {
+	s := mustSnapshot(t, "z", []*resource.Resource{dpWithBackend()})
+	cfg, err := s.Config("backend-1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := compact(cfg.Inbounds[0].RBAC)
+	want := `{"rules":{"action":"ALLOW","policies":{}},"shadow_rules":{"action":"ALLOW","policies":{}}}`
+	if got != want {
+		t.Fatalf("rbac %s, want %s", got, want)
+	}
+}
+
+// TestTooManyRules: confs that really combine over many keys are bounded
+// with a warning instead of exhausting memory.
+func TestTooManyRules(t *testing.T) {
+	var from []string
+	for k := 0; k < 20; k++ {
+		from = append(from, fmt.Sprintf(`{"targetRef":{"kind":"MeshSubset","tags":{"k%d":"v"}},"default":{"f%d":"x"}}`, k, k))
+	}
+	spec := `{"targetRef":{"kind":"Mesh"},"from":[` + strings.Join(from, ",") + `]}`
+	s := mustSnapshot(t, "z", []*resource.Resource{dpWithBackend(),
+		{Type: "MeshTimeout", Mesh: "default", Name: "wide", Spec: json.RawMessage(spec)}})
+	res, err := s.Rules("backend-1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rules) != 1 || len(res.Rules[0].FromRules) != 0 || len(res.Rules[0].Warnings) != 1 ||
+		!strings.Contains(res.Rules[0].Warnings[0], "too many from-rules") {
+		t.Fatalf("rules %.500s", compact(res))
+	}
+}
+
+// TestConcurrentQueries runs every query from many goroutines on one
+// snapshot (meaningful under -race).
+func TestConcurrentQueries(t *testing.T) {
+	gc, s := loadCase(t, "testdata/seed003-three-policies/input.yaml")
+	want := map[int]string{}
+	for i, req := range gc.Requests {
+		resp, err := runRequest(s, req)
+		want[i] = compact(resp) + fmt.Sprint(err)
+	}
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i, req := range gc.Requests {
+				resp, err := runRequest(s, req)
+				if got := compact(resp) + fmt.Sprint(err); got != want[i] {
+					t.Errorf("request %d differs under concurrency", i)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// TestPreviousSnapshotReuse: a snapshot built with Previous gives the same
+// results, reuses the decoded form of unchanged policies and decodes changed
+// ones again.
+func TestPreviousSnapshotReuse(t *testing.T) {
+	gc, first := loadCase(t, "testdata/seed004-roles/input.yaml")
+	rs := decodeResources(t, gc.Resources, "")
+	var changedKey resource.Key
+	for i, r := range rs {
+		if r.Name == "zz-backend-producer" {
+			c := r.Clone()
+			c.Spec = json.RawMessage(strings.Replace(string(c.Spec), "10s", "11s", 1))
+			rs[i], changedKey = c, c.Key()
+		}
+	}
+	in := Inputs{Registry: first.reg, Mesh: "default", Zone: "zone-1", Resources: rs}
+	fresh, err := NewMeshSnapshot(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Previous = first
+	reused, err := NewMeshSnapshot(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dp := range fresh.Dataplanes() {
+		a, _ := fresh.Config(dp.Name, dp.Namespace)
+		b, _ := reused.Config(dp.Name, dp.Namespace)
+		if compact(a) != compact(b) {
+			t.Errorf("%s: with Previous %s\nwithout %s", dp.Name, compact(b), compact(a))
+		}
+	}
+	for k, c := range reused.decodes {
+		if same := first.decodes[k] == c; same == (k == changedKey) {
+			t.Errorf("%s: reused %v", k, same)
+		}
+	}
+	if !strings.Contains(compact(must(reused.Config("other-1", "other-ns"))), `"requestTimeout":"11s"`) {
+		t.Errorf("the changed policy is not applied")
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}

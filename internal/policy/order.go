@@ -1,0 +1,98 @@
+package policy
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/meridian-mesh/meridian/internal/resource"
+)
+
+// Ordering (SPEC 3.2). Everything sorts ascending: the later item is the
+// more specific one and wins the merge.
+
+// kindRank orders targetRef kinds: Mesh < MeshSubset < MeshGateway <
+// MeshService < MeshServiceSubset < MeshHTTPRoute. A MeshExternalService
+// entry names one destination like a MeshService and ranks with it.
+func kindRank(kind string) int {
+	switch kind {
+	case resource.KindMesh:
+		return 0
+	case resource.KindMeshSubset:
+		return 1
+	case resource.KindMeshGateway:
+		return 2
+	case resource.KindMeshService, resource.KindMeshExternalService:
+		return 3
+	case resource.KindMeshServiceSubset:
+		return 4
+	case resource.KindMeshHTTPRoute:
+		return 5
+	}
+	return 0
+}
+
+// roleRank: system < producer < consumer < workload-owner (seed 004:
+// consumer-ns > producer-ns > kuma-system).
+func roleRank(role string) int {
+	switch role {
+	case resource.RoleProducer:
+		return 1
+	case resource.RoleConsumer:
+		return 2
+	case resource.RoleWorkloadOwner:
+		return 3
+	}
+	return 0
+}
+
+// comparePolicyLevel compares SPEC 3.2 keys 1-3.
+func comparePolicyLevel(a, b *policy) int {
+	if c := cmp.Compare(kindRank(a.top.Kind), kindRank(b.top.Kind)); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.origin, b.origin); c != 0 {
+		return c
+	}
+	return cmp.Compare(roleRank(a.role), roleRank(b.role))
+}
+
+// compareNames is key 4: the lexicographically smaller display name sorts
+// later (wins). Display names can tie (the same name in two namespaces or
+// zones); the namespace and then the stored name break the tie in the same
+// direction so that the order is total and stable across runs.
+func compareNames(a, b *policy) int {
+	if c := cmp.Compare(b.res.DisplayName(), a.res.DisplayName()); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(b.ownNS, a.ownNS); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(b.res.Namespace, a.res.Namespace); c != 0 {
+		return c
+	}
+	return cmp.Compare(b.res.Name, a.res.Name)
+}
+
+func comparePolicies(a, b *policy) int {
+	if c := comparePolicyLevel(a, b); c != 0 {
+		return c
+	}
+	return compareNames(a, b)
+}
+
+// compareEntries sorts concatenated to/from entries: the policy keys 1-3,
+// the entry's own targetRef kind, the policy name (key 4), the array index.
+func compareEntries(a, b *entry) int {
+	if c := comparePolicyLevel(a.pol, b.pol); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.kind, b.kind); c != 0 {
+		return c
+	}
+	if c := compareNames(a.pol, b.pol); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.index, b.index)
+}
+
+func sortEntries(es []*entry) { slices.SortStableFunc(es, compareEntries) }

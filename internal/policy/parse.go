@@ -1,0 +1,272 @@
+package policy
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/meridian-mesh/meridian/internal/resource"
+)
+
+// targetRef is a decoded targetRef (SPEC 3.1).
+type targetRef struct {
+	Kind        string            `json:"kind"`
+	Name        string            `json:"name"`
+	Namespace   string            `json:"namespace"`
+	Labels      map[string]string `json:"labels"`
+	Tags        map[string]string `json:"tags"`
+	Mesh        string            `json:"mesh"`
+	SectionName string            `json:"sectionName"`
+	ProxyTypes  []string          `json:"proxyTypes"`
+}
+
+// policy is a parsed policy resource with everything that does not depend
+// on the Dataplane being computed: role, effective top-level targetRef,
+// implicit scope, sort key and decoded confs.
+type policy struct {
+	res  *resource.Resource
+	desc *resource.TypeDescriptor
+	meta Meta
+	idx  int // position in its type's sorted policy list
+
+	role   string
+	origin int    // originGlobal < originZone
+	ownNS  string // the namespace the policy was written in ("" = system)
+	zone   string // the zone the policy belongs to ("" = global)
+
+	// top is the effective top-level targetRef (seed 004 sugar applied).
+	top targetRef
+	// scope are tags every selected inbound must carry: kuma.io/zone and
+	// k8s.kuma.io/namespace for consumer and workload-owner policies, and
+	// kuma.io/zone for zone-originated non-producer policies.
+	scope []tag
+	// topTags are top.Tags as a slice (matching runs per policy per proxy).
+	topTags []tag
+
+	to    []*entry
+	from  []*entry
+	proxy *contribution // proxy-wide default
+
+	// Legacy shapes.
+	sources, destinations, selectors []selector
+	legacyConf                       *contribution
+
+	// warnings are about references inside the policy; they are reported to
+	// the Dataplanes the policy selects.
+	warnings []string
+}
+
+// entry is one to/from item.
+type entry struct {
+	pol   *policy
+	index int
+	ref   targetRef // from entries: Mesh when absent
+	kind  int       // rank of ref.Kind
+	pos   int       // position in its type's sorted to/from list
+	c     *contribution
+
+	// from entries: the client subset as tags; never is set when the
+	// targetRef's tags contradict each other (no client can match).
+	tags  []tag
+	never bool
+
+	// to entries: what the entry selects (resolved at snapshot build).
+	target *toTarget
+}
+
+type tag struct{ key, value string }
+
+// Origins of a policy, in sort order (SPEC 3.2 key 2).
+const (
+	originGlobal = iota
+	originZone
+)
+
+func policyWarning(p *policy, format string, args ...any) string {
+	return p.desc.Name + " " + qualified(p.res.Namespace, p.res.Name) + ": " + fmt.Sprintf(format, args...)
+}
+
+func metaOf(r *resource.Resource) Meta {
+	labels := r.Labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	return Meta{Type: r.Type, Mesh: r.Mesh, Name: r.Name, Namespace: r.Namespace, Labels: labels}
+}
+
+// parsePolicy builds a policy of this snapshot from its decoded form. An
+// error means the policy cannot be evaluated at all; the snapshot reports it
+// as a warning on every Dataplane.
+func (b *builder) parsePolicy(r *resource.Resource, d *resource.TypeDescriptor) (*policy, error) {
+	dec, err := b.decoded(r, d)
+	if err != nil {
+		return nil, err
+	}
+	p := &policy{res: r, desc: d, meta: metaOf(r), role: dec.role}
+	p.origin, p.zone = b.originOf(r)
+	p.ownNS = b.ownNamespace(r)
+	if d.Shape != resource.ShapeTargetRef {
+		p.sources, p.destinations, p.selectors = dec.sources, dec.destinations, dec.selectors
+		p.legacyConf = newContribution(p, -1, "conf", dec.legacy)
+		return p, nil
+	}
+	b.effectiveTop(p, dec.top)
+	p.to = b.entries(p, "to", dec.to)
+	p.from = b.entries(p, "from", dec.from)
+	if d.ProxyWide {
+		p.proxy = newContribution(p, -1, "default", dec.proxy)
+	}
+	return p, nil
+}
+
+// decoded returns r's decoded form, from the previous snapshot when r did
+// not change.
+func (b *builder) decoded(r *resource.Resource, d *resource.TypeDescriptor) (*decodedPolicy, error) {
+	key := r.Key()
+	if prev := b.prev[key]; prev != nil && prev.sameSource(r) {
+		b.s.decodes[key] = prev
+		return prev.dec, prev.err
+	}
+	dec, err := decodePolicy(r, d, b.sysNS)
+	b.s.decodes[key] = &cachedDecode{spec: r.Spec, labels: r.Labels, dec: dec, err: err}
+	return dec, err
+}
+
+// originOf reads kuma.io/origin. A policy without the label was written
+// locally: it sorts as zone-originated (as Kuma does) and belongs to this
+// zone. A global policy belongs to no zone.
+func (b *builder) originOf(r *resource.Resource) (origin int, zone string) {
+	if r.Labels[resource.LabelOrigin] == resource.OriginGlobal {
+		return originGlobal, ""
+	}
+	if z := r.Labels[resource.LabelZone]; z != "" {
+		return originZone, z
+	}
+	return originZone, b.zone
+}
+
+// ownNamespace is the namespace the policy was written in: the
+// k8s.kuma.io/namespace label of a synced copy, else its namespace.
+func (b *builder) ownNamespace(r *resource.Resource) string {
+	if ns := r.Labels[resource.LabelNamespace]; ns != "" && b.normNS(r.Namespace) == "" {
+		return b.normNS(ns)
+	}
+	return b.normNS(r.Namespace)
+}
+
+// effectiveTop applies seed 004's sugar and SPEC 3.1's implicit scoping.
+func (b *builder) effectiveTop(p *policy, top *targetRef) {
+	if top != nil {
+		p.top = *top
+	}
+	switch {
+	case p.role == resource.RoleConsumer || p.role == resource.RoleWorkloadOwner:
+		scope := map[string]string{resource.LabelZone: p.zone, resource.LabelNamespace: p.ownNS}
+		p.scope = tagList(scope)
+		if p.top.Kind == "" || p.top.Kind == resource.KindMesh {
+			// Seed 004: "Mesh" (or nothing) in a consumer/workload-owner
+			// policy means MeshSubset{kuma.io/zone, k8s.kuma.io/namespace}.
+			p.top = targetRef{Kind: resource.KindMeshSubset, Tags: scope, ProxyTypes: p.top.ProxyTypes}
+		}
+	case p.origin == originZone && p.role != resource.RoleProducer && p.zone != "":
+		p.scope = []tag{{resource.LabelZone, p.zone}}
+	}
+	if p.top.Kind == "" {
+		p.top.Kind = resource.KindMesh
+	}
+	p.topTags = tagList(p.top.Tags)
+}
+
+// tagList returns tags sorted by key.
+func tagList(m map[string]string) []tag {
+	tags := make([]tag, 0, len(m))
+	for _, k := range sortedKeys(m) {
+		tags = append(tags, tag{k, m[k]})
+	}
+	return tags
+}
+
+func (b *builder) entries(p *policy, list string, items []decodedEntry) []*entry {
+	out := make([]*entry, 0, len(items))
+	for i, item := range items {
+		e := &entry{pol: p, index: i}
+		if item.ref != nil {
+			e.ref = *item.ref
+		}
+		if e.ref.Kind == "" && list == "from" {
+			e.ref.Kind = resource.KindMesh // seed 004: missing from[].targetRef means Mesh
+		}
+		e.kind = kindRank(e.ref.Kind)
+		e.c = newContribution(p, i, "default", item.conf)
+		if list == "from" {
+			e.tags, e.never = clientTags(e.ref)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// normalizeConf puts equivalent spellings into one form so that merged confs
+// compare equal and consumers see one vocabulary: MeshTrafficPermission
+// actions become upper snake case (both spellings are accepted on input).
+func normalizeConf(typeName string, conf any) any {
+	if typeName != "MeshTrafficPermission" {
+		return conf
+	}
+	obj, ok := conf.(map[string]any)
+	if !ok {
+		return conf
+	}
+	a, ok := obj["action"].(string)
+	if !ok {
+		return conf
+	}
+	if canon, ok := resource.CanonicalTrafficAction(a); ok && canon != a {
+		out := make(map[string]any, len(obj))
+		for k, v := range obj {
+			out[k] = v
+		}
+		out["action"] = canon
+		return out
+	}
+	return conf
+}
+
+// clientTags turns a from[].targetRef into the tags a client must carry
+// (seed 003): Mesh → none, MeshSubset → its tags, MeshService →
+// kuma.io/service, MeshServiceSubset → both. A namespace on the reference
+// adds k8s.kuma.io/namespace. never reports contradicting requirements
+// (a subset tag naming another service). '*' is not special here: client
+// identities are exact principal names.
+func clientTags(ref targetRef) (tags []tag, never bool) {
+	m := map[string]string{}
+	for k, v := range ref.Tags {
+		m[k] = v
+	}
+	add := func(k, v string) {
+		if old, ok := m[k]; ok && old != v {
+			never = true
+		}
+		m[k] = v
+	}
+	switch ref.Kind {
+	case resource.KindMesh:
+		return nil, false
+	case resource.KindMeshService, resource.KindMeshServiceSubset:
+		if ref.Kind == resource.KindMeshService {
+			m = map[string]string{}
+		}
+		add(resource.ServiceTag, ref.Name)
+	case resource.KindMeshSubset:
+	default:
+		return nil, true // a kind that cannot select clients selects none
+	}
+	if ref.Namespace != "" {
+		add(resource.LabelNamespace, ref.Namespace)
+	}
+	tags = make([]tag, 0, len(m))
+	for k, v := range m {
+		tags = append(tags, tag{k, v})
+	}
+	sort.Slice(tags, func(i, j int) bool { return tags[i].key < tags[j].key })
+	return tags, never
+}

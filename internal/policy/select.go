@@ -1,0 +1,349 @@
+package policy
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/meridian-mesh/meridian/internal/resource"
+)
+
+// Selection (SPEC 3.1).
+
+// maxRouteDepth bounds MeshHTTPRoute indirection (a policy targeting a route
+// whose targetRef names a route...): validation forbids it, fuzzed or stale
+// input must not loop.
+const maxRouteDepth = 2
+
+// selectsTags reports whether p's top-level targetRef (and implicit scope)
+// selects a proxy whose inbound (or gateway) carries tags.
+func (s *MeshSnapshot) selectsTags(p *policy, tags map[string]string, proxyType string, depth int) bool {
+	for _, t := range p.scope {
+		if tags[t.key] != t.value {
+			return false
+		}
+	}
+	ref := &p.top
+	if len(ref.ProxyTypes) > 0 && !slices.Contains(ref.ProxyTypes, proxyType) {
+		return false
+	}
+	switch ref.Kind {
+	case resource.KindMesh:
+		return true
+	case resource.KindMeshSubset:
+		return tagListMatch(p.topTags, tags)
+	case resource.KindMeshService:
+		return tags[resource.ServiceTag] == ref.Name
+	case resource.KindMeshServiceSubset:
+		return tags[resource.ServiceTag] == ref.Name && tagListMatch(p.topTags, tags)
+	case resource.KindMeshGateway:
+		return proxyType == "Gateway" && s.gatewaySelects(ref, tags)
+	case resource.KindMeshHTTPRoute:
+		if depth >= maxRouteDepth {
+			return false
+		}
+		for _, r := range s.lookupRoutes(ref, p.ownNS) {
+			if s.selectsTags(r, tags, proxyType, depth+1) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// tagsMatch: every selector tag is present with the same value, or with any
+// value when the selector says '*' (Kuma's TagSelector).
+func tagsMatch(selector, tags map[string]string) bool {
+	for k, v := range selector {
+		if !tagMatches(k, v, tags) {
+			return false
+		}
+	}
+	return true
+}
+
+func tagListMatch(selector []tag, tags map[string]string) bool {
+	for _, t := range selector {
+		if !tagMatches(t.key, t.value, tags) {
+			return false
+		}
+	}
+	return true
+}
+
+func tagMatches(key, want string, tags map[string]string) bool {
+	got, ok := tags[key]
+	return ok && (want == "*" || want == got)
+}
+
+func (s *MeshSnapshot) gatewaySelects(ref *targetRef, tags map[string]string) bool {
+	gw := s.gateways[ref.Name]
+	if gw == nil || !tagsMatch(ref.Tags, tags) {
+		return false
+	}
+	for _, sel := range gw.selectors {
+		if tagsMatch(sel.Match, tags) {
+			return true
+		}
+	}
+	return false
+}
+
+// selectsDP: a policy applies to a Dataplane when it selects any of its
+// inbounds (or its gateway).
+func (s *MeshSnapshot) selectsDP(p *policy, dp *dataplane) bool {
+	for _, tags := range dp.tagSets() {
+		if s.selectsTags(p, tags, dp.proxyType(), 0) {
+			return true
+		}
+	}
+	return false
+}
+
+// matchedPolicies marks, by policy index, the policies of t applying to dp.
+func (s *MeshSnapshot) matchedPolicies(t *typeIndex, dp *dataplane) []bool {
+	matched := make([]bool, len(t.policies))
+	for i, p := range t.policies {
+		matched[i] = s.selectsDP(p, dp)
+	}
+	return matched
+}
+
+// lookupRoutes resolves a targetRef of kind MeshHTTPRoute: by labels, or by
+// name in the reference's namespace (empty = the policy's own), then in the
+// system namespace, then by display name (a synced copy).
+func (s *MeshSnapshot) lookupRoutes(ref *targetRef, ownNS string) []*policy {
+	if ref.Name == "" {
+		var out []*policy
+		for _, key := range sortedNSKeys(s.routes) {
+			if r := s.routes[key]; hasLabels(r.res.Labels, ref.Labels) {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	ns := s.normNS(ref.Namespace)
+	if ref.Namespace == "" {
+		ns = ownNS
+	}
+	for _, key := range []nsName{{ns, ref.Name}, {"", ref.Name}} {
+		if r := s.routes[key]; r != nil {
+			return []*policy{r}
+		}
+	}
+	var out []*policy
+	for _, r := range s.routeByName[ref.Name] {
+		if ns == "" || r.ownNS == ns {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// sortedNSKeys returns m's keys ordered by namespace, then name, so that
+// label lookups give the same answer on every run.
+func sortedNSKeys[V any](m map[nsName]V) []nsName {
+	keys := make([]nsName, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b nsName) int {
+		return cmp.Or(cmp.Compare(a.ns, b.ns), cmp.Compare(a.name, b.name))
+	})
+	return keys
+}
+
+func (s *MeshSnapshot) normNS(ns string) string {
+	if ns == s.sysNS {
+		return ""
+	}
+	return ns
+}
+
+// checkTop reports a top-level reference that cannot resolve.
+func (b *builder) checkTop(p *policy) string {
+	switch p.top.Kind {
+	case resource.KindMeshGateway:
+		if b.s.gateways[p.top.Name] == nil {
+			return policyWarning(p, "spec.targetRef: MeshGateway %q not found: the policy selects nothing", p.top.Name)
+		}
+	case resource.KindMeshHTTPRoute:
+		if len(b.s.lookupRoutes(&p.top, p.ownNS)) == 0 {
+			return policyWarning(p, "spec.targetRef: MeshHTTPRoute %q not found: the policy selects nothing", refName(&p.top))
+		}
+	}
+	return ""
+}
+
+func refName(ref *targetRef) string {
+	if ref.Name != "" {
+		return ref.Name
+	}
+	return "with labels " + formatTags(ref.Labels)
+}
+
+// toTarget is what a to-entry selects, resolved once per snapshot.
+type toTarget struct {
+	all      bool       // kind Mesh: every outbound
+	services []svcMatch // outbounds by service tag
+	backends []string   // outbounds by backendRef "Kind/name"
+	routes   []*policy  // kind MeshHTTPRoute: route-level confs
+}
+
+// svcMatch selects outbounds by kuma.io/service, constrained by
+// k8s.kuma.io/namespace and kuma.io/zone where both sides know them.
+type svcMatch struct{ service, ns, zone string }
+
+func (m svcMatch) matches(o *outbound) bool {
+	if m.ns != "" {
+		if v, ok := o.tags[resource.LabelNamespace]; ok && v != m.ns {
+			return false
+		}
+	}
+	if m.zone != "" {
+		if v, ok := o.tags[resource.LabelZone]; ok && v != m.zone {
+			return false
+		}
+	}
+	return o.service == m.service
+}
+
+// resolveTo resolves a to-entry's targetRef (SPEC 3.1).
+func (b *builder) resolveTo(p *policy, e *entry) *toTarget {
+	ref := &e.ref
+	switch ref.Kind {
+	case resource.KindMesh:
+		return &toTarget{all: true}
+	case resource.KindMeshService:
+		return b.resolveService(p, e)
+	case resource.KindMeshExternalService:
+		return b.resolveExternal(p, e)
+	case resource.KindMeshHTTPRoute:
+		routes := b.s.lookupRoutes(ref, p.ownNS)
+		if len(routes) == 0 {
+			p.warnings = append(p.warnings, policyWarning(p, "spec.to[%d].targetRef: MeshHTTPRoute %q not found", e.index, refName(ref)))
+		}
+		return &toTarget{routes: routes}
+	}
+	p.warnings = append(p.warnings, policyWarning(p, "spec.to[%d].targetRef: kind %q cannot select outbounds", e.index, ref.Kind))
+	return &toTarget{}
+}
+
+// resolveService resolves a MeshService reference through MeshService
+// resources when one exists, so a renamed synced copy is found; otherwise it
+// falls back to the kuma.io/service tag (and namespace) of outbounds.
+func (b *builder) resolveService(p *policy, e *entry) *toTarget {
+	ref := &e.ref
+	ns := b.normNS(ref.Namespace)
+	if ref.Namespace == "" {
+		ns = p.ownNS // seed 004: empty namespace = the policy's own
+	}
+	services := b.findServices(ref, ns)
+	t := &toTarget{}
+	for _, ms := range services {
+		t.services = append(t.services, svcMatch{service: ms.display, ns: ms.origNS, zone: ms.zone})
+		t.backends = append(t.backends, resource.KindMeshService+"/"+ms.res.Name)
+	}
+	if len(services) > 0 {
+		return t
+	}
+	switch {
+	case ref.Name != "":
+		t.services = []svcMatch{{service: ref.Name, ns: ns}}
+	case ref.Labels[resource.LabelDisplayName] != "":
+		l := ref.Labels
+		t.services = []svcMatch{{service: l[resource.LabelDisplayName], ns: b.normNS(l[resource.LabelNamespace]), zone: l[resource.LabelZone]}}
+	default:
+		p.warnings = append(p.warnings, policyWarning(p, "spec.to[%d].targetRef: no MeshService has labels %s", e.index, formatTags(ref.Labels)))
+	}
+	return t
+}
+
+// findServices: by labels; else by name and namespace; else a synced copy
+// by its display name and original namespace.
+func (b *builder) findServices(ref *targetRef, ns string) []*meshService {
+	var out []*meshService
+	if ref.Name == "" {
+		for _, key := range sortedNSKeys(b.s.services) {
+			if ms := b.s.services[key]; hasLabels(ms.res.Labels, ref.Labels) {
+				out = append(out, ms)
+			}
+		}
+		return out
+	}
+	if ms := b.s.services[nsName{ns, ref.Name}]; ms != nil {
+		return []*meshService{ms}
+	}
+	for _, ms := range b.s.svcByName[ref.Name] {
+		if ms.origNS == ns || (ns == "" && ms.res.Labels[resource.LabelDisplayName] != "") {
+			out = append(out, ms)
+		}
+	}
+	return out
+}
+
+func (b *builder) resolveExternal(p *policy, e *entry) *toTarget {
+	ref := &e.ref
+	t := &toTarget{}
+	var found []*resource.Resource
+	if ref.Name == "" {
+		for _, key := range sortedNSKeys(b.s.externals) {
+			if r := b.s.externals[key]; hasLabels(r.Labels, ref.Labels) {
+				found = append(found, r)
+			}
+		}
+	} else if r := b.s.externals[nsName{b.normNS(ref.Namespace), ref.Name}]; r != nil {
+		found = []*resource.Resource{r}
+	} else {
+		found = b.s.extByName[ref.Name]
+	}
+	for _, r := range found {
+		t.services = append(t.services, svcMatch{service: r.DisplayName()})
+		t.backends = append(t.backends, resource.KindMeshExternalService+"/"+r.Name)
+	}
+	if len(found) == 0 {
+		p.warnings = append(p.warnings, policyWarning(p, "spec.to[%d].targetRef: MeshExternalService %q not found", e.index, refName(ref)))
+		if ref.Name != "" {
+			t.services = []svcMatch{{service: ref.Name}}
+		}
+	}
+	return t
+}
+
+// outbounds lists the indexes of dp's outbounds t selects, ascending and
+// without duplicates.
+func (t *toTarget) outbounds(dp *dataplane) []int {
+	if t.all {
+		all := make([]int, len(dp.outbounds))
+		for i := range all {
+			all[i] = i
+		}
+		return all
+	}
+	var out []int
+	for _, m := range t.services {
+		for _, i := range dp.byService[m.service] {
+			if m.matches(dp.outbounds[i]) {
+				out = append(out, i)
+			}
+		}
+	}
+	for _, key := range t.backends {
+		out = append(out, dp.byBackend[key]...)
+	}
+	if len(t.services)+len(t.backends) > 1 {
+		slices.Sort(out)
+		out = slices.Compact(out)
+	}
+	return out
+}
+
+func formatTags(tags map[string]string) string {
+	s := "{"
+	for i, k := range sortedKeys(tags) {
+		if i > 0 {
+			s += ", "
+		}
+		s += k + ": " + tags[k]
+	}
+	return s + "}"
+}

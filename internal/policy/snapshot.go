@@ -1,0 +1,312 @@
+package policy
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/meridian-mesh/meridian/internal/resource"
+)
+
+// Inputs are the resources of one mesh as one zone control plane sees them.
+type Inputs struct {
+	Registry *resource.Registry
+	Mesh     string
+	// Zone is this zone's name; it becomes the implicit kuma.io/zone tag of
+	// every inbound and the zone of policies written here.
+	Zone string
+	// SystemNamespace defaults to resource.DefaultSystemNamespace.
+	SystemNamespace string
+	// Previous, when set, is the snapshot this one replaces: policies whose
+	// spec and labels did not change reuse its decoded form instead of
+	// decoding JSON again (the bulk of building a snapshot). Optional; the
+	// result is the same either way. It must have been built with the same
+	// Registry and SystemNamespace, else it is ignored.
+	// Resources: policies of every type, Dataplanes, MeshServices,
+	// MeshExternalServices and MeshGateways of Mesh. Other infrastructure
+	// types are ignored. The snapshot keeps the pointers: the caller must not
+	// change the resources afterwards (resource.Resource is immutable by
+	// contract).
+	Resources []*resource.Resource
+	Previous  *MeshSnapshot
+}
+
+// MeshSnapshot is an immutable, pre-indexed view of one mesh in one zone.
+// It is built once by NewMeshSnapshot and then queried concurrently: every
+// method is a pure function of the snapshot and its arguments.
+type MeshSnapshot struct {
+	mesh, zone, sysNS string
+
+	dataplanes map[nsName]*dataplane
+	dpList     []*dataplane // sorted by namespace, name
+
+	types     map[string]*typeIndex
+	typeNames []string // sorted names of types that have policies or warnings
+
+	services    map[nsName]*meshService
+	svcByName   map[string][]*meshService // by display name
+	externals   map[nsName]*resource.Resource
+	extByName   map[string][]*resource.Resource // by display name
+	gateways    map[string]*gateway
+	routes      map[nsName]*policy // MeshHTTPRoutes, for targetRefs of kind MeshHTTPRoute
+	routeByName map[string][]*policy
+
+	// Memos shared by every query: a type's from-rules depend only on the
+	// list of entries that apply, and an outbound's conf only on its entry
+	// lists, so Dataplanes selected by the same entries share one
+	// computation. They are filled lazily and concurrently (sync.Map), never
+	// change a result, and die with the snapshot.
+	fromMemo sync.Map // type + entry signature → *fromResult
+	toMemo   sync.Map // type + signature of the Mesh entries → *sync.Map of outbound signature → *OutboundPolicy
+
+	// decodes lets the next snapshot reuse decoded policies (Inputs.Previous).
+	reg     *resource.Registry
+	decodes map[resource.Key]*cachedDecode
+}
+
+// fromResult is a memoized from-rule computation; the RBAC filter (for
+// MeshTrafficPermission) is derived on first use, by `_config` only.
+type fromResult struct {
+	rules []Rule
+	err   error
+
+	rbacOnce sync.Once
+	rbac     RBACFilter
+}
+
+func (fr *fromResult) rbacFilter(mesh string) RBACFilter {
+	fr.rbacOnce.Do(func() { fr.rbac = rbacFilter(mesh, fr.rules) })
+	return fr.rbac
+}
+
+// nsName is a namespaced name; ns is "" for the system namespace.
+type nsName struct{ ns, name string }
+
+// typeIndex holds one policy type's parsed policies and sorted entries.
+type typeIndex struct {
+	desc     *resource.TypeDescriptor
+	merger   merger
+	policies []*policy // sorted by SPEC 3.2 keys 1-4
+	to, from []*entry  // concatenated and sorted by SPEC 3.2's entry keys
+	// warnings are about policies that cannot be evaluated at all (bad spec,
+	// mixed roles, unresolvable top-level targetRef); every Dataplane sees them.
+	warnings []string
+	skipped  map[nsName]bool // policies not evaluated because of such a problem
+}
+
+type meshService struct {
+	res     *resource.Resource
+	display string
+	origNS  string // namespace the service lives in where it was created ("" = none/system)
+	zone    string // kuma.io/zone label, "" when local or unknown
+}
+
+type gateway struct {
+	res       *resource.Resource
+	selectors []selector
+}
+
+// builder carries what parsing needs while a snapshot is built.
+type builder struct {
+	s     *MeshSnapshot
+	reg   *resource.Registry
+	zone  string
+	sysNS string
+	prev  map[resource.Key]*cachedDecode
+}
+
+// NewMeshSnapshot parses and indexes in. It fails only on inputs that are a
+// caller's mistake (no registry, nil resources, another mesh, unknown types,
+// duplicates). Problems inside resources (undecodable specs, references to
+// missing resources) become warnings in the query results.
+func NewMeshSnapshot(in Inputs) (*MeshSnapshot, error) {
+	if in.Registry == nil {
+		return nil, errors.New("policy snapshot: no registry")
+	}
+	sysNS := in.SystemNamespace
+	if sysNS == "" {
+		sysNS = resource.DefaultSystemNamespace
+	}
+	s := &MeshSnapshot{
+		mesh: in.Mesh, zone: in.Zone, sysNS: sysNS,
+		dataplanes: map[nsName]*dataplane{}, types: map[string]*typeIndex{},
+		services: map[nsName]*meshService{}, svcByName: map[string][]*meshService{},
+		externals: map[nsName]*resource.Resource{}, extByName: map[string][]*resource.Resource{},
+		gateways: map[string]*gateway{}, routes: map[nsName]*policy{}, routeByName: map[string][]*policy{},
+		reg: in.Registry, decodes: map[resource.Key]*cachedDecode{},
+	}
+	b := &builder{s: s, reg: in.Registry, zone: in.Zone, sysNS: sysNS}
+	if p := in.Previous; p != nil && p.reg == in.Registry && p.sysNS == sysNS {
+		b.prev = p.decodes
+	}
+	if err := b.index(in.Resources); err != nil {
+		return nil, fmt.Errorf("policy snapshot of mesh %q: %w", in.Mesh, err)
+	}
+	return s, nil
+}
+
+// index sorts resources into infrastructure and policies. Infrastructure
+// goes first: resolving policy references needs it.
+func (b *builder) index(rs []*resource.Resource) error {
+	seen := make(map[resource.Key]bool, len(rs))
+	var policies []*resource.Resource
+	var dps []*resource.Resource
+	for i, r := range rs {
+		d, err := b.check(i, r, seen)
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsPolicy():
+			policies = append(policies, r)
+		case r.Type == "Dataplane":
+			dps = append(dps, r)
+		default:
+			b.addInfra(r)
+		}
+	}
+	for _, r := range dps {
+		b.addDataplane(r)
+	}
+	slices.SortFunc(b.s.dpList, func(a, c *dataplane) int {
+		return cmp.Or(cmp.Compare(a.ns, c.ns), cmp.Compare(a.res.Name, c.res.Name))
+	})
+	b.addPolicies(policies)
+	return nil
+}
+
+func (b *builder) check(i int, r *resource.Resource, seen map[resource.Key]bool) (*resource.TypeDescriptor, error) {
+	if r == nil {
+		return nil, fmt.Errorf("resources[%d] is nil", i)
+	}
+	d, ok := b.reg.Lookup(r.Type)
+	if !ok {
+		return nil, fmt.Errorf("%s: unknown resource type %q", r.Key(), r.Type)
+	}
+	if d.Scope == resource.ScopeMesh && r.Mesh != b.s.mesh {
+		return nil, fmt.Errorf("%s: belongs to mesh %q", r.Key(), r.Mesh)
+	}
+	k := r.Key()
+	k.Namespace = b.normNS(k.Namespace)
+	if seen[k] {
+		return nil, fmt.Errorf("%s: duplicate resource", r.Key())
+	}
+	seen[k] = true
+	return d, nil
+}
+
+// normNS maps the system namespace to "".
+func (b *builder) normNS(ns string) string {
+	if ns == b.sysNS {
+		return ""
+	}
+	return ns
+}
+
+func (b *builder) addInfra(r *resource.Resource) {
+	key := nsName{b.normNS(r.Namespace), r.Name}
+	switch r.Type {
+	case "MeshService":
+		ms := &meshService{res: r, display: r.DisplayName(), origNS: b.ownNamespace(r), zone: r.Labels[resource.LabelZone]}
+		b.s.services[key] = ms
+		b.s.svcByName[ms.display] = append(b.s.svcByName[ms.display], ms)
+	case "MeshExternalService":
+		b.s.externals[key] = r
+		b.s.extByName[r.DisplayName()] = append(b.s.extByName[r.DisplayName()], r)
+	case "MeshGateway":
+		var spec struct {
+			Selectors []selector `json:"selectors"`
+		}
+		_ = json.Unmarshal(r.Spec, &spec) // an unreadable gateway selects nothing
+		b.s.gateways[r.Name] = &gateway{res: r, selectors: spec.Selectors}
+	}
+}
+
+// addPolicies parses every policy, then resolves references (a policy may
+// name a route of another type) and sorts per type.
+func (b *builder) addPolicies(rs []*resource.Resource) {
+	var parsed []*policy
+	for _, r := range rs {
+		d, _ := b.reg.Lookup(r.Type)
+		t := b.typeIndex(d)
+		p, err := b.parsePolicy(r, d)
+		if err != nil {
+			t.warnings = append(t.warnings, fmt.Sprintf("%s %s: skipped: %v", d.Name, qualified(r.Namespace, r.Name), err))
+			t.skipped[nsName{b.normNS(r.Namespace), r.Name}] = true
+			continue
+		}
+		t.policies = append(t.policies, p)
+		parsed = append(parsed, p)
+		if r.Type == "MeshHTTPRoute" {
+			key := nsName{b.normNS(r.Namespace), r.Name}
+			b.s.routes[key] = p
+			b.s.routeByName[r.DisplayName()] = append(b.s.routeByName[r.DisplayName()], p)
+		}
+	}
+	for _, p := range parsed {
+		b.resolve(p)
+	}
+	for _, name := range sortedKeys(b.s.types) {
+		b.finishType(b.s.types[name])
+		b.s.typeNames = append(b.s.typeNames, name)
+	}
+}
+
+func (b *builder) typeIndex(d *resource.TypeDescriptor) *typeIndex {
+	t := b.s.types[d.Name]
+	if t == nil {
+		appendFields := d.AppendFields
+		if d.Rules {
+			// Route rules of several routes on one outbound are all kept, in
+			// apply order; matching precedence is the Envoy generator's job.
+			appendFields = append(append([]string(nil), appendFields...), "rules")
+		}
+		t = &typeIndex{desc: d, merger: newMerger(appendFields), skipped: map[nsName]bool{}}
+		b.s.types[d.Name] = t
+	}
+	return t
+}
+
+// resolve checks the top-level reference and resolves to-entry targets.
+func (b *builder) resolve(p *policy) {
+	if p.desc.Shape != resource.ShapeTargetRef {
+		return
+	}
+	if w := b.checkTop(p); w != "" {
+		t := b.s.types[p.desc.Name]
+		t.warnings = append(t.warnings, w)
+	}
+	for _, e := range p.to {
+		e.target = b.resolveTo(p, e)
+	}
+}
+
+func (b *builder) finishType(t *typeIndex) {
+	slices.Sort(t.warnings) // resources arrive in store order; output must not depend on it
+	slices.SortStableFunc(t.policies, comparePolicies)
+	for i, p := range t.policies {
+		p.idx = i
+		t.to = append(t.to, p.to...)
+		t.from = append(t.from, p.from...)
+	}
+	sortEntries(t.to)
+	sortEntries(t.from)
+	for i, e := range t.to {
+		e.pos, e.c.order = i, i
+	}
+	for i, e := range t.from {
+		e.pos, e.c.order = i, i
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,170 @@
+package policy
+
+import (
+	"encoding/json"
+	"errors"
+)
+
+// ErrNotFound is returned (wrapped) when a query names a Dataplane, an
+// inbound, an outbound or a policy the snapshot does not hold. Handlers map
+// it to 404 with errors.Is.
+var ErrNotFound = errors.New("not found")
+
+// Meta identifies a resource in inspect output (SPEC 5). Every key is always
+// present so that the shape never changes: Namespace is "" for the system
+// namespace and Labels is {} when there are none.
+type Meta struct {
+	Type      string            `json:"type"`
+	Mesh      string            `json:"mesh"`
+	Name      string            `json:"name"`
+	Namespace string            `json:"namespace"`
+	Labels    map[string]string `json:"labels"`
+}
+
+// Origin is one contribution to a merged conf: the policy, plus the index of
+// the to/from entry that carried the conf (absent for proxy-wide and legacy
+// policies). Origins are listed in apply order (SPEC 3.2): the last one won
+// where they disagree.
+type Origin struct {
+	Meta
+	Entry *int `json:"entry,omitempty"`
+}
+
+// Matcher is one condition on a client's tags: tag Key equals Value, or,
+// with Not, the client does not carry Key=Value (it may lack Key).
+type Matcher struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+	Not   bool   `json:"not"`
+}
+
+// Rule is a conjunction of matchers with the conf every client it matches
+// gets. The rules of one inbound are pairwise disjoint (SPEC 3.4). An empty
+// Matchers list matches every client.
+type Rule struct {
+	Matchers []Matcher       `json:"matchers"`
+	Conf     json.RawMessage `json:"conf"`
+	Origin   []Origin        `json:"origin"`
+}
+
+// Applied is a merged conf with its origin. Conf is canonical JSON (object
+// keys sorted).
+type Applied struct {
+	Conf   json.RawMessage `json:"conf"`
+	Origin []Origin        `json:"origin"`
+}
+
+// RouteConf is the conf a policy type gives traffic on one route of an
+// outbound: the outbound-level entries plus the entries naming the route,
+// merged in the order of SPEC 3.2.
+type RouteConf struct {
+	Route  Meta            `json:"route"`
+	Conf   json.RawMessage `json:"conf"`
+	Origin []Origin        `json:"origin"`
+}
+
+// InboundRef names an inbound in rule views: its port and its effective
+// tags (including the implicit kuma.io/zone and k8s.kuma.io/namespace).
+type InboundRef struct {
+	Port int               `json:"port"`
+	Tags map[string]string `json:"tags"`
+}
+
+// OutboundRef names an outbound in rule views.
+type OutboundRef struct {
+	Port    int               `json:"port"`
+	Address string            `json:"address,omitempty"`
+	Service string            `json:"service"`
+	Tags    map[string]string `json:"tags"`
+}
+
+// FromRules are the rules of one policy type on one inbound.
+type FromRules struct {
+	Inbound InboundRef `json:"inbound"`
+	Rules   []Rule     `json:"rules"`
+}
+
+// ToRule is what one policy type gives one outbound. Conf is null when only
+// route-level entries apply.
+type ToRule struct {
+	Outbound OutboundRef     `json:"outbound"`
+	Conf     json.RawMessage `json:"conf"`
+	Origin   []Origin        `json:"origin"`
+	Routes   []RouteConf     `json:"routes,omitempty"`
+}
+
+// TypeRules is the `_rules` view of one policy type on one Dataplane.
+type TypeRules struct {
+	Type      string      `json:"type"`
+	Warnings  []string    `json:"warnings"`
+	ProxyRule *Applied    `json:"proxyRule"`
+	ToRules   []ToRule    `json:"toRules"`
+	FromRules []FromRules `json:"fromRules"`
+}
+
+// RulesResult is the `_rules` response (SPEC 5). Rules holds one item per
+// policy type that gives the Dataplane anything or has warnings for it,
+// sorted by type name. Warnings are about the Dataplane itself.
+type RulesResult struct {
+	Resource Meta        `json:"resource"`
+	Rules    []TypeRules `json:"rules"`
+	Warnings []string    `json:"warnings,omitempty"`
+}
+
+// OutboundPolicy is one policy type's effect on an outbound.
+type OutboundPolicy struct {
+	Conf   json.RawMessage `json:"conf"`
+	Origin []Origin        `json:"origin"`
+	Routes []RouteConf     `json:"routes,omitempty"`
+}
+
+// InboundPolicy is one policy type's rules on an inbound.
+type InboundPolicy struct {
+	Rules []Rule `json:"rules"`
+}
+
+// RBACFilter is the pair of Envoy network RBAC configs of one inbound.
+type RBACFilter struct {
+	Rules       *RBAC `json:"rules"`
+	ShadowRules *RBAC `json:"shadow_rules"`
+}
+
+// InboundConfig is one inbound in the `_config` response.
+type InboundConfig struct {
+	Port     int                      `json:"port"`
+	Tags     map[string]string        `json:"tags"`
+	Policies map[string]InboundPolicy `json:"policies"`
+	RBAC     RBACFilter               `json:"rbac"`
+}
+
+// OutboundConfig is one outbound in the `_config` response.
+type OutboundConfig struct {
+	Port     int                       `json:"port"`
+	Service  string                    `json:"service"`
+	Tags     map[string]string         `json:"tags"`
+	Policies map[string]OutboundPolicy `json:"policies"`
+}
+
+// ConfigResult is the `_config` response (SPEC 5).
+type ConfigResult struct {
+	Dataplane Meta               `json:"dataplane"`
+	Inbounds  []InboundConfig    `json:"inbounds"`
+	Outbounds []OutboundConfig   `json:"outbounds"`
+	Proxy     map[string]Applied `json:"proxy"`
+	Warnings  []string           `json:"warnings,omitempty"`
+}
+
+// InboundEvaluation is the `_evaluate?inbound=PORT&client=...` response: the
+// conf each inbound policy type gives that client. A type that gives the
+// client nothing is absent.
+type InboundEvaluation struct {
+	Inbound  int                `json:"inbound"`
+	Client   map[string]string  `json:"client"`
+	Policies map[string]Applied `json:"policies"`
+}
+
+// OutboundEvaluation is the `_evaluate?outbound=SERVICE` response.
+type OutboundEvaluation struct {
+	Outbound string                    `json:"outbound"`
+	Policies map[string]OutboundPolicy `json:"policies"`
+}

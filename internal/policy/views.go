@@ -1,0 +1,574 @@
+package policy
+
+import (
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"sync"
+)
+
+// typeView is everything one policy type gives one Dataplane; `_rules`,
+// `_config` and `_evaluate` are renderings of it.
+type typeView struct {
+	t        *typeIndex
+	warnings []string
+	proxy    *Applied
+	inbound  [][]Rule          // by inbound index; nil = no rules
+	from     []*fromResult     // by inbound index, for the RBAC filter; nil = no rules
+	outbound []*OutboundPolicy // by outbound index; nil = nothing
+}
+
+func (v *typeView) empty() bool {
+	if len(v.warnings) > 0 || v.proxy != nil {
+		return false
+	}
+	for _, r := range v.inbound {
+		if len(r) > 0 {
+			return false
+		}
+	}
+	for _, o := range v.outbound {
+		if o != nil {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *MeshSnapshot) view(t *typeIndex, dp *dataplane) *typeView {
+	v := &typeView{t: t, warnings: append([]string{}, t.warnings...)}
+	if k := legacyKindOf(t.desc); k != notLegacy {
+		s.legacyView(v, k, dp)
+		return v
+	}
+	matched := s.matchedPolicies(t, dp)
+	for _, p := range t.policies {
+		if matched[p.idx] {
+			v.warnings = append(v.warnings, p.warnings...)
+		}
+	}
+	if t.desc.ProxyWide {
+		v.proxy = proxyView(t, matched)
+	}
+	if t.desc.To {
+		v.outbound = s.toView(t, dp, matched)
+	}
+	if t.desc.From {
+		s.fromView(v, dp)
+	}
+	return v
+}
+
+// proxyView merges the proxy-wide defaults of the matched policies, in
+// policy order.
+func proxyView(t *typeIndex, matched []bool) *Applied {
+	var cs []*contribution
+	for _, p := range t.policies {
+		if matched[p.idx] && p.proxy != nil {
+			cs = append(cs, p.proxy)
+		}
+	}
+	if ap, ok := t.merger.fold(cs).applied(); ok {
+		return &ap
+	}
+	return nil
+}
+
+// toView computes every outbound's merged conf. Entries of kind Mesh apply
+// to all outbounds; the others are distributed to the outbounds they
+// select. Outbounds with the same specific entries share one fold, which
+// keeps a proxy with 1,000 outbounds cheap.
+func (s *MeshSnapshot) toView(t *typeIndex, dp *dataplane, matched []bool) []*OutboundPolicy {
+	n := len(dp.outbounds)
+	if n == 0 || len(t.to) == 0 {
+		return nil
+	}
+	var common []*entry
+	specific := make([][]*entry, n)
+	routed := make([]routeEntries, n)
+	for _, e := range t.to {
+		if !matched[e.pol.idx] {
+			continue
+		}
+		if e.target.all {
+			common = append(common, e)
+			continue
+		}
+		for _, i := range e.target.outbounds(dp) {
+			specific[i] = append(specific[i], e)
+		}
+		for _, r := range e.target.routes {
+			s.addRouteEntry(routed, r, e, dp)
+		}
+	}
+	memo := s.outboundMemo(t.desc.Name + "\x00" + sigOf(common))
+	out := make([]*OutboundPolicy, n)
+	for i := range n {
+		key := sigOf(specific[i]) + routed[i].sig()
+		if v, ok := memo.Load(key); ok {
+			out[i] = v.(*OutboundPolicy)
+			continue
+		}
+		op := outboundPolicy(t.merger, mergeByPos(common, specific[i]), routed[i])
+		memo.Store(key, op)
+		out[i] = op
+	}
+	return out
+}
+
+// outboundMemo returns the memo of outbound confs computed with the Mesh
+// entries identified by key.
+func (s *MeshSnapshot) outboundMemo(key string) *sync.Map {
+	if v, ok := s.toMemo.Load(key); ok {
+		return v.(*sync.Map)
+	}
+	v, _ := s.toMemo.LoadOrStore(key, &sync.Map{})
+	return v.(*sync.Map)
+}
+
+// routeEntries are the entries naming routes attached to one outbound,
+// grouped by route in first-seen (apply) order.
+type routeEntries struct {
+	routes  []*policy
+	entries [][]*entry
+}
+
+func (r *routeEntries) add(route *policy, e *entry) {
+	for i, have := range r.routes {
+		if have == route {
+			r.entries[i] = append(r.entries[i], e)
+			return
+		}
+	}
+	r.routes = append(r.routes, route)
+	r.entries = append(r.entries, []*entry{e})
+}
+
+func (r *routeEntries) sig() string {
+	if len(r.routes) == 0 {
+		return ""
+	}
+	s := ""
+	for i, route := range r.routes {
+		s += "|" + route.res.Namespace + "/" + route.res.Name + ":" + sigOf(r.entries[i])
+	}
+	return s
+}
+
+// addRouteEntry attaches e to the outbounds route r sends traffic to, when r
+// applies to dp at all.
+func (s *MeshSnapshot) addRouteEntry(routed []routeEntries, r *policy, e *entry, dp *dataplane) {
+	if !s.selectsDP(r, dp) {
+		return
+	}
+	seen := map[int]bool{}
+	for _, re := range r.to {
+		if re.target == nil {
+			continue
+		}
+		for _, i := range re.target.outbounds(dp) {
+			if !seen[i] {
+				seen[i] = true
+				routed[i].add(r, e)
+			}
+		}
+	}
+}
+
+func outboundPolicy(m merger, list []*entry, routed routeEntries) *OutboundPolicy {
+	op := &OutboundPolicy{Origin: []Origin{}}
+	if ap, ok := foldEntries(m, list).applied(); ok {
+		op.Conf, op.Origin = ap.Conf, ap.Origin
+	}
+	for i, route := range routed.routes {
+		ap, ok := foldEntries(m, mergeByPos(list, routed.entries[i])).applied()
+		if ok {
+			op.Routes = append(op.Routes, RouteConf{Route: route.meta, Conf: ap.Conf, Origin: ap.Origin})
+		}
+	}
+	if op.Conf == nil && len(op.Routes) == 0 {
+		return nil
+	}
+	return op
+}
+
+// foldEntries merges the defaults of entries given in apply order.
+func foldEntries(m merger, es []*entry) foldState {
+	var st foldState
+	for i := len(es) - 1; i >= 0; i-- {
+		st, _ = m.fill(st, es[i].c)
+	}
+	return st
+}
+
+// mergeByPos merges two entry lists sorted by position.
+func mergeByPos(a, b []*entry) []*entry {
+	if len(b) == 0 {
+		return a
+	}
+	if len(a) == 0 {
+		return b
+	}
+	out := make([]*entry, 0, len(a)+len(b))
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		if a[i].pos <= b[j].pos {
+			out = append(out, a[i])
+			i++
+		} else {
+			out = append(out, b[j])
+			j++
+		}
+	}
+	out = append(out, a[i:]...)
+	return append(out, b[j:]...)
+}
+
+// sigOf identifies an entry list by positions (entries of one type).
+func sigOf(es []*entry) string {
+	if len(es) == 0 {
+		return ""
+	}
+	buf := make([]byte, 0, 2*len(es))
+	for _, e := range es {
+		buf = binary.AppendUvarint(buf, uint64(e.pos))
+	}
+	return string(buf)
+}
+
+// fromView computes the rules of every inbound. Inbounds selected by the
+// same entries share one computation, across Dataplanes too.
+func (s *MeshSnapshot) fromView(v *typeView, dp *dataplane) {
+	t := v.t
+	if len(t.from) == 0 || len(dp.inbounds) == 0 {
+		return
+	}
+	v.inbound = make([][]Rule, len(dp.inbounds))
+	v.from = make([]*fromResult, len(dp.inbounds))
+	for i, in := range dp.inbounds {
+		es := s.inboundEntries(t, dp, in)
+		if len(es) == 0 {
+			continue
+		}
+		fr := s.fromRules(t, es)
+		if fr.err != nil {
+			v.warnings = append(v.warnings, fmt.Sprintf("%s: inbound port %d: %v; its rules are omitted", t.desc.Name, in.port, fr.err))
+		}
+		v.inbound[i], v.from[i] = fr.rules, fr
+	}
+}
+
+func (s *MeshSnapshot) fromRules(t *typeIndex, es []*entry) *fromResult {
+	key := t.desc.Name + "\x00" + sigOf(es)
+	if v, ok := s.fromMemo.Load(key); ok {
+		return v.(*fromResult)
+	}
+	rules, err := buildFromRules(t.merger, es, maxRulesPerInbound)
+	v, _ := s.fromMemo.LoadOrStore(key, &fromResult{rules: rules, err: err})
+	return v.(*fromResult)
+}
+
+// inboundEntries lists, in apply order, the from-entries of the policies
+// whose top-level targetRef selects the inbound.
+func (s *MeshSnapshot) inboundEntries(t *typeIndex, dp *dataplane, in *inbound) []*entry {
+	const unknown, yes, no = 0, 1, 2
+	sel := make([]uint8, len(t.policies))
+	var es []*entry
+	for _, e := range t.from {
+		p := e.pol
+		if sel[p.idx] == unknown {
+			sel[p.idx] = no
+			if s.selectsTags(p, in.tags, dp.proxyType(), 0) {
+				sel[p.idx] = yes
+			}
+		}
+		if sel[p.idx] == yes {
+			es = append(es, e)
+		}
+	}
+	return es
+}
+
+func (s *MeshSnapshot) legacyView(v *typeView, k legacyKind, dp *dataplane) {
+	t := v.t
+	switch k {
+	case legacyDataplane:
+		if p := legacyForProxy(t, dp); p != nil {
+			ap := legacyApplied(p)
+			v.proxy = &ap
+		}
+	case legacyOutbound:
+		v.outbound = make([]*OutboundPolicy, len(dp.outbounds))
+		for i, o := range dp.outbounds {
+			if p := legacyForOutbound(t, dp, o); p != nil {
+				ap := legacyApplied(p)
+				v.outbound[i] = &OutboundPolicy{Conf: ap.Conf, Origin: ap.Origin}
+			}
+		}
+	case legacyInbound:
+		v.inbound = make([][]Rule, len(dp.inbounds))
+		for i, in := range dp.inbounds {
+			if p := legacyForInbound(t, in); p != nil {
+				v.inbound[i] = legacySourceRules(p)
+			}
+		}
+	}
+}
+
+// dataplane finds a Dataplane; ns "" or the system namespace mean the
+// system namespace.
+func (s *MeshSnapshot) dataplane(name, ns string) (*dataplane, error) {
+	dp := s.dataplanes[nsName{s.normNS(ns), name}]
+	if dp == nil {
+		return nil, fmt.Errorf("Dataplane %q in mesh %q: %w", qualified(ns, name), s.mesh, ErrNotFound)
+	}
+	return dp, nil
+}
+
+func qualified(ns, name string) string {
+	if ns == "" {
+		return name
+	}
+	return ns + "/" + name
+}
+
+// Rules returns the `_rules` view of a Dataplane (SPEC 5): per policy type,
+// the proxy rule, the to-rules per outbound and the from-rules per inbound,
+// with warnings. An unknown Dataplane is ErrNotFound.
+func (s *MeshSnapshot) Rules(dpName, dpNamespace string) (*RulesResult, error) {
+	dp, err := s.dataplane(dpName, dpNamespace)
+	if err != nil {
+		return nil, err
+	}
+	res := &RulesResult{Resource: dp.meta, Rules: []TypeRules{}, Warnings: dp.warnings}
+	for _, name := range s.typeNames {
+		if v := s.view(s.types[name], dp); !v.empty() {
+			res.Rules = append(res.Rules, v.typeRules(dp))
+		}
+	}
+	return res, nil
+}
+
+func (v *typeView) typeRules(dp *dataplane) TypeRules {
+	tr := TypeRules{Type: v.t.desc.Name, Warnings: v.warnings, ProxyRule: v.proxy, ToRules: []ToRule{}, FromRules: []FromRules{}}
+	for i, op := range v.outbound {
+		if op != nil {
+			tr.ToRules = append(tr.ToRules, ToRule{Outbound: dp.outbounds[i].ref(), Conf: op.Conf, Origin: op.Origin, Routes: op.Routes})
+		}
+	}
+	for i, rules := range v.inbound {
+		if len(rules) > 0 {
+			tr.FromRules = append(tr.FromRules, FromRules{Inbound: dp.inbounds[i].ref(), Rules: rules})
+		}
+	}
+	return tr
+}
+
+// Config returns the `_config` view of a Dataplane (SPEC 5): effective
+// confs per inbound (as rules, with the MeshTrafficPermission RBAC filter),
+// per outbound and proxy-wide.
+func (s *MeshSnapshot) Config(dpName, dpNamespace string) (*ConfigResult, error) {
+	dp, err := s.dataplane(dpName, dpNamespace)
+	if err != nil {
+		return nil, err
+	}
+	res := &ConfigResult{Dataplane: dp.meta, Inbounds: []InboundConfig{}, Outbounds: []OutboundConfig{},
+		Proxy: map[string]Applied{}, Warnings: append([]string(nil), dp.warnings...)}
+	for _, in := range dp.inbounds {
+		res.Inbounds = append(res.Inbounds, InboundConfig{Port: in.port, Tags: in.tags, Policies: map[string]InboundPolicy{},
+			RBAC: rbacFilter(s.mesh, nil)})
+	}
+	for _, o := range dp.outbounds {
+		res.Outbounds = append(res.Outbounds, OutboundConfig{Port: o.port, Service: o.service, Tags: o.tags, Policies: map[string]OutboundPolicy{}})
+	}
+	for _, name := range s.typeNames {
+		v := s.view(s.types[name], dp)
+		v.addToConfig(res, s.mesh)
+	}
+	return res, nil
+}
+
+func (v *typeView) addToConfig(res *ConfigResult, mesh string) {
+	name := v.t.desc.Name
+	res.Warnings = append(res.Warnings, v.warnings...)
+	if v.proxy != nil {
+		res.Proxy[name] = *v.proxy
+	}
+	for i, op := range v.outbound {
+		if op != nil {
+			res.Outbounds[i].Policies[name] = *op
+		}
+	}
+	for i, rules := range v.inbound {
+		if len(rules) > 0 {
+			res.Inbounds[i].Policies[name] = InboundPolicy{Rules: rules}
+		}
+		if name == mtpType && v.from[i] != nil {
+			res.Inbounds[i].RBAC = v.from[i].rbacFilter(mesh)
+		}
+	}
+}
+
+// EvaluateInbound returns the conf each inbound policy type gives a client
+// of the inbound listening on port (SPEC 5 `_evaluate?inbound=`). The
+// client's tags are taken as given. Legacy inbound types appear only when the
+// client matches the selected policy's sources (SPEC 3.7). With several
+// inbounds on one port, the first is evaluated.
+func (s *MeshSnapshot) EvaluateInbound(dpName, dpNamespace string, port int, client map[string]string) (*InboundEvaluation, error) {
+	dp, err := s.dataplane(dpName, dpNamespace)
+	if err != nil {
+		return nil, err
+	}
+	in := dp.inboundByPort(port)
+	if in == nil {
+		return nil, fmt.Errorf("Dataplane %q has no inbound on port %d: %w", qualified(dpNamespace, dpName), port, ErrNotFound)
+	}
+	res := &InboundEvaluation{Inbound: port, Client: maps.Clone(client), Policies: map[string]Applied{}}
+	if res.Client == nil {
+		res.Client = map[string]string{}
+	}
+	for _, name := range s.typeNames {
+		if ap, ok := s.evaluateInbound(s.types[name], dp, in, client); ok {
+			res.Policies[name] = ap
+		}
+	}
+	return res, nil
+}
+
+func (s *MeshSnapshot) evaluateInbound(t *typeIndex, dp *dataplane, in *inbound, client map[string]string) (Applied, bool) {
+	switch legacyKindOf(t.desc) {
+	case legacyInbound:
+		if p := legacyForInbound(t, in); p != nil && sourcesMatch(p, client) {
+			return legacyApplied(p), true
+		}
+		return Applied{}, false
+	case notLegacy:
+		if !t.desc.From {
+			return Applied{}, false
+		}
+		var es []*entry
+		for _, e := range s.inboundEntries(t, dp, in) {
+			if clientMatches(e, client) {
+				es = append(es, e)
+			}
+		}
+		return foldEntries(t.merger, es).applied()
+	}
+	return Applied{}, false
+}
+
+// clientMatches: the client carries every tag of the entry's subset.
+func clientMatches(e *entry, client map[string]string) bool {
+	if e.never {
+		return false
+	}
+	for _, t := range e.tags {
+		if v, ok := client[t.key]; !ok || v != t.value {
+			return false
+		}
+	}
+	return true
+}
+
+func (dp *dataplane) inboundByPort(port int) *inbound {
+	for _, in := range dp.inbounds {
+		if in.port == port {
+			return in
+		}
+	}
+	return nil
+}
+
+// EvaluateOutbound returns what each outbound policy type gives the
+// Dataplane's outbound to service (SPEC 5 `_evaluate?outbound=`), matched by
+// the outbound's service name; with several outbounds to one service, the
+// first is evaluated.
+func (s *MeshSnapshot) EvaluateOutbound(dpName, dpNamespace, service string) (*OutboundEvaluation, error) {
+	dp, err := s.dataplane(dpName, dpNamespace)
+	if err != nil {
+		return nil, err
+	}
+	idx := dp.byService[service]
+	if len(idx) == 0 || service == "" {
+		return nil, fmt.Errorf("Dataplane %q has no outbound to %q: %w", qualified(dpNamespace, dpName), service, ErrNotFound)
+	}
+	res := &OutboundEvaluation{Outbound: service, Policies: map[string]OutboundPolicy{}}
+	for _, name := range s.typeNames {
+		t := s.types[name]
+		if !t.desc.To && legacyKindOf(t.desc) != legacyOutbound {
+			continue
+		}
+		v := s.view(t, dp)
+		if i := idx[0]; i < len(v.outbound) && v.outbound[i] != nil {
+			res.Policies[name] = *v.outbound[i]
+		}
+	}
+	return res, nil
+}
+
+// MatchedDataplanes lists the Dataplanes a policy applies to (SPEC 5
+// `_resources/dataplanes`), sorted by namespace and name: those its
+// top-level targetRef (with implicit scope) selects, or for a legacy policy
+// those where it is the one selected for some connection or the proxy. A
+// policy the engine skipped (unreadable spec) matches none; an unknown one is
+// ErrNotFound.
+func (s *MeshSnapshot) MatchedDataplanes(policyType, name, namespace string) ([]Meta, error) {
+	t := s.types[policyType]
+	key := nsName{s.normNS(namespace), name}
+	var p *policy
+	if t != nil {
+		for _, cand := range t.policies {
+			if cand.res.Name == name && s.normNS(cand.res.Namespace) == key.ns {
+				p = cand
+				break
+			}
+		}
+	}
+	out := []Meta{}
+	if p == nil {
+		if t != nil && t.skipped[key] {
+			return out, nil
+		}
+		return nil, fmt.Errorf("%s %q in mesh %q: %w", policyType, qualified(namespace, name), s.mesh, ErrNotFound)
+	}
+	for _, dp := range s.dpList {
+		if s.applies(t, p, dp) {
+			out = append(out, dp.meta)
+		}
+	}
+	return out, nil
+}
+
+func (s *MeshSnapshot) applies(t *typeIndex, p *policy, dp *dataplane) bool {
+	k := legacyKindOf(t.desc)
+	if k == notLegacy {
+		return s.selectsDP(p, dp)
+	}
+	switch k {
+	case legacyDataplane:
+		return legacyForProxy(t, dp) == p
+	case legacyOutbound:
+		for _, o := range dp.outbounds {
+			if legacyForOutbound(t, dp, o) == p {
+				return true
+			}
+		}
+	case legacyInbound:
+		for _, in := range dp.inbounds {
+			if legacyForInbound(t, in) == p {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Dataplanes lists the snapshot's Dataplanes, sorted by namespace and name,
+// so a cache can recompute every proxy after a change.
+func (s *MeshSnapshot) Dataplanes() []Meta {
+	out := make([]Meta, len(s.dpList))
+	for i, dp := range s.dpList {
+		out[i] = dp.meta
+	}
+	return out
+}
