@@ -42,7 +42,7 @@ func TestGlobalApplyGetAndRejectInvalid(t *testing.T) {
 			From []json.RawMessage `json:"from"`
 		} `json:"spec"`
 	}
-	if err := json.Unmarshal([]byte(out), &mtp); err != nil || mtp.Type != "MeshTrafficPermission" || len(mtp.Spec.From) != 4 {
+	if err := json.Unmarshal([]byte(out), &mtp); err != nil || mtp.Type != "MeshTrafficPermission" || len(mtp.Spec.From) != 2 {
 		t.Errorf("get returned %s (err %v)", out, err)
 	}
 	out, _ = g.ctl("", "get", "meshtimeouts")

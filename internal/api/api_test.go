@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/meridian-mesh/meridian/internal/api"
+	"github.com/meridian-mesh/meridian/internal/policyview"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage/boltstore"
 )
@@ -32,6 +33,15 @@ func newFixture(t testing.TB, mode api.Mode) *fixture {
 	cfg := api.Config{Registry: resource.NewDefaultRegistry(), Store: store, Mode: mode, MaxBodyBytes: 64 << 10}
 	if mode == api.ModeZone {
 		cfg.Zone, cfg.Environment = "zone-1", "kubernetes"
+		view, err := policyview.New(policyview.Config{Registry: cfg.Registry, Store: store, Zone: cfg.Zone})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { _ = view.Run(ctx); close(done) }()
+		t.Cleanup(func() { cancel(); <-done })
+		cfg.Snapshots = view
 	}
 	h, err := api.New(cfg)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/meridian-mesh/meridian/internal/policy"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
 )
@@ -66,7 +67,7 @@ func toAPIError(err error) *Error {
 			"request body exceeds %d bytes", maxErr.Limit)
 	}
 	switch {
-	case errors.Is(err, storage.ErrNotFound):
+	case errors.Is(err, storage.ErrNotFound), errors.Is(err, policy.ErrNotFound):
 		return notFound("%v", err)
 	case errors.Is(err, storage.ErrConflict):
 		return conflict("%v", err)

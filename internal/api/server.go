@@ -53,6 +53,8 @@ type Config struct {
 	MaxBodyBytes    int64
 	// Ready reports readiness for /readyz; nil means always ready.
 	Ready func() error
+	// Snapshots serves the inspect endpoints; required in zone mode.
+	Snapshots Snapshots
 }
 
 // Server is the HTTP handler. It is safe for concurrent use.
@@ -80,6 +82,9 @@ func New(cfg Config) (*Server, error) {
 		}
 		if cfg.Environment != "kubernetes" && cfg.Environment != "universal" {
 			return nil, errors.New(`api: Environment must be "kubernetes" or "universal" in zone mode`)
+		}
+		if cfg.Snapshots == nil {
+			return nil, errors.New("api: Snapshots is required in zone mode")
 		}
 	default:
 		return nil, errors.New(`api: Mode must be "global" or "zone"`)
@@ -112,6 +117,10 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /meshes/{mesh}/{plural}/{name}", s.handleGet)
 	s.mux.HandleFunc("PUT /meshes/{mesh}/{plural}/{name}", s.handlePut)
 	s.mux.HandleFunc("DELETE /meshes/{mesh}/{plural}/{name}", s.handleDelete)
+
+	if s.cfg.Mode == ModeZone {
+		s.registerInspect()
+	}
 
 	// Other global-scoped types (zones, zoneinsights).
 	s.mux.HandleFunc("GET /{plural}", s.handleListGlobalScopedPlural)

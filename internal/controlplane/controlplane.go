@@ -11,11 +11,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meridian-mesh/meridian/internal/api"
+	"github.com/meridian-mesh/meridian/internal/policyview"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
 	"github.com/meridian-mesh/meridian/internal/storage/boltstore"
@@ -91,10 +93,34 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := ensureDefaultMesh(ctx, cfg, reg, store); err != nil {
 		return err
 	}
-	handler, err := api.New(api.Config{
+	apiCfg := api.Config{
 		Registry: reg, Store: store, Logger: cfg.Logger.Named("api"), Mode: cfg.Mode,
 		Zone: cfg.Zone, Environment: cfg.Environment, SystemNamespace: cfg.SystemNamespace, Version: cfg.Version,
-	})
+	}
+	// Background components stop before the store closes (deferred earlier).
+	ctx, cancel := context.WithCancel(ctx)
+	var background sync.WaitGroup
+	defer func() {
+		cancel()
+		background.Wait()
+	}()
+	failed := make(chan error, 1)
+	if cfg.Mode == api.ModeZone {
+		view, err := policyview.New(policyview.Config{Registry: reg, Store: store, Zone: cfg.Zone,
+			SystemNamespace: cfg.SystemNamespace, Logger: cfg.Logger.Named("policy")})
+		if err != nil {
+			return err
+		}
+		apiCfg.Snapshots = view
+		background.Add(1)
+		go func() {
+			defer background.Done()
+			if err := view.Run(ctx); err != nil {
+				failed <- err
+			}
+		}()
+	}
+	handler, err := api.New(apiCfg)
 	if err != nil {
 		return err
 	}
@@ -102,7 +128,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("api address %s: %w", cfg.APIAddress, err)
 	}
-	return serve(ctx, cfg, ln, handler)
+	return serve(ctx, cfg, ln, handler, failed)
 }
 
 func openStore(cfg Config) (*boltstore.Store, error) {
@@ -143,7 +169,8 @@ func ensureDefaultMesh(ctx context.Context, cfg Config, reg *resource.Registry, 
 	return nil
 }
 
-func serve(ctx context.Context, cfg Config, ln net.Listener, handler http.Handler) error {
+// serve runs the API until ctx ends or a background component fails.
+func serve(ctx context.Context, cfg Config, ln net.Listener, handler http.Handler, failed <-chan error) error {
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -151,9 +178,12 @@ func serve(ctx context.Context, cfg Config, ln net.Listener, handler http.Handle
 	if cfg.Listening != nil {
 		cfg.Listening(ln.Addr().String())
 	}
+	var runErr error
 	select {
 	case err := <-errc:
 		return fmt.Errorf("api server: %w", err)
+	case runErr = <-failed:
+		cfg.Logger.Error("component failed", "error", runErr)
 	case <-ctx.Done():
 	}
 	cfg.Logger.Info("shutting down")
@@ -163,5 +193,5 @@ func serve(ctx context.Context, cfg Config, ln net.Listener, handler http.Handle
 		cfg.Logger.Warn("api server did not drain in time", "error", err)
 		_ = srv.Close()
 	}
-	return nil
+	return runErr
 }

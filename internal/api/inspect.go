@@ -1,0 +1,133 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/meridian-mesh/meridian/internal/policy"
+)
+
+// Snapshots gives the zone's current policy snapshot of a mesh.
+type Snapshots interface {
+	Snapshot(ctx context.Context, mesh string) (*policy.MeshSnapshot, error)
+}
+
+// registerInspect adds the zone's inspect endpoints (SPEC section 5).
+func (s *Server) registerInspect() {
+	s.mux.HandleFunc("GET /meshes/{mesh}/dataplanes/{name}/_rules", s.handleRules)
+	s.mux.HandleFunc("GET /meshes/{mesh}/dataplanes/{name}/_config", s.handleConfig)
+	s.mux.HandleFunc("GET /meshes/{mesh}/dataplanes/{name}/_evaluate", s.handleEvaluate)
+	s.mux.HandleFunc("GET /meshes/{mesh}/{plural}/{name}/_resources/dataplanes", s.handlePolicyDataplanes)
+}
+
+func (s *Server) snapshot(r *http.Request) (*policy.MeshSnapshot, error) {
+	return s.cfg.Snapshots.Snapshot(r.Context(), r.PathValue("mesh"))
+}
+
+func (s *Server) handleRules(w http.ResponseWriter, r *http.Request) {
+	snap, err := s.snapshot(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	res, err := snap.Rules(r.PathValue("name"), s.namespaceParam(r))
+	s.writeResult(w, r, res, err)
+}
+
+func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) {
+	snap, err := s.snapshot(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	res, err := snap.Config(r.PathValue("name"), s.namespaceParam(r))
+	s.writeResult(w, r, res, err)
+}
+
+// handleEvaluate answers ?inbound=PORT&client=k:v,k2:v2 or ?outbound=SERVICE.
+func (s *Server) handleEvaluate(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	inbound, outbound := q.Get("inbound"), q.Get("outbound")
+	if (inbound == "") == (outbound == "") {
+		s.writeError(w, r, fieldError("inbound", "give exactly one of ?inbound=PORT&client=k:v,... or ?outbound=SERVICE"))
+		return
+	}
+	snap, err := s.snapshot(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	name, ns := r.PathValue("name"), s.namespaceParam(r)
+	if outbound != "" {
+		res, err := snap.EvaluateOutbound(name, ns, outbound)
+		s.writeResult(w, r, res, err)
+		return
+	}
+	port, err := strconv.Atoi(inbound)
+	if err != nil || port < 1 || port > 65535 {
+		s.writeError(w, r, fieldError("inbound", "must be a port number from 1 to 65535, got %q", inbound))
+		return
+	}
+	client, err := parseTags(q.Get("client"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	res, err := snap.EvaluateInbound(name, ns, port, client)
+	s.writeResult(w, r, res, err)
+}
+
+// parseTags reads k:v,k2:v2 (k=v also accepted).
+func parseTags(s string) (map[string]string, error) {
+	tags := map[string]string{}
+	if s == "" {
+		return tags, nil
+	}
+	for _, pair := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(pair, ":")
+		if !ok {
+			k, v, ok = strings.Cut(pair, "=")
+		}
+		if !ok || k == "" {
+			return nil, fieldError("client", "want key:value pairs separated by commas, got %q", pair)
+		}
+		tags[k] = v
+	}
+	return tags, nil
+}
+
+func (s *Server) handlePolicyDataplanes(w http.ResponseWriter, r *http.Request) {
+	d, err := s.meshScopedType(r.PathValue("plural"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if !d.IsPolicy() {
+		s.writeError(w, r, notFound("%s is not a policy type", d.Name))
+		return
+	}
+	snap, err := s.snapshot(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	items, err := snap.MatchedDataplanes(d.Name, r.PathValue("name"), s.namespaceParam(r))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if items == nil {
+		items = []policy.Meta{}
+	}
+	s.writeValue(w, r, http.StatusOK, map[string]any{"total": len(items), "items": items, "next": nil})
+}
+
+func (s *Server) writeResult(w http.ResponseWriter, r *http.Request, v any, err error) {
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeValue(w, r, http.StatusOK, v)
+}

@@ -1,0 +1,268 @@
+// Package policyview keeps the zone's policy engine inputs current: it mirrors
+// the store's mesh-scoped resources through one watch and hands out immutable
+// policy.MeshSnapshots, rebuilt lazily per mesh when a change touched that
+// mesh. Repeated reads of an unchanged mesh reuse the same snapshot (and its
+// memos); a rebuild reuses the decoded form of every unchanged policy.
+package policyview
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meridian-mesh/meridian/internal/policy"
+	"github.com/meridian-mesh/meridian/internal/resource"
+	"github.com/meridian-mesh/meridian/internal/storage"
+)
+
+// Store is what the view reads.
+type Store interface {
+	List(ctx context.Context, opts storage.ListOptions) (*storage.ListResult, error)
+	Watch(ctx context.Context, from uint64) (<-chan storage.Event, error)
+	Revision(ctx context.Context) (uint64, error)
+}
+
+// Config wires a View. Registry, Store and Zone are required.
+type Config struct {
+	Registry        *resource.Registry
+	Store           Store
+	Zone            string
+	SystemNamespace string
+	Logger          hclog.Logger
+}
+
+// View is safe for concurrent use.
+type View struct {
+	cfg Config
+
+	mu       sync.Mutex
+	changed  *sync.Cond // signalled whenever applied advances
+	applied  uint64     // store revision the mirror reflects
+	loaded   bool
+	runErr   error
+	meshes   map[string]*meshState
+	builds   int // snapshots built, for tests and metrics
+	building map[string]chan struct{}
+}
+
+// meshState is the mirror of one mesh. generation bumps on every change so a
+// snapshot built from an older generation is never cached over a newer one.
+type meshState struct {
+	resources  map[resource.Key]*resource.Resource
+	generation uint64
+	snapshot   *policy.MeshSnapshot
+	snapGen    uint64
+}
+
+// New checks cfg. Call Run to start mirroring.
+func New(cfg Config) (*View, error) {
+	if cfg.Registry == nil || cfg.Store == nil {
+		return nil, errors.New("policyview: Registry and Store are required")
+	}
+	if cfg.Zone == "" {
+		return nil, errors.New("policyview: Zone is required")
+	}
+	if cfg.SystemNamespace == "" {
+		cfg.SystemNamespace = resource.DefaultSystemNamespace
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	v := &View{cfg: cfg, meshes: map[string]*meshState{}, building: map[string]chan struct{}{}}
+	v.changed = sync.NewCond(&v.mu)
+	return v, nil
+}
+
+// Run loads every relevant resource, then applies the store's watch until ctx
+// ends. It returns the error that stopped it (nil on ctx end).
+func (v *View) Run(ctx context.Context) error {
+	err := v.run(ctx)
+	v.mu.Lock()
+	if err == nil {
+		err = ctx.Err()
+	}
+	v.runErr = fmt.Errorf("policy view stopped: %w", err)
+	v.changed.Broadcast()
+	v.mu.Unlock()
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+func (v *View) run(ctx context.Context) error {
+	// Revision first, then the lists: anything written in between is
+	// replayed by the watch, and applying a newer state twice is harmless.
+	rev, err := v.cfg.Store.Revision(ctx)
+	if err != nil {
+		return err
+	}
+	if err := v.loadAll(ctx, rev); err != nil {
+		return err
+	}
+	events, err := v.cfg.Store.Watch(ctx, rev)
+	if err != nil {
+		return err
+	}
+	for ev := range events {
+		v.apply(ev)
+	}
+	return ctx.Err()
+}
+
+// relevant says whether a type feeds the engine.
+func (v *View) relevant(typeName string) bool {
+	d, ok := v.cfg.Registry.Lookup(typeName)
+	return ok && d.Scope == resource.ScopeMesh
+}
+
+func (v *View) loadAll(ctx context.Context, rev uint64) error {
+	meshes := map[string]*meshState{}
+	for _, name := range v.cfg.Registry.Names() {
+		if !v.relevant(name) {
+			continue
+		}
+		res, err := v.cfg.Store.List(ctx, storage.ListOptions{Type: name})
+		if err != nil {
+			return fmt.Errorf("load %s: %w", name, err)
+		}
+		for _, r := range res.Items {
+			meshOf(meshes, r.Mesh).resources[r.Key()] = r
+		}
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.meshes = meshes
+	v.applied = rev
+	v.loaded = true
+	v.changed.Broadcast()
+	return nil
+}
+
+func meshOf(meshes map[string]*meshState, mesh string) *meshState {
+	m := meshes[mesh]
+	if m == nil {
+		m = &meshState{resources: map[resource.Key]*resource.Resource{}}
+		meshes[mesh] = m
+	}
+	return m
+}
+
+func (v *View) apply(ev storage.Event) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if ev.Revision > v.applied {
+		v.applied = ev.Revision
+	}
+	defer v.changed.Broadcast()
+	r := ev.Resource
+	if r == nil || !v.relevant(r.Type) {
+		return
+	}
+	m := meshOf(v.meshes, r.Mesh)
+	m.generation++
+	if ev.Kind == storage.EventDelete {
+		delete(m.resources, r.Key())
+		return
+	}
+	m.resources[r.Key()] = r
+}
+
+// waitFor blocks until the mirror reflects revision rev (or the view stopped).
+func (v *View) waitFor(ctx context.Context, rev uint64) error {
+	stop := context.AfterFunc(ctx, func() {
+		v.mu.Lock()
+		v.changed.Broadcast()
+		v.mu.Unlock()
+	})
+	defer stop()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for !v.loaded || v.applied < rev {
+		if v.runErr != nil {
+			return v.runErr
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		v.changed.Wait()
+	}
+	return nil
+}
+
+// Snapshot returns the current snapshot of mesh, reflecting every write the
+// store had committed when it was called (read-your-writes for the API).
+func (v *View) Snapshot(ctx context.Context, mesh string) (*policy.MeshSnapshot, error) {
+	rev, err := v.cfg.Store.Revision(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := v.waitFor(ctx, rev); err != nil {
+		return nil, err
+	}
+	for {
+		snap, gen, resources, prev, wait := v.cached(mesh)
+		if snap != nil {
+			return snap, nil
+		}
+		if wait != nil {
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return v.build(mesh, gen, resources, prev)
+	}
+}
+
+// cached returns a fresh snapshot, or the inputs to build one (and claims
+// the build), or a channel to wait on while another caller builds.
+func (v *View) cached(mesh string) (*policy.MeshSnapshot, uint64, []*resource.Resource, *policy.MeshSnapshot, chan struct{}) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	m := meshOf(v.meshes, mesh)
+	if m.snapshot != nil && m.snapGen == m.generation {
+		return m.snapshot, 0, nil, nil, nil
+	}
+	if ch, ok := v.building[mesh]; ok {
+		return nil, 0, nil, nil, ch
+	}
+	v.building[mesh] = make(chan struct{})
+	list := make([]*resource.Resource, 0, len(m.resources))
+	for _, r := range m.resources {
+		list = append(list, r)
+	}
+	return nil, m.generation, list, m.snapshot, nil
+}
+
+func (v *View) build(mesh string, gen uint64, resources []*resource.Resource, prev *policy.MeshSnapshot) (*policy.MeshSnapshot, error) {
+	snap, err := policy.NewMeshSnapshot(policy.Inputs{
+		Registry: v.cfg.Registry, Mesh: mesh, Zone: v.cfg.Zone, SystemNamespace: v.cfg.SystemNamespace,
+		Resources: resources, Previous: prev,
+	})
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	close(v.building[mesh])
+	delete(v.building, mesh)
+	if err != nil {
+		return nil, fmt.Errorf("build policy snapshot of mesh %q: %w", mesh, err)
+	}
+	v.builds++
+	m := meshOf(v.meshes, mesh)
+	if m.snapshot == nil || gen >= m.snapGen {
+		m.snapshot, m.snapGen = snap, gen
+	}
+	return snap, nil
+}
+
+// Builds counts snapshots built so far.
+func (v *View) Builds() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.builds
+}

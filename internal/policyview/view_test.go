@@ -1,0 +1,118 @@
+package policyview_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/meridian-mesh/meridian/internal/policy"
+	"github.com/meridian-mesh/meridian/internal/policyview"
+	"github.com/meridian-mesh/meridian/internal/resource"
+	"github.com/meridian-mesh/meridian/internal/storage/boltstore"
+)
+
+func dataplane(name, service string) *resource.Resource {
+	return &resource.Resource{Type: "Dataplane", Mesh: "default", Name: name,
+		Spec: []byte(`{"networking":{"address":"10.0.0.1","inbound":[{"port":8080,"tags":{"kuma.io/service":"` + service + `"}}]}}`)}
+}
+
+func timeout(name, idle string) *resource.Resource {
+	return &resource.Resource{Type: "MeshTimeout", Mesh: "default", Name: name,
+		Labels: map[string]string{resource.LabelOrigin: "zone", resource.LabelPolicyRole: "system"},
+		Spec:   []byte(`{"targetRef":{"kind":"Mesh"},"from":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"` + idle + `"}}]}`)}
+}
+
+func TestViewFollowsTheStore(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store, err := boltstore.Open(boltstore.Config{Path: filepath.Join(t.TempDir(), "db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	for _, r := range []*resource.Resource{dataplane("web-1", "web"), timeout("t1", "1h")} {
+		if _, err := store.Create(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := policyview.New(policyview.Config{Registry: resource.NewDefaultRegistry(), Store: store, Zone: "zone-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- v.Run(ctx) }()
+
+	idle := func() string {
+		t.Helper()
+		snap, err := v.Snapshot(ctx, "default")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, err := snap.EvaluateInbound("web-1", "", 8080, map[string]string{"kuma.io/service": "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, ok := ev.Policies["MeshTimeout"]
+		if !ok {
+			return ""
+		}
+		var conf struct {
+			IdleTimeout string `json:"idleTimeout"`
+		}
+		if err := json.Unmarshal(p.Conf, &conf); err != nil {
+			t.Fatal(err)
+		}
+		return conf.IdleTimeout
+	}
+
+	if got := idle(); got != "1h" {
+		t.Fatalf("idleTimeout = %q, want 1h", got)
+	}
+	builds := v.Builds()
+	for i := 0; i < 5; i++ {
+		idle()
+	}
+	if v.Builds() != builds {
+		t.Errorf("unchanged mesh rebuilt: %d builds, want %d", v.Builds(), builds)
+	}
+
+	// Read-your-writes: a change is visible to the next read at once.
+	if _, _, err := store.Put(ctx, timeout("t1", "2h")); err != nil {
+		t.Fatal(err)
+	}
+	if got := idle(); got != "2h" {
+		t.Errorf("after update idleTimeout = %q, want 2h", got)
+	}
+	if v.Builds() != builds+1 {
+		t.Errorf("builds = %d, want %d", v.Builds(), builds+1)
+	}
+	// A change in another mesh does not rebuild this one.
+	if _, err := store.Create(ctx, &resource.Resource{Type: "Mesh", Name: "other", Spec: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := idle(); got != "2h" || v.Builds() != builds+1 {
+		t.Errorf("unrelated write rebuilt the mesh: idle %q builds %d", got, v.Builds())
+	}
+	if err := store.Delete(ctx, resource.Key{Type: "MeshTimeout", Mesh: "default", Name: "t1"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := idle(); got != "" {
+		t.Errorf("after delete idleTimeout = %q, want none", got)
+	}
+	if err := store.Delete(ctx, resource.Key{Type: "Dataplane", Mesh: "default", Name: "web-1"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := v.Snapshot(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := snap.Rules("web-1", ""); !errors.Is(err, policy.ErrNotFound) {
+		t.Errorf("deleted dataplane: err = %v, want ErrNotFound", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
