@@ -164,6 +164,7 @@ func (c *cluster) demo(ctx context.Context) error {
 		{"global", []string{"get", "meshtrafficpermissions", "backend-permissions", "-o", "yaml"}, false, ""},
 		{"zone-1", []string{"get", "dataplanes"}, false, "what zone-1 holds"},
 		{"zone-1", []string{"get", "meshtimeouts"}, false, ""},
+		{"zone-1", []string{"inspect", "dataplane", "web-1", "-n", "web-ns", "--config", "-o", "yaml"}, false, "web-1's effective config in zone-1"},
 		{"zone-2", []string{"get", "meshtimeouts"}, false, "what zone-2 holds"},
 	}
 	for _, s := range steps {
