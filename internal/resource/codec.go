@@ -451,14 +451,25 @@ type member struct {
 
 // universalMembers lays a resource out in the Universal shape, flattening
 // the spec of UniversalTopLevel types the way Kuma's Universal format does.
-func (reg *Registry) universalMembers(r *Resource) ([]member, error) {
-	spec, err := parseJSON(r.Spec)
-	if err != nil {
+// universalMembers lists the document's top-level members. With raw, spec and
+// status may be json.RawMessage values (for JSON output); else plain values.
+func (reg *Registry) universalMembers(r *Resource, raw bool) ([]member, error) {
+	var spec, status any
+	if d, ok := reg.Lookup(r.Type); raw && ok && !d.UniversalTopLevel && json.Valid(r.Spec) {
+		// The spec goes out as it is stored (compact JSON): no need to parse
+		// it into values and encode them again, the bulk of a PUT's response.
+		spec = json.RawMessage(r.Spec)
+	} else if v, err := parseJSON(r.Spec); err != nil {
 		return nil, fmt.Errorf("encode %s: spec: %w", r.Key(), err)
+	} else {
+		spec = v
 	}
-	status, err := parseJSON(r.Status)
-	if err != nil {
+	if v, err := parseJSON(r.Status); err != nil {
 		return nil, fmt.Errorf("encode %s: status: %w", r.Key(), err)
+	} else if v != nil && raw {
+		status = json.RawMessage(r.Status)
+	} else {
+		status = v
 	}
 	ms := []member{{"type", r.Type}}
 	ms = appendIf(ms, r.Mesh != "", "mesh", r.Mesh)
@@ -517,7 +528,7 @@ func isEnvelopeKey(k string) bool {
 // EncodeJSON writes a resource as one compact JSON document in the Universal
 // shape, read-only fields included; Decode reads it back unchanged.
 func (reg *Registry) EncodeJSON(r *Resource) ([]byte, error) {
-	ms, err := reg.universalMembers(r)
+	ms, err := reg.universalMembers(r, true)
 	if err != nil {
 		return nil, err
 	}
@@ -543,7 +554,7 @@ func (reg *Registry) EncodeJSON(r *Resource) ([]byte, error) {
 // EncodeYAML writes a resource as a YAML document in the Universal shape,
 // fields in the envelope's order (type, mesh, name, ...) for people to read.
 func (reg *Registry) EncodeYAML(r *Resource) ([]byte, error) {
-	ms, err := reg.universalMembers(r)
+	ms, err := reg.universalMembers(r, false)
 	if err != nil {
 		return nil, err
 	}

@@ -387,6 +387,10 @@ func kindRules(kind string) kindRule {
 	}
 }
 
+// targetRefShape is built once: validation runs on every write, and a schema
+// is never changed after construction.
+var targetRefShape = targetRefSchema()
+
 func targetRefSchema() *Schema {
 	return object(
 		req("kind", nonEmptyStr()),
@@ -410,7 +414,7 @@ func checkRefNamespace(s string) string {
 // validateTargetRef checks a targetRef's shape, that its kind is allowed at
 // this level, and the fields that kind requires or forbids.
 func validateTargetRef(path string, v any, kinds []string, errs *ValidationError) {
-	targetRefSchema().validate(path, v, errs)
+	targetRefShape.validate(path, v, errs)
 	ref, ok := v.(map[string]any)
 	if !ok {
 		return
