@@ -97,6 +97,22 @@ func startNode(t *testing.T, name, bin, dataDir string, args ...string) *node {
 	return n
 }
 
+// eventually retries check until it returns nil or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %v", timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func (n *node) start() {
 	n.t.Helper()
 	if err := n.proc.Start(); err != nil {

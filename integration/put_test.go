@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"github.com/meridian-mesh/meridian/internal/launcher"
 	"io"
 	"net/http"
 	"strings"
@@ -23,3 +24,6 @@ func tryPut(url, body string) (int, error) {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode, nil
 }
+
+// netListen returns a free loopback address.
+func netListen() (string, error) { return launcher.FreeAddress() }

@@ -42,6 +42,9 @@ func newCommand() *cobra.Command {
 				Version:            version.Version,
 				Logger:             logger,
 				TombstoneRetention: common.TombstoneRetention,
+				KDSAddress:         kdsAddress,
+				TLSCertFile:        tlsCert,
+				TLSKeyFile:         tlsKey,
 			})
 		},
 	}

@@ -1,7 +1,9 @@
 // Command localcluster is the README's main job: it builds Meridian, starts a
-// global control plane and two zones on loopback (embedded stores in a
-// temporary folder), applies the example policies and prints what each
-// control plane holds. Ctrl-C stops everything.
+// global control plane and two zones connected to it on loopback (embedded
+// stores in a temporary folder, zone tokens issued by the global, KDS over
+// TLS), applies the example policies on the global and in zone-1, and prints
+// what each control plane holds and one proxy's effective config. Ctrl-C
+// stops everything.
 package main
 
 import (
@@ -10,10 +12,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -80,44 +84,59 @@ func run(ctx context.Context, once, verbose bool) error {
 }
 
 func (c *cluster) startAll(ctx context.Context, tmp string) error {
-	type spec struct {
-		name string
-		bin  string
-		args []string
+	kds, err := launcher.FreeAddress()
+	if err != nil {
+		return err
 	}
-	specs := []spec{
-		{"global", c.bins.Global, nil},
-		{"zone-1", c.bins.Zone, []string{"--zone", "zone-1", "--environment", "kubernetes"}},
-		{"zone-2", c.bins.Zone, []string{"--zone", "zone-2", "--environment", "universal"}},
+	globalDir := filepath.Join(tmp, "global")
+	if err := c.start(ctx, "global", c.bins.Global, globalDir, "--kds-address", kds); err != nil {
+		return err
 	}
-	for _, s := range specs {
-		addr, err := launcher.FreeAddress()
+	for _, z := range []struct{ name, env string }{{"zone-1", "kubernetes"}, {"zone-2", "universal"}} {
+		tokenFile := filepath.Join(tmp, z.name+".token")
+		if err := c.zoneToken(ctx, z.name, tokenFile); err != nil {
+			return err
+		}
+		err := c.start(ctx, z.name, c.bins.Zone, filepath.Join(tmp, z.name), "--zone", z.name, "--environment", z.env,
+			"--global-address", kds, "--zone-token-file", tokenFile,
+			"--kds-ca-file", filepath.Join(globalDir, "kds-server.crt"))
 		if err != nil {
 			return err
 		}
-		args := append([]string{"--data-dir", filepath.Join(tmp, s.name), "--api-address", addr}, s.args...)
-		if s.name == "global" {
-			kds, err := launcher.FreeAddress()
-			if err != nil {
-				return err
-			}
-			args = append(args, "--kds-address", kds)
-		}
-		p := &launcher.Process{Name: s.name, Path: s.bin, Args: args, Log: &launcher.PrefixWriter{Prefix: "[" + s.name + "] ", W: c.logSink}}
-		if err := p.Start(); err != nil {
-			return err
-		}
-		c.procs = append(c.procs, p)
-		readyCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		err = p.WaitHTTP(readyCtx, "http://"+addr+"/readyz")
-		cancel()
-		if err != nil {
-			return err
-		}
-		c.apis[s.name] = "http://" + addr
-		fmt.Printf("%-7s API %s\n", s.name, c.apis[s.name])
 	}
 	return nil
+}
+
+// start launches one control plane on a fresh API port and waits until ready.
+func (c *cluster) start(ctx context.Context, name, bin, dataDir string, args ...string) error {
+	addr, err := launcher.FreeAddress()
+	if err != nil {
+		return err
+	}
+	args = append([]string{"--data-dir", dataDir, "--api-address", addr}, args...)
+	p := &launcher.Process{Name: name, Path: bin, Args: args, Log: &launcher.PrefixWriter{Prefix: "[" + name + "] ", W: c.logSink}}
+	if err := p.Start(); err != nil {
+		return err
+	}
+	c.procs = append(c.procs, p)
+	readyCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := p.WaitHTTP(readyCtx, "http://"+addr+"/readyz"); err != nil {
+		return err
+	}
+	c.apis[name] = "http://" + addr
+	fmt.Printf("%-7s API %s\n", name, c.apis[name])
+	return nil
+}
+
+// zoneToken issues a token for zone on the global with meridianctl.
+func (c *cluster) zoneToken(ctx context.Context, zone, path string) error {
+	out, err := exec.CommandContext(ctx, c.bins.Meridianctl, "--api-address", c.apis["global"],
+		"generate", "zone-token", "--zone", zone, "--valid-for", "24h").Output()
+	if err != nil {
+		return fmt.Errorf("generate zone-token: %w", err)
+	}
+	return os.WriteFile(path, out, 0o600)
 }
 
 func (c *cluster) stopAll() {
@@ -151,32 +170,57 @@ func joinArgs(args []string) string {
 }
 
 func (c *cluster) demo(ctx context.Context) error {
-	steps := []struct {
+	type step struct {
 		cp       string
 		args     []string
 		mayFail  bool
 		headline string
-	}{
+	}
+	run := func(steps []step) error {
+		for _, s := range steps {
+			if s.headline != "" {
+				fmt.Printf("\n=== %s\n", s.headline)
+			}
+			err := c.ctl(ctx, s.cp, s.args...)
+			var exitErr *exec.ExitError
+			if err != nil && !(s.mayFail && errors.As(err, &exitErr)) {
+				return fmt.Errorf("meridianctl %v: %w", s.args, err)
+			}
+		}
+		return nil
+	}
+	err := run([]step{
 		{"global", []string{"apply", "-f", "examples/global-policies.yaml"}, false, "fleet-wide policies on the global"},
 		{"zone-1", []string{"apply", "-f", "examples/zone-1-resources.yaml"}, false, "proxies and a producer policy in zone-1"},
 		{"global", []string{"apply", "-f", "examples/invalid-policy.yaml"}, true, "invalid policies are rejected with field paths"},
-		{"global", []string{"get", "meshtimeouts"}, false, "what the global holds"},
-		{"global", []string{"get", "meshtrafficpermissions", "backend-permissions", "-o", "yaml"}, false, ""},
-		{"zone-1", []string{"get", "dataplanes"}, false, "what zone-1 holds"},
-		{"zone-1", []string{"get", "meshtimeouts"}, false, ""},
+	})
+	if err != nil {
+		return err
+	}
+	// Sync is asynchronous (milliseconds); wait until zone-2 has the
+	// producer policy relayed from zone-1, the last thing to arrive.
+	c.waitFor(ctx, "zone-2", "/meshes/default/meshtimeouts?filter[labels.kuma.io/display-name]=backend-timeouts")
+	return run([]step{
+		{"global", []string{"inspect", "zones"}, false, "the zones, as the global sees them"},
+		{"global", []string{"get", "meshtimeouts"}, false, "what the global holds: its own policies and zone-1's producer policy"},
+		{"zone-1", []string{"get", "meshtimeouts"}, false, "what zone-1 sees: the global's policies (hashed names) and its own"},
+		{"zone-2", []string{"get", "meshtimeouts"}, false, "what zone-2 sees: the global's policies and zone-1's producer policy"},
 		{"zone-1", []string{"inspect", "dataplane", "web-1", "-n", "web-ns", "--config", "-o", "yaml"}, false, "web-1's effective config in zone-1"},
-		{"zone-2", []string{"get", "meshtimeouts"}, false, "what zone-2 holds"},
-	}
-	for _, s := range steps {
-		if s.headline != "" {
-			fmt.Printf("\n=== %s\n", s.headline)
+	})
+}
+
+// waitFor polls a zone's list path until it has an item, for up to 10 s.
+func (c *cluster) waitFor(ctx context.Context, cp, path string) {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		resp, err := http.Get(c.apis[cp] + path)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if !strings.Contains(string(body), `"total":0`) {
+				return
+			}
 		}
-		err := c.ctl(ctx, s.cp, s.args...)
-		var exitErr *exec.ExitError
-		if err != nil && !(s.mayFail && errors.As(err, &exitErr)) {
-			return fmt.Errorf("meridianctl %v: %w", s.args, err)
-		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	fmt.Println("\nnote: multizone sync between these control planes is not implemented yet; each holds only what was applied to it.")
-	return nil
 }

@@ -65,6 +65,6 @@ func (a *app) rootCommand() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&a.apiAddress, "api-address", "http://127.0.0.1:5681",
 		"control plane REST API (env MERIDIAN_API_ADDRESS)")
-	root.AddCommand(a.applyCommand(), a.getCommand(), a.deleteCommand(), a.inspectCommand())
+	root.AddCommand(a.applyCommand(), a.getCommand(), a.deleteCommand(), a.inspectCommand(), a.generateCommand())
 	return root
 }

@@ -41,9 +41,6 @@ func newCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if globalAddress != "" {
-				logger.Warn("multizone sync is not implemented yet: running as a standalone zone", "global_address", globalAddress)
-			}
 			return controlplane.Run(cmd.Context(), controlplane.Config{
 				Mode:               api.ModeZone,
 				Zone:               zone,
@@ -54,6 +51,10 @@ func newCommand() *cobra.Command {
 				Version:            version.Version,
 				Logger:             logger.With("zone", zone),
 				TombstoneRetention: common.TombstoneRetention,
+				GlobalAddress:      globalAddress,
+				ZoneTokenFile:      tokenFile,
+				KDSCAFile:          caFile,
+				KDSSkipVerify:      skipVerify,
 			})
 		},
 	}

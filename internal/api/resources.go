@@ -372,12 +372,10 @@ func (s *Server) checkWriteAllowed(r *http.Request, res *resource.Resource) erro
 	return err
 }
 
-// checkOwnership refuses, on a zone, writes to resources synced from the
-// global.
+// checkOwnership refuses writes to resources this control plane did not
+// originate: on a zone, what the global (or another zone) sent; on the
+// global, what a zone synced up.
 func (s *Server) checkOwnership(r *http.Request, key resource.Key) error {
-	if s.cfg.Mode != ModeZone {
-		return nil
-	}
 	existing, err := s.store.Get(r.Context(), key)
 	if errors.Is(err, storage.ErrNotFound) {
 		return nil
@@ -385,8 +383,16 @@ func (s *Server) checkOwnership(r *http.Request, key resource.Key) error {
 	if err != nil {
 		return err
 	}
-	if o := existing.Labels[resource.LabelOrigin]; o != "" && o != resource.OriginZone {
-		return conflict("%s has origin %q: change it on the global control plane, not in zone %q", key, o, s.cfg.Zone)
+	origin := existing.Labels[resource.LabelOrigin]
+	if s.cfg.Mode == ModeGlobal {
+		if origin == resource.OriginZone {
+			return conflict("%s has origin %q (zone %q): change it in that zone, not on the global",
+				key, origin, existing.Labels[resource.LabelZone])
+		}
+		return nil
+	}
+	if origin != "" && origin != resource.OriginZone {
+		return conflict("%s has origin %q: change it on the global control plane, not in zone %q", key, origin, s.cfg.Zone)
 	}
 	if z := existing.Labels[resource.LabelZone]; z != "" && z != s.cfg.Zone {
 		return conflict("%s belongs to zone %q, not %q", key, z, s.cfg.Zone)

@@ -55,6 +55,13 @@ type Config struct {
 	Ready func() error
 	// Snapshots serves the inspect endpoints; required in zone mode.
 	Snapshots Snapshots
+	// Zones and Tokens serve GET /zones... and POST /tokens/zone (global).
+	Zones  ZoneStatuses
+	Tokens TokenIssuer
+	// SyncStatus, on a zone, reports its connection to the global in GET /.
+	SyncStatus func() any
+	// Metrics, when set, is served at GET /metrics.
+	Metrics http.Handler
 }
 
 // Server is the HTTP handler. It is safe for concurrent use.
@@ -120,6 +127,11 @@ func (s *Server) routes() {
 
 	if s.cfg.Mode == ModeZone {
 		s.registerInspect()
+	} else {
+		s.registerGlobal()
+	}
+	if s.cfg.Metrics != nil {
+		s.mux.Handle("GET /metrics", s.cfg.Metrics)
 	}
 
 	// Other global-scoped types (zones, zoneinsights).
@@ -148,6 +160,9 @@ func (s *Server) handleIndex(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Mode == ModeZone {
 		body["zone"] = s.cfg.Zone
 		body["environment"] = s.cfg.Environment
+		if s.cfg.SyncStatus != nil {
+			body["sync"] = s.cfg.SyncStatus()
+		}
 	}
 	s.writeValue(w, r, http.StatusOK, body)
 }

@@ -15,12 +15,14 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meridian-mesh/meridian/internal/api"
 	"github.com/meridian-mesh/meridian/internal/policyview"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
 	"github.com/meridian-mesh/meridian/internal/storage/boltstore"
+	meridiansync "github.com/meridian-mesh/meridian/internal/sync"
 )
 
 // StoreFileName is the bbolt file inside the data dir.
@@ -42,6 +44,16 @@ type Config struct {
 	TombstoneRetention time.Duration
 	// ShutdownTimeout bounds graceful shutdown (SPEC: within 5 s).
 	ShutdownTimeout time.Duration
+	// KDS (multizone sync). Global: KDSAddress, TLS files (self-signed into
+	// the data dir when empty). Zone: GlobalAddress, token file, CA/skip.
+	KDSAddress    string
+	TLSCertFile   string
+	TLSKeyFile    string
+	ZoneTokenFile string
+	KDSCAFile     string
+	KDSSkipVerify bool
+	// SyncStream tunes heartbeats and batching (zero = defaults).
+	SyncStream meridiansync.StreamConfig
 	// Listening, when set, receives the API's bound address once serving (for
 	// tests that listen on port 0).
 	Listening func(apiAddr string)
@@ -56,6 +68,9 @@ func (c *Config) check() error {
 	}
 	if c.APIAddress == "" {
 		return errors.New("--api-address is required")
+	}
+	if c.Mode == api.ModeGlobal && c.KDSAddress == "" {
+		return errors.New("--kds-address is required")
 	}
 	if c.Mode == api.ModeZone {
 		if c.Zone == "" {
@@ -93,9 +108,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := ensureDefaultMesh(ctx, cfg, reg, store); err != nil {
 		return err
 	}
+	metrics, metricsHandler := newMetrics()
 	apiCfg := api.Config{
 		Registry: reg, Store: store, Logger: cfg.Logger.Named("api"), Mode: cfg.Mode,
 		Zone: cfg.Zone, Environment: cfg.Environment, SystemNamespace: cfg.SystemNamespace, Version: cfg.Version,
+		Metrics: metricsHandler,
 	}
 	// Background components stop before the store closes (deferred earlier).
 	ctx, cancel := context.WithCancel(ctx)
@@ -105,20 +122,16 @@ func Run(ctx context.Context, cfg Config) error {
 		background.Wait()
 	}()
 	failed := make(chan error, 1)
-	if cfg.Mode == api.ModeZone {
-		view, err := policyview.New(policyview.Config{Registry: reg, Store: store, Zone: cfg.Zone,
-			SystemNamespace: cfg.SystemNamespace, Logger: cfg.Logger.Named("policy")})
+	if cfg.Mode == api.ModeGlobal {
+		kds, err := startGlobalKDS(cfg, reg, store, metrics)
 		if err != nil {
 			return err
 		}
-		apiCfg.Snapshots = view
-		background.Add(1)
-		go func() {
-			defer background.Done()
-			if err := view.Run(ctx); err != nil {
-				failed <- err
-			}
-		}()
+		defer kds.stop(cfg.ShutdownTimeout / 2)
+		apiCfg.Zones, apiCfg.Tokens = kds.server, kds.tokens
+		runBackground(ctx, &background, failed, func(context.Context) error { return kds.serve() })
+	} else if err := startZone(ctx, cfg, reg, store, metrics, &apiCfg, &background, failed); err != nil {
+		return err
 	}
 	handler, err := api.New(apiCfg)
 	if err != nil {
@@ -129,6 +142,29 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("api address %s: %w", cfg.APIAddress, err)
 	}
 	return serve(ctx, cfg, ln, handler, failed)
+}
+
+// startZone starts the zone's policy view and, with a global address, its
+// sync client, and points the API at them.
+func startZone(ctx context.Context, cfg Config, reg *resource.Registry, store storage.Store, metrics prometheus.Registerer,
+	apiCfg *api.Config, background *sync.WaitGroup, failed chan<- error) error {
+	view, err := policyview.New(policyview.Config{Registry: reg, Store: store, Zone: cfg.Zone,
+		SystemNamespace: cfg.SystemNamespace, Logger: cfg.Logger.Named("policy")})
+	if err != nil {
+		return err
+	}
+	apiCfg.Snapshots = view
+	runBackground(ctx, background, failed, view.Run)
+	if cfg.GlobalAddress == "" {
+		return nil
+	}
+	client, err := newZoneClient(cfg, reg, store, metrics)
+	if err != nil {
+		return err
+	}
+	apiCfg.SyncStatus = func() any { return client.Status() }
+	runBackground(ctx, background, failed, client.Run)
+	return nil
 }
 
 func openStore(cfg Config) (*boltstore.Store, error) {

@@ -83,3 +83,7 @@ func labelValueProblem(key, value string) string {
 	}
 	return ""
 }
+
+// IsDNSLabel reports whether s is a lowercase RFC 1123 label (zone and mesh
+// names).
+func IsDNSLabel(s string) bool { return isDNSLabel(s) }

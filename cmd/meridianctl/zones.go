@@ -1,0 +1,129 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+func (a *app) generateCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "generate", Short: "Generate credentials"}
+	cmd.AddCommand(a.generateZoneTokenCommand())
+	return cmd
+}
+
+// generateZoneTokenCommand asks the global for a zone token and prints it,
+// ready for zone-cp --zone-token-file.
+func (a *app) generateZoneTokenCommand() *cobra.Command {
+	var zone, validFor string
+	cmd := &cobra.Command{
+		Use:   "zone-token --zone NAME [--valid-for 24h]",
+		Short: "Issue a token a zone control plane presents to the global (global control plane)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if zone == "" {
+				return fmt.Errorf("--zone is required")
+			}
+			if _, err := time.ParseDuration(validFor); err != nil {
+				return fmt.Errorf("--valid-for: %w", err)
+			}
+			body, err := json.Marshal(map[string]string{"zone": zone, "validFor": validFor})
+			if err != nil {
+				return err
+			}
+			resp, _, err := a.client.do(cmd.Context(), "POST", "/tokens/zone", nil, body, "")
+			if err != nil {
+				return err
+			}
+			var out struct {
+				Token string `json:"token"`
+			}
+			if err := json.Unmarshal(resp, &out); err != nil || out.Token == "" {
+				return fmt.Errorf("unexpected response: %s", resp)
+			}
+			fmt.Fprintln(a.stdout, out.Token)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&zone, "zone", "", "zone name the token is bound to (required)")
+	cmd.Flags().StringVar(&validFor, "valid-for", "24h", "how long the token is valid")
+	return cmd
+}
+
+// zoneRow holds the columns of `inspect zones`.
+type zoneRow struct {
+	Zone            string     `json:"zone"`
+	Connected       bool       `json:"connected"`
+	SoftwareVersion string     `json:"softwareVersion"`
+	ConnectTime     *time.Time `json:"connectTime"`
+	LastHeartbeat   *time.Time `json:"lastHeartbeat"`
+	LastError       string     `json:"lastError"`
+	GlobalToZone    struct {
+		BatchesSent   uint64 `json:"batchesSent"`
+		BatchesNacked uint64 `json:"batchesNacked"`
+		LastNackError string `json:"lastNackError"`
+	} `json:"globalToZone"`
+	ZoneToGlobal struct {
+		BatchesSent   uint64 `json:"batchesSent"`
+		BatchesNacked uint64 `json:"batchesNacked"`
+	} `json:"zoneToGlobal"`
+}
+
+func (a *app) inspectZonesCommand() *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "zones",
+		Short: "Show every zone's sync status (global control plane)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			body, _, err := a.client.do(cmd.Context(), "GET", "/zones", nil, nil, "")
+			if err != nil {
+				return err
+			}
+			if output != "table" {
+				return a.printRaw(body, output)
+			}
+			var page struct {
+				Items []zoneRow `json:"items"`
+			}
+			if err := json.Unmarshal(body, &page); err != nil {
+				return fmt.Errorf("decode response: %w", err)
+			}
+			return a.printZones(page.Items)
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, yaml or json")
+	return cmd
+}
+
+func (a *app) printZones(rows []zoneRow) error {
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 3, ' ', 0)
+	fmt.Fprintln(tw, "ZONE\tSTATUS\tVERSION\tCONNECTED\tLAST HEARTBEAT\tBATCHES G>Z (NACKED)\tBATCHES Z>G (NACKED)\tLAST ERROR")
+	for _, z := range rows {
+		status := "Offline"
+		if z.Connected {
+			status = "Online"
+		}
+		lastErr := z.GlobalToZone.LastNackError
+		if lastErr == "" {
+			lastErr = z.LastError
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d (%d)\t%d (%d)\t%s\n", z.Zone, status, dash(z.SoftwareVersion),
+			ago(z.ConnectTime), ago(z.LastHeartbeat), z.GlobalToZone.BatchesSent, z.GlobalToZone.BatchesNacked,
+			z.ZoneToGlobal.BatchesSent, z.ZoneToGlobal.BatchesNacked, dash(lastErr))
+	}
+	return tw.Flush()
+}
+
+func ago(t *time.Time) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return time.Since(*t).Round(time.Second).String() + " ago"
+}

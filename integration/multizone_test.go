@@ -1,0 +1,277 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// cluster is a global and two zones as real processes: zone-1 Universal,
+// zone-2 Kubernetes, both verifying the global's generated certificate.
+type cluster struct {
+	global       *node
+	zone1, zone2 *node
+	kdsAddress   string
+}
+
+func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	kds := freeAddress(t)
+	c := &cluster{kdsAddress: kds}
+	c.global = startNode(t, "global", bins.Global, t.TempDir(), "--kds-address", kds)
+	c.zone1 = c.startZone(t, "zone-1", "universal", c.token(t, "zone-1"))
+	c.zone2 = c.startZone(t, "zone-2", "kubernetes", c.token(t, "zone-2"))
+	return c
+}
+
+func freeAddress(t *testing.T) string {
+	t.Helper()
+	ln, err := netListen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+// token issues a zone token through the CLI and writes it to a file.
+func (c *cluster) token(t *testing.T, zone string) string {
+	t.Helper()
+	out, code := c.global.ctl("", "generate", "zone-token", "--zone", zone, "--valid-for", "1h")
+	if code != 0 {
+		t.Fatalf("generate zone-token: %s", out)
+	}
+	path := filepath.Join(t.TempDir(), zone+".token")
+	if err := os.WriteFile(path, []byte(out), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func (c *cluster) startZone(t *testing.T, zone, env, tokenFile string) *node {
+	t.Helper()
+	return startNode(t, zone, bins.Zone, t.TempDir(), "--zone", zone, "--environment", env,
+		"--global-address", c.kdsAddress, "--zone-token-file", tokenFile,
+		"--kds-ca-file", filepath.Join(c.global.dataDir, "kds-server.crt"))
+}
+
+type stored struct {
+	Name      string            `json:"name"`
+	Namespace string            `json:"namespace"`
+	Labels    map[string]string `json:"labels"`
+	Status    json.RawMessage   `json:"status"`
+}
+
+// get fetches one resource; ok is false on 404.
+func (n *node) get(path string) (stored, bool, error) {
+	status, body := n.request("GET", path, "")
+	var r stored
+	switch status {
+	case 404:
+		return r, false, nil
+	case 200:
+		return r, true, json.Unmarshal(body, &r)
+	}
+	return r, false, fmt.Errorf("GET %s: %d %s", path, status, body)
+}
+
+func waitPresent(t *testing.T, n *node, path string) stored {
+	t.Helper()
+	var r stored
+	eventually(t, 15*time.Second, func() error {
+		got, ok, err := n.get(path)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("%s: %s not there yet", n.proc.Name, path)
+		}
+		r = got
+		return nil
+	})
+	return r
+}
+
+func waitAbsent(t *testing.T, n *node, path string) {
+	t.Helper()
+	eventually(t, 15*time.Second, func() error {
+		_, ok, err := n.get(path)
+		if err != nil {
+			return err
+		}
+		if ok {
+			return fmt.Errorf("%s: %s still there", n.proc.Name, path)
+		}
+		return nil
+	})
+}
+
+func apply(t *testing.T, n *node, doc string) {
+	t.Helper()
+	if out, code := n.ctl(doc, "apply", "-f", "-"); code != 0 {
+		t.Fatalf("apply on %s: %s", n.proc.Name, out)
+	}
+}
+
+const globalTimeout = `type: MeshTimeout
+mesh: default
+name: default-timeout-global
+spec:
+  targetRef:
+    kind: Mesh
+  to:
+    - targetRef:
+        kind: Mesh
+      default:
+        idleTimeout: 1h
+`
+
+func TestMultizoneSync(t *testing.T) {
+	c := startCluster(t)
+
+	// The global's default mesh reaches both zones unhashed, origin global.
+	for _, z := range []*node{c.zone1, c.zone2} {
+		m := waitPresent(t, z, "/meshes/default")
+		if m.Labels["kuma.io/origin"] != "global" {
+			t.Errorf("%s: mesh labels %v", z.proc.Name, m.Labels)
+		}
+	}
+
+	// A global policy reaches both zones under its hashed name.
+	apply(t, c.global, globalTimeout)
+	const hashedGlobal = "/meshes/default/meshtimeouts/default-timeout-global-54dbd4c66zwbcf9c"
+	for _, z := range []*node{c.zone1, c.zone2} {
+		r := waitPresent(t, z, hashedGlobal)
+		if r.Labels["kuma.io/origin"] != "global" || r.Labels["kuma.io/display-name"] != "default-timeout-global" {
+			t.Errorf("%s: labels %v", z.proc.Name, r.Labels)
+		}
+	}
+	// A zone refuses to edit what came from the global.
+	if status, body := c.zone1.request("DELETE", hashedGlobal, ""); status != 409 || !strings.Contains(string(body), "global") {
+		t.Errorf("zone delete of a global policy: %d %s", status, body)
+	}
+
+	// A zone-1 policy reaches the global hashed with zone labels, never zone-2.
+	apply(t, c.zone1, strings.ReplaceAll(globalTimeout, "default-timeout-global", "default-timeout-zone-1"))
+	r := waitPresent(t, c.global, "/meshes/default/meshtimeouts/default-timeout-zone-1-c58w24w4vw27f454")
+	if r.Labels["kuma.io/origin"] != "zone" || r.Labels["kuma.io/zone"] != "zone-1" || r.Labels["kuma.io/display-name"] != "default-timeout-zone-1" {
+		t.Errorf("global copy labels %v", r.Labels)
+	}
+	// The global refuses to edit it.
+	if status, body := c.global.request("DELETE", "/meshes/default/meshtimeouts/default-timeout-zone-1-c58w24w4vw27f454", ""); status != 409 {
+		t.Errorf("global delete of a zone policy: %d %s", status, body)
+	}
+
+	// A MeshService of zone-1 reaches zone-2 through the global, without status.
+	apply(t, c.zone1, "type: MeshService\nmesh: default\nname: redis-zone-1\nspec:\n  selector:\n    dataplaneTags:\n      kuma.io/service: redis\n  ports:\n    - port: 6379\n      targetPort: 6379\n      appProtocol: tcp\n")
+	svc := waitPresent(t, c.zone2, "/meshes/default/meshservices/redis-zone-1-2v6wfvvcvbc9f55d")
+	if len(svc.Status) > 0 && string(svc.Status) != "null" && string(svc.Status) != "{}" {
+		t.Errorf("relayed MeshService carries status %s", svc.Status)
+	}
+
+	// Deleting on the global removes the policy everywhere.
+	if out, code := c.global.ctl("", "delete", "meshtimeout", "default-timeout-global"); code != 0 {
+		t.Fatalf("delete: %s", out)
+	}
+	for _, z := range []*node{c.zone1, c.zone2} {
+		waitAbsent(t, z, hashedGlobal)
+	}
+
+	// The zones show as online.
+	out, code := c.global.ctl("", "inspect", "zones")
+	if code != 0 || strings.Count(out, "Online") != 2 {
+		t.Errorf("inspect zones: exit %d\n%s", code, out)
+	}
+}
+
+// TestZoneOfflineCatchesUp kills a zone with SIGKILL, changes the global while
+// it is down (a create and a delete), and checks the zone serves its last
+// state meanwhile... and converges after restart.
+func TestZoneOfflineCatchesUp(t *testing.T) {
+	c := startCluster(t)
+	apply(t, c.global, globalTimeout)
+	const hashedGlobal = "/meshes/default/meshtimeouts/default-timeout-global-54dbd4c66zwbcf9c"
+	waitPresent(t, c.zone2, hashedGlobal)
+
+	if err := c.zone2.proc.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := c.global.ctl("", "delete", "meshtimeout", "default-timeout-global"); code != 0 {
+		t.Fatalf("delete: %s", out)
+	}
+	apply(t, c.global, strings.ReplaceAll(globalTimeout, "default-timeout-global", "while-offline"))
+	c.zone2.start()
+	waitAbsent(t, c.zone2, hashedGlobal)
+	r := waitPresent(t, c.zone2, "/meshes/default/meshtimeouts/while-offline-"+hashSuffix(t, c.zone2, "while-offline"))
+	if r.Labels["kuma.io/display-name"] != "while-offline" {
+		t.Errorf("labels %v", r.Labels)
+	}
+
+	// With the global down, the zone keeps serving what it has.
+	if err := c.global.proc.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := c.zone2.get("/meshes/default/meshtimeouts/while-offline-" + hashSuffix(t, c.zone2, "while-offline")); err != nil || !ok {
+		t.Errorf("zone lost its policy while the global is down: ok=%v err=%v", ok, err)
+	}
+	c.global.start()
+	eventually(t, 20*time.Second, func() error {
+		out, _ := c.global.ctl("", "inspect", "zones")
+		if strings.Count(out, "Online") != 2 {
+			return fmt.Errorf("zones not reconnected:\n%s", out)
+		}
+		return nil
+	})
+}
+
+// hashSuffix finds the synced copy's name by its display name.
+func hashSuffix(t *testing.T, n *node, display string) string {
+	t.Helper()
+	var name string
+	eventually(t, 15*time.Second, func() error {
+		status, body := n.request("GET", "/meshes/default/meshtimeouts?filter[labels.kuma.io/display-name]="+display, "")
+		var page struct {
+			Items []stored `json:"items"`
+		}
+		if status != 200 || json.Unmarshal(body, &page) != nil || len(page.Items) != 1 {
+			return fmt.Errorf("no copy of %s: %d %s", display, status, body)
+		}
+		name = page.Items[0].Name
+		return nil
+	})
+	return strings.TrimPrefix(name, display+"-")
+}
+
+func TestZoneWithWrongTokenIsRefused(t *testing.T) {
+	kds := freeAddress(t)
+	global := startNode(t, "global", bins.Global, t.TempDir(), "--kds-address", kds)
+	c := &cluster{global: global, kdsAddress: kds}
+	// A token for zone-2 presented by zone-1.
+	z := c.startZone(t, "zone-1", "universal", c.token(t, "zone-2"))
+	eventually(t, 15*time.Second, func() error {
+		status, body := z.request("GET", "/", "")
+		var idx struct {
+			Sync struct {
+				Connected bool   `json:"connected"`
+				LastError string `json:"lastError"`
+			} `json:"sync"`
+		}
+		if status != 200 || json.Unmarshal(body, &idx) != nil {
+			return fmt.Errorf("GET /: %d %s", status, body)
+		}
+		if idx.Sync.Connected || !strings.Contains(idx.Sync.LastError, "token") {
+			return fmt.Errorf("zone status does not show the refusal: %s", body)
+		}
+		t.Logf("zone reports: %s", idx.Sync.LastError)
+		return nil
+	})
+	if !strings.Contains(global.log.String(), "zone-1") {
+		t.Errorf("global log does not mention the refused zone:\n%s", global.log.String())
+	}
+	if _, ok, _ := z.get("/meshes/default"); ok {
+		t.Errorf("refused zone received the global's mesh")
+	}
+}

@@ -1,0 +1,75 @@
+// Package auth holds the credentials of multizone sync: zone tokens, signed
+// by a key the global control plane generates on first start and keeps in
+// its data dir, and the TLS material of the global's KDS listener (a
+// self-signed certificate generated into the data dir when none is given)
+// together with the zone's client TLS configuration.
+//
+// The package depends on nothing else in the project; internal/sync declares
+// the small interface it needs (ZoneTokens.Authenticate satisfies it).
+package auth
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Clock tells the time for token issue and expiry checks and certificate
+// validity. Tests inject a fake one; it must be safe for concurrent use.
+type Clock interface {
+	Now() time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// writeFileExclusive writes data to path with mode 0600 without ever
+// replacing an existing file: it writes a temporary file in the same
+// directory, syncs it and hard-links it into place, so a concurrent or
+// crashed writer never leaves a half-written key behind. It returns
+// os.ErrExist (wrapped) when path already exists.
+func writeFileExclusive(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("create temporary file in %s: %w", dir, err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("chmod %s: %w", tmp.Name(), err)
+	}
+	if _, err := tmp.Write(data); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("write %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Sync(); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("sync %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", tmp.Name(), err)
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		return fmt.Errorf("install %s: %w", path, err)
+	}
+	return nil
+}
+
+// checkPrivate refuses a secret file that others can read: a signing key
+// readable by every local user lets any of them mint zone tokens.
+func checkPrivate(path string) error {
+	info, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("stat %s: %w", path, err)
+	}
+	if perm := info.Mode().Perm(); perm&0o077 != 0 {
+		return fmt.Errorf("%s has mode %#o: %w (want 0600; chmod 600 it)", path, perm, ErrInsecureFile)
+	}
+	return nil
+}

@@ -1,0 +1,245 @@
+package auth
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Errors of token handling; callers test them with errors.Is.
+var (
+	// ErrMalformed: the token is not a zone token (bad encoding, bad JSON,
+	// missing claims, unknown version).
+	ErrMalformed = errors.New("malformed zone token")
+	// ErrBadSignature: the signature does not verify with this global's key
+	// (a token of another global, or a tampered one).
+	ErrBadSignature = errors.New("zone token signature is invalid")
+	// ErrExpired: the token's expires-at has passed.
+	ErrExpired = errors.New("zone token expired")
+	// ErrNotYetValid: the token was issued in the future (beyond the clock
+	// skew allowance).
+	ErrNotYetValid = errors.New("zone token not yet valid")
+	// ErrWrongZone: the token was issued for another zone.
+	ErrWrongZone = errors.New("zone token is for another zone")
+	// ErrInsecureFile: a secret file is readable by group or others.
+	ErrInsecureFile = errors.New("secret file is readable by others")
+)
+
+// SigningKeyFileName is the signing key's file inside the global's data dir.
+const SigningKeyFileName = "zone-token-signing.key"
+
+const (
+	tokenVersion = 1
+	// signingContext is prepended to the signed bytes so that a signature
+	// made by this key for any other purpose can never pass as a token.
+	signingContext = "meridian-zone-token.v1."
+	// MaxValidity bounds validFor; a longer-lived credential is a mistake.
+	MaxValidity = 10 * 365 * 24 * time.Hour
+	// DefaultClockSkew tolerates a zone token issued slightly in the future
+	// by a global whose clock runs ahead of the verifier's.
+	DefaultClockSkew = time.Minute
+)
+
+// Claims are the signed content of a zone token. Times are Unix seconds.
+type Claims struct {
+	Version   int    `json:"v"`
+	Zone      string `json:"zone"`
+	IssuedAt  int64  `json:"iat"`
+	ExpiresAt int64  `json:"exp"`
+	// ID makes two tokens issued in the same second differ (for audit logs).
+	ID string `json:"jti"`
+}
+
+// ZoneTokensConfig configures NewZoneTokens.
+type ZoneTokensConfig struct {
+	// Key signs and verifies; required.
+	Key ed25519.PrivateKey
+	// Clock defaults to the real time.
+	Clock Clock
+	// ClockSkew defaults to DefaultClockSkew; negative is invalid.
+	ClockSkew time.Duration
+}
+
+// ZoneTokens issues and verifies zone tokens. It is immutable after
+// construction and safe for concurrent use.
+//
+// Format: base64url(JSON claims) "." base64url(Ed25519 signature), without
+// padding; compact enough for a file, a flag or an HTTP header.
+type ZoneTokens struct {
+	key   ed25519.PrivateKey
+	pub   ed25519.PublicKey
+	clock Clock
+	skew  time.Duration
+}
+
+// NewZoneTokens checks cfg and returns the issuer/verifier.
+func NewZoneTokens(cfg ZoneTokensConfig) (*ZoneTokens, error) {
+	if len(cfg.Key) != ed25519.PrivateKeySize {
+		return nil, fmt.Errorf("zone tokens: signing key must be an Ed25519 private key of %d bytes, got %d", ed25519.PrivateKeySize, len(cfg.Key))
+	}
+	if cfg.ClockSkew < 0 {
+		return nil, fmt.Errorf("zone tokens: negative clock skew %s", cfg.ClockSkew)
+	}
+	if cfg.ClockSkew == 0 {
+		cfg.ClockSkew = DefaultClockSkew
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
+	}
+	return &ZoneTokens{key: cfg.Key, pub: cfg.Key.Public().(ed25519.PublicKey), clock: cfg.Clock, skew: cfg.ClockSkew}, nil
+}
+
+// LoadOrCreateZoneTokens loads the signing key from dataDir, generating it
+// (0600) on first start, and returns the issuer/verifier.
+func LoadOrCreateZoneTokens(dataDir string, clock Clock) (*ZoneTokens, error) {
+	key, err := LoadOrCreateSigningKey(filepath.Join(dataDir, SigningKeyFileName))
+	if err != nil {
+		return nil, err
+	}
+	return NewZoneTokens(ZoneTokensConfig{Key: key, Clock: clock})
+}
+
+// Issue signs a token for zone valid for validFor from now.
+func (t *ZoneTokens) Issue(zone string, validFor time.Duration) (string, error) {
+	if zone == "" {
+		return "", errors.New("issue zone token: zone name is required")
+	}
+	if validFor <= 0 || validFor > MaxValidity {
+		return "", fmt.Errorf("issue zone token: validity %s must be positive and at most %s", validFor, MaxValidity)
+	}
+	var id [8]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return "", fmt.Errorf("issue zone token: %w", err)
+	}
+	now := t.clock.Now()
+	claims := Claims{Version: tokenVersion, Zone: zone, IssuedAt: now.Unix(),
+		ExpiresAt: now.Add(validFor).Unix(), ID: hex.EncodeToString(id[:])}
+	body, err := json.Marshal(claims)
+	if err != nil {
+		return "", fmt.Errorf("issue zone token: %w", err)
+	}
+	payload := base64.RawURLEncoding.EncodeToString(body)
+	sig := ed25519.Sign(t.key, []byte(signingContext+payload))
+	return payload + "." + base64.RawURLEncoding.EncodeToString(sig), nil
+}
+
+// Verify checks token's signature, validity window and zone. The error
+// wraps one of ErrMalformed, ErrBadSignature, ErrExpired, ErrNotYetValid or
+// ErrWrongZone and says what was found, never the token itself.
+func (t *ZoneTokens) Verify(token, zone string) (Claims, error) {
+	claims, err := t.parse(strings.TrimSpace(token))
+	if err != nil {
+		return Claims{}, err
+	}
+	now := t.clock.Now()
+	switch {
+	case now.Unix() >= claims.ExpiresAt:
+		return Claims{}, fmt.Errorf("%w: expired at %s", ErrExpired, time.Unix(claims.ExpiresAt, 0).UTC().Format(time.RFC3339))
+	case now.Add(t.skew).Unix() < claims.IssuedAt:
+		return Claims{}, fmt.Errorf("%w: issued at %s", ErrNotYetValid, time.Unix(claims.IssuedAt, 0).UTC().Format(time.RFC3339))
+	case claims.Zone != zone:
+		return Claims{}, fmt.Errorf("%w: token is for zone %q, not %q", ErrWrongZone, claims.Zone, zone)
+	}
+	return claims, nil
+}
+
+// Authenticate adapts Verify to internal/sync's ZoneAuthenticator.
+func (t *ZoneTokens) Authenticate(zone, token string) error {
+	_, err := t.Verify(token, zone)
+	return err
+}
+
+func (t *ZoneTokens) parse(token string) (Claims, error) {
+	payload, sigText, ok := strings.Cut(token, ".")
+	if !ok || payload == "" || sigText == "" {
+		return Claims{}, fmt.Errorf("%w: want two dot-separated parts", ErrMalformed)
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(sigText)
+	if err != nil || len(sig) != ed25519.SignatureSize {
+		return Claims{}, fmt.Errorf("%w: signature is not %d base64url bytes", ErrMalformed, ed25519.SignatureSize)
+	}
+	body, err := base64.RawURLEncoding.DecodeString(payload)
+	if err != nil {
+		return Claims{}, fmt.Errorf("%w: claims are not base64url: %v", ErrMalformed, err)
+	}
+	// The signature is checked before the claims are trusted or even
+	// interpreted beyond the encoding.
+	if !ed25519.Verify(t.pub, []byte(signingContext+payload), sig) {
+		return Claims{}, ErrBadSignature
+	}
+	var claims Claims
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&claims); err != nil {
+		return Claims{}, fmt.Errorf("%w: claims: %v", ErrMalformed, err)
+	}
+	switch {
+	case claims.Version != tokenVersion:
+		return Claims{}, fmt.Errorf("%w: unsupported version %d", ErrMalformed, claims.Version)
+	case claims.Zone == "" || claims.ExpiresAt == 0 || claims.IssuedAt == 0:
+		return Claims{}, fmt.Errorf("%w: zone, iat and exp are required", ErrMalformed)
+	}
+	return claims, nil
+}
+
+// LoadOrCreateSigningKey reads the PEM (PKCS #8) Ed25519 key at path, or
+// generates one there (mode 0600) when the file does not exist. A key file
+// readable by others is refused.
+func LoadOrCreateSigningKey(path string) (ed25519.PrivateKey, error) {
+	key, err := loadSigningKey(path)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return key, err
+	}
+	_, key, err = ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generate zone token signing key: %w", err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("encode zone token signing key: %w", err)
+	}
+	err = writeFileExclusive(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
+	if errors.Is(err, fs.ErrExist) {
+		// Another process won the race: use its key.
+		return loadSigningKey(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("zone token signing key: %w", err)
+	}
+	return key, nil
+}
+
+func loadSigningKey(path string) (ed25519.PrivateKey, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("zone token signing key: %w", err)
+	}
+	if err := checkPrivate(path); err != nil {
+		return nil, fmt.Errorf("zone token signing key: %w", err)
+	}
+	block, _ := pem.Decode(data)
+	if block == nil || block.Type != "PRIVATE KEY" {
+		return nil, fmt.Errorf("zone token signing key %s: no PEM PRIVATE KEY block", path)
+	}
+	parsed, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("zone token signing key %s: %w", path, err)
+	}
+	key, ok := parsed.(ed25519.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("zone token signing key %s: want an Ed25519 key, got %T", path, parsed)
+	}
+	return key, nil
+}

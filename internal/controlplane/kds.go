@@ -1,0 +1,152 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/encoding/gzip"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/meridian-mesh/meridian/internal/auth"
+	"github.com/meridian-mesh/meridian/internal/resource"
+	"github.com/meridian-mesh/meridian/internal/storage"
+	meridiansync "github.com/meridian-mesh/meridian/internal/sync"
+	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
+)
+
+// maxKDSMessageBytes leaves headroom over the sync's 1 MiB batch limit.
+const maxKDSMessageBytes = 16 << 20
+
+// newMetrics returns a process-local Prometheus registry (never the default
+// global one) and its HTTP handler.
+func newMetrics() (*prometheus.Registry, http.Handler) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+}
+
+// globalKDS is the global's sync endpoint: tokens, TLS, the gRPC server.
+type globalKDS struct {
+	server *meridiansync.Server
+	grpc   *grpc.Server
+	ln     net.Listener
+	tokens *auth.ZoneTokens
+}
+
+func startGlobalKDS(cfg Config, reg *resource.Registry, store storage.Store, metrics prometheus.Registerer) (*globalKDS, error) {
+	tokens, err := auth.LoadOrCreateZoneTokens(cfg.DataDir, nil)
+	if err != nil {
+		return nil, fmt.Errorf("zone token signing key: %w", err)
+	}
+	tlsMat, err := auth.LoadOrCreateServerTLS(auth.ServerTLSConfig{CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile, DataDir: cfg.DataDir})
+	if err != nil {
+		return nil, fmt.Errorf("kds tls: %w", err)
+	}
+	srv, err := meridiansync.NewServer(meridiansync.ServerConfig{
+		Store: store, Registry: reg, Authenticator: tokens, Logger: cfg.Logger.Named("kds"),
+		SoftwareVersion: cfg.Version, SystemNamespace: cfg.SystemNamespace, Metrics: metrics, Stream: cfg.SyncStream,
+	})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.KDSAddress)
+	if err != nil {
+		return nil, fmt.Errorf("kds address %s: %w", cfg.KDSAddress, err)
+	}
+	g := grpc.NewServer(
+		grpc.Creds(credentials.NewTLS(tlsMat.Config)),
+		grpc.MaxRecvMsgSize(maxKDSMessageBytes),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	)
+	syncv1.RegisterSyncServiceServer(g, srv)
+	cfg.Logger.Info("kds listening", "address", ln.Addr().String(), "cert", tlsMat.CertFile, "generated_cert", tlsMat.Generated)
+	return &globalKDS{server: srv, grpc: g, ln: ln, tokens: tokens}, nil
+}
+
+// serve blocks until the gRPC server stops.
+func (k *globalKDS) serve() error {
+	if err := k.grpc.Serve(k.ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("kds server: %w", err)
+	}
+	return nil
+}
+
+// stop ends every stream, then the server, within timeout.
+func (k *globalKDS) stop(timeout time.Duration) {
+	k.server.Shutdown()
+	done := make(chan struct{})
+	go func() {
+		k.grpc.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		k.grpc.Stop()
+	}
+}
+
+// newZoneClient builds the zone's connection to the global.
+func newZoneClient(cfg Config, reg *resource.Registry, store storage.Store, metrics prometheus.Registerer) (*meridiansync.Client, error) {
+	if cfg.ZoneTokenFile == "" {
+		return nil, errors.New("--zone-token-file is required with --global-address (issue one with meridianctl generate zone-token)")
+	}
+	if _, err := readToken(cfg.ZoneTokenFile); err != nil {
+		return nil, err
+	}
+	tlsCfg, err := auth.ClientTLS(auth.ClientTLSConfig{CAFile: cfg.KDSCAFile, SkipVerify: cfg.KDSSkipVerify})
+	if err != nil {
+		return nil, err
+	}
+	if cfg.KDSSkipVerify {
+		cfg.Logger.Warn("not verifying the global's KDS certificate (--kds-skip-verify)")
+	}
+	return meridiansync.NewClient(meridiansync.ClientConfig{
+		Store: store, Registry: reg, Zone: cfg.Zone, Environment: cfg.Environment, SystemNamespace: cfg.SystemNamespace,
+		Token:  func() (string, error) { return readToken(cfg.ZoneTokenFile) },
+		Target: cfg.GlobalAddress,
+		DialOptions: []grpc.DialOption{
+			grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
+			grpc.WithDefaultCallOptions(grpc.UseCompressor(gzip.Name), grpc.MaxCallRecvMsgSize(maxKDSMessageBytes)),
+			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
+		},
+		SoftwareVersion: cfg.Version, Logger: cfg.Logger.Named("kds"), Metrics: metrics, Stream: cfg.SyncStream,
+	})
+}
+
+// readToken reads the zone token file, re-read before every connection so a
+// rotated token is picked up.
+func readToken(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("zone token file: %w", err)
+	}
+	token := strings.TrimSpace(string(data))
+	if token == "" {
+		return "", fmt.Errorf("zone token file %s is empty", path)
+	}
+	return token, nil
+}
+
+// runBackground runs fn in the group, reporting a failure on failed.
+func runBackground(ctx context.Context, wg interface{ Go(func()) }, failed chan<- error, fn func(context.Context) error) {
+	wg.Go(func() {
+		if err := fn(ctx); err != nil && ctx.Err() == nil {
+			select {
+			case failed <- err:
+			default:
+			}
+		}
+	})
+}

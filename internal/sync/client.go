@@ -1,0 +1,302 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	gosync "sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
+	"github.com/meridian-mesh/meridian/internal/resource"
+	"github.com/meridian-mesh/meridian/internal/storage"
+	"github.com/meridian-mesh/meridian/internal/sync/mapping"
+	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
+)
+
+// Defaults of the client's reconnect backoff.
+const (
+	DefaultReconnectBackoff    = 500 * time.Millisecond
+	DefaultMaxReconnectBackoff = 30 * time.Second
+)
+
+// ClientConfig configures a zone's connection to the global.
+type ClientConfig struct {
+	// Store is the zone's store; Registry its types. Required.
+	Store    storage.Store
+	Registry *resource.Registry
+	// Zone is this zone's name (an RFC 1123 label). Required.
+	Zone string
+	// Environment is resource.EnvKubernetes or resource.EnvUniversal.
+	Environment string
+	// SystemNamespace defaults to kuma-system.
+	SystemNamespace string
+	// Token returns the zone token; it is called before every connection
+	// attempt, so a rotated token file is picked up. Required.
+	Token func() (string, error)
+	// Target is the global's KDS address in gRPC syntax (host:port).
+	Target string
+	// DialOptions carry the transport credentials (TLS) and anything else
+	// the wiring needs (gzip, keepalive, a bufconn dialer in tests).
+	// Required: at least the credentials.
+	DialOptions []grpc.DialOption
+	// SoftwareVersion and Features are sent in the handshake.
+	SoftwareVersion string
+	Features        []string
+	// Logger defaults to a null logger; Clock to the wall clock.
+	Logger hclog.Logger
+	Clock  Clock
+	// Stream tunes heartbeats, batching and backoffs.
+	Stream StreamConfig
+	// ReconnectBackoff is the first delay before redialing after a failure;
+	// it doubles per consecutive failure up to MaxReconnectBackoff, with
+	// ±20% jitter. A stream that got through its handshake resets it.
+	ReconnectBackoff    time.Duration
+	MaxReconnectBackoff time.Duration
+	// Metrics, when set, receives the sync metrics.
+	Metrics prometheus.Registerer
+}
+
+// Client is a zone's sync client. Run it in one goroutine; Status may be
+// called from any.
+type Client struct {
+	cfg     ClientConfig
+	log     hclog.Logger
+	metrics *Metrics
+	zone    mapping.Zone
+
+	// mu guards st (the flows of a session write into it too).
+	mu gosync.Mutex
+	st ClientStatus
+}
+
+// NewClient checks cfg and returns the client.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	if err := cfg.check(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	stream, err := cfg.Stream.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	cfg.Stream = stream
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = RealClock{}
+	}
+	if cfg.SystemNamespace == "" {
+		cfg.SystemNamespace = resource.DefaultSystemNamespace
+	}
+	if cfg.ReconnectBackoff == 0 {
+		cfg.ReconnectBackoff = DefaultReconnectBackoff
+	}
+	if cfg.MaxReconnectBackoff == 0 {
+		cfg.MaxReconnectBackoff = DefaultMaxReconnectBackoff
+	}
+	var m *Metrics
+	if cfg.Metrics != nil {
+		if m, err = NewMetrics(cfg.Metrics); err != nil {
+			return nil, err
+		}
+	}
+	return &Client{cfg: cfg, log: cfg.Logger.With("zone", cfg.Zone), metrics: m,
+		zone: mapping.Zone{Name: cfg.Zone, Environment: cfg.Environment, SystemNamespace: cfg.SystemNamespace},
+		st:   ClientStatus{Zone: cfg.Zone}}, nil
+}
+
+func (c *ClientConfig) check() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("Store is required")
+	case c.Registry == nil:
+		return errors.New("Registry is required")
+	case c.Token == nil:
+		return errors.New("Token is required")
+	case c.Target == "":
+		return errors.New("Target is required")
+	case len(c.DialOptions) == 0:
+		return errors.New("DialOptions are required (at least transport credentials)")
+	case c.Environment != resource.EnvKubernetes && c.Environment != resource.EnvUniversal:
+		return fmt.Errorf("Environment must be %s or %s, got %q", resource.EnvKubernetes, resource.EnvUniversal, c.Environment)
+	case c.ReconnectBackoff < 0 || c.MaxReconnectBackoff < 0:
+		return errors.New("reconnect backoffs must not be negative")
+	case c.MaxReconnectBackoff != 0 && c.MaxReconnectBackoff < c.ReconnectBackoff:
+		return errors.New("MaxReconnectBackoff is below ReconnectBackoff")
+	}
+	return checkZoneName(c.Zone)
+}
+
+// Status returns a copy of the connection state.
+func (c *Client) Status() ClientStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.st.clone()
+}
+
+// Run connects to the global and keeps syncing, reconnecting with
+// exponential backoff and jitter after any failure, until ctx ends; it then
+// returns nil. It returns an error only when the connection cannot be set up
+// at all (a dial option the gRPC client refuses).
+func (c *Client) Run(ctx context.Context) error {
+	conn, err := grpc.NewClient(c.cfg.Target, c.cfg.DialOptions...)
+	if err != nil {
+		return fmt.Errorf("sync client for %s: %w", c.cfg.Target, err)
+	}
+	defer conn.Close()
+	rpc := syncv1.NewSyncServiceClient(conn)
+	failures := 0
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			c.metrics.reconnected(c.cfg.Zone)
+			c.update(func(st *ClientStatus) { st.Reconnects++ })
+		}
+		established, err := c.connectOnce(ctx, rpc)
+		if ctx.Err() != nil {
+			c.disconnected(nil)
+			return nil
+		}
+		c.disconnected(err)
+		if established {
+			failures = 0
+		}
+		failures++
+		delay := backoff(c.cfg.ReconnectBackoff, c.cfg.MaxReconnectBackoff, failures)
+		c.log.Warn("sync stream failed, reconnecting", "error", err, "in", delay)
+		if !c.sleep(ctx, delay) {
+			return nil
+		}
+	}
+}
+
+func (c *Client) sleep(ctx context.Context, d time.Duration) bool {
+	t := c.cfg.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C():
+		return true
+	}
+}
+
+// connectOnce opens one stream, handshakes and runs the session until it
+// fails. established reports that the global accepted the handshake.
+func (c *Client) connectOnce(ctx context.Context, rpc syncv1.SyncServiceClient) (established bool, err error) {
+	token, err := c.cfg.Token()
+	if err != nil {
+		return false, fmt.Errorf("read zone token: %w", err)
+	}
+	resume, err := readRevision(ctx, c.cfg.Store, MetaKeyGlobalRevision)
+	if err != nil {
+		return false, err
+	}
+	// Cancelling sctx ends the stream, which unblocks its Recv and Send.
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := rpc.Stream(sctx)
+	if err != nil {
+		return false, fmt.Errorf("open stream: %w", err)
+	}
+	ws := clientStream{stream}
+	resp, err := c.handshake(sctx, ws, token, resume)
+	if err != nil {
+		return false, err
+	}
+	return true, c.runSession(sctx, ws, resp, resume)
+}
+
+func (c *Client) handshake(ctx context.Context, ws clientStream, token string, resume uint64) (*syncv1.HandshakeResponse, error) {
+	hs := &syncv1.Handshake{Zone: c.cfg.Zone, ZoneToken: token, SoftwareVersion: c.cfg.SoftwareVersion,
+		Features: c.cfg.Features, Environment: envToWire(c.cfg.Environment),
+		SystemNamespace: c.cfg.SystemNamespace, ResumeRevision: resume}
+	if err := ws.Send(&syncv1.Message{Kind: &syncv1.Message_Handshake{Handshake: hs}}); err != nil {
+		return nil, fmt.Errorf("send handshake: %w", err)
+	}
+	m, err := recvFirst(ctx, ws, c.cfg.Clock, c.cfg.Stream.HandshakeTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("receive handshake response: %w", err)
+	}
+	resp := m.GetHandshakeResponse()
+	switch {
+	case resp == nil:
+		return nil, fmt.Errorf("%w: first message is %T, not a handshake response", errProtocol, m.GetKind())
+	case !resp.GetAccepted():
+		return nil, fmt.Errorf("%w: the global refused zone %s: %s", ErrRefused, c.cfg.Zone, resp.GetError())
+	}
+	return resp, nil
+}
+
+// ErrRefused is wrapped by the error a refused handshake ends with.
+var ErrRefused = errors.New("handshake refused")
+
+func (c *Client) runSession(ctx context.Context, ws clientStream, resp *syncv1.HandshakeResponse, resume uint64) error {
+	now := c.cfg.Clock.Now()
+	c.update(func(st *ClientStatus) {
+		st.Connected, st.ConnectTime, st.LastHeartbeat = true, timePtr(now), timePtr(now)
+		st.GlobalSoftwareVersion = resp.GetSoftwareVersion()
+		st.GlobalToZone.RevisionAcked = resume
+		st.ZoneToGlobal.RevisionAcked = resp.GetResumeRevision()
+	})
+	c.metrics.connected(c.cfg.Zone, true)
+	c.log.Info("connected to the global", "global_version", resp.GetSoftwareVersion(),
+		"global_resume_revision", resume, "zone_resume_revision", resp.GetResumeRevision())
+	sess := &session{
+		log: c.log, clock: c.cfg.Clock, stream: ws,
+		heartbeatInterval: c.cfg.Stream.HeartbeatInterval, heartbeatTimeout: c.cfg.Stream.HeartbeatTimeout,
+		onHeartbeat: func() {
+			t := c.cfg.Clock.Now()
+			c.update(func(st *ClientStatus) { st.LastHeartbeat = timePtr(t) })
+		},
+	}
+	z2g := &flow{mu: &c.mu, st: &c.st.ZoneToGlobal, clock: c.cfg.Clock, m: c.metrics.flow(DirectionZoneToGlobal, c.cfg.Zone)}
+	g2z := &flow{mu: &c.mu, st: &c.st.GlobalToZone, clock: c.cfg.Clock, m: c.metrics.flow(DirectionGlobalToZone, c.cfg.Zone)}
+	sess.out = newOutbound(c.cfg.Stream.outbound(), c.cfg.Store, zoneSource{reg: c.cfg.Registry, zone: c.cfg.Zone},
+		c.log.Named("to-global"), c.cfg.Clock, z2g, sess.enqueue)
+	sess.in = &inbound{store: c.cfg.Store, metaKey: MetaKeyGlobalRevision, log: c.log.Named("from-global"), obs: g2z, applied: resume,
+		sink: zoneSink{reg: c.cfg.Registry, store: c.cfg.Store, zone: c.zone}}
+	return sess.run(ctx, resp.GetResumeRevision())
+}
+
+func (c *Client) update(fn func(*ClientStatus)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fn(&c.st)
+}
+
+func (c *Client) disconnected(err error) {
+	now := c.cfg.Clock.Now()
+	c.update(func(st *ClientStatus) {
+		if st.Connected {
+			st.Connected, st.DisconnectTime = false, timePtr(now)
+		}
+		if err != nil {
+			st.LastError, st.LastErrorTime = err.Error(), timePtr(now)
+		}
+	})
+	c.metrics.connected(c.cfg.Zone, false)
+}
+
+// clientStream adapts the gRPC client stream to wireStream.
+type clientStream struct {
+	s syncv1.SyncService_StreamClient
+}
+
+func (w clientStream) Send(m *syncv1.Message) error {
+	return w.s.Send(&syncv1.StreamRequest{Message: m})
+}
+
+func (w clientStream) Recv() (*syncv1.Message, error) {
+	resp, err := w.s.Recv()
+	if err != nil {
+		return nil, err
+	}
+	if resp.GetMessage() == nil {
+		return nil, fmt.Errorf("%w: empty message", errProtocol)
+	}
+	return resp.GetMessage(), nil
+}

@@ -1,0 +1,111 @@
+package sync
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Defaults of StreamConfig's zero fields.
+const (
+	DefaultHeartbeatInterval  = 10 * time.Second
+	DefaultHeartbeatTimeout   = 30 * time.Second
+	DefaultHandshakeTimeout   = 15 * time.Second
+	DefaultMaxBatchBytes      = 1 << 20
+	DefaultMaxInFlight        = 8
+	DefaultResumeConfirmDelay = time.Second
+	DefaultNackBackoff        = time.Second
+	DefaultMaxNackBackoff     = 5 * time.Minute
+	// MinMaxBatchBytes keeps room for a batch's own fields under the limit.
+	MinMaxBatchBytes = 1024
+)
+
+// Meta keys under which each side records the last revision it applied from
+// the other, in the same transaction as the batch.
+const (
+	// MetaKeyGlobalRevision in a zone's store: the last global revision
+	// applied (the zone's Handshake.resume_revision).
+	MetaKeyGlobalRevision = "sync/global-revision"
+	metaKeyZonePrefix     = "sync/zone-revision/"
+)
+
+// MetaKeyZoneRevision in the global's store: the last revision of zone's
+// store the global applied (its HandshakeResponse.resume_revision).
+func MetaKeyZoneRevision(zone string) string { return metaKeyZonePrefix + zone }
+
+// StreamConfig tunes one end of the sync stream. Zero values take the
+// defaults above.
+type StreamConfig struct {
+	// HeartbeatInterval between heartbeats this end sends.
+	HeartbeatInterval time.Duration
+	// HeartbeatTimeout: a stream on which nothing arrived for this long is
+	// closed (and, on the zone, redialed). Must exceed HeartbeatInterval.
+	HeartbeatTimeout time.Duration
+	// HandshakeTimeout bounds the wait for the peer's handshake message.
+	HandshakeTimeout time.Duration
+	// MaxBatchBytes caps a DeltaBatch's encoded size (a single resource
+	// larger than that travels alone). At least MinMaxBatchBytes.
+	MaxBatchBytes int
+	// MaxInFlight bounds the batches sent and not yet acknowledged.
+	MaxInFlight int
+	// ResumeConfirmDelay: after the store watch has been quiet this long,
+	// the last revision sent is confirmed to the peer as its resume point
+	// (see outbound for why this is not immediate).
+	ResumeConfirmDelay time.Duration
+	// NackBackoff is the first delay before resending rejected resources;
+	// it doubles with each consecutive rejection up to MaxNackBackoff.
+	NackBackoff    time.Duration
+	MaxNackBackoff time.Duration
+}
+
+// withDefaults checks c and fills in defaults.
+func (c StreamConfig) withDefaults() (StreamConfig, error) {
+	durations := []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"HeartbeatInterval", &c.HeartbeatInterval, DefaultHeartbeatInterval},
+		{"HeartbeatTimeout", &c.HeartbeatTimeout, DefaultHeartbeatTimeout},
+		{"HandshakeTimeout", &c.HandshakeTimeout, DefaultHandshakeTimeout},
+		{"ResumeConfirmDelay", &c.ResumeConfirmDelay, DefaultResumeConfirmDelay},
+		{"NackBackoff", &c.NackBackoff, DefaultNackBackoff},
+		{"MaxNackBackoff", &c.MaxNackBackoff, DefaultMaxNackBackoff},
+	}
+	for _, d := range durations {
+		if *d.v < 0 {
+			return c, fmt.Errorf("%s is negative (%s)", d.name, *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	switch {
+	case c.MaxBatchBytes == 0:
+		c.MaxBatchBytes = DefaultMaxBatchBytes
+	case c.MaxBatchBytes < MinMaxBatchBytes:
+		return c, fmt.Errorf("MaxBatchBytes %d is below %d", c.MaxBatchBytes, MinMaxBatchBytes)
+	}
+	switch {
+	case c.MaxInFlight == 0:
+		c.MaxInFlight = DefaultMaxInFlight
+	case c.MaxInFlight < 0:
+		return c, fmt.Errorf("MaxInFlight is negative (%d)", c.MaxInFlight)
+	}
+	if c.HeartbeatTimeout <= c.HeartbeatInterval {
+		return c, fmt.Errorf("HeartbeatTimeout %s must exceed HeartbeatInterval %s", c.HeartbeatTimeout, c.HeartbeatInterval)
+	}
+	if c.MaxNackBackoff < c.NackBackoff {
+		return c, fmt.Errorf("MaxNackBackoff %s is below NackBackoff %s", c.MaxNackBackoff, c.NackBackoff)
+	}
+	return c, nil
+}
+
+func (c StreamConfig) outbound() outboundConfig {
+	return outboundConfig{maxBatchBytes: c.MaxBatchBytes, maxInFlight: c.MaxInFlight,
+		confirmDelay: c.ResumeConfirmDelay, nackBackoff: c.NackBackoff, maxNackBackoff: c.MaxNackBackoff}
+}
+
+// ErrInvalidConfig is wrapped by NewServer and NewClient for a config they
+// cannot use.
+var ErrInvalidConfig = errors.New("invalid sync config")

@@ -1,0 +1,77 @@
+// Package sync is Meridian's multizone sync engine (SPEC 4): the global
+// control plane's SyncService server (NewServer) and the zone control
+// plane's client (NewClient), which stream resources both ways over one
+// bidirectional gRPC stream per zone (proto/meridian/sync/v1).
+//
+// # Structure of one stream
+//
+// Both ends run the same session (session.go):
+//
+//   - one receive goroutine that only calls Recv and feeds a channel;
+//   - one select loop that owns every piece of stream state: the outbound
+//     side (outbound.go: the local store's watch, filtered and mapped per
+//     peer, chunked under MaxBatchBytes, a bounded window of unacknowledged
+//     batches, NACK retries) and the inbound side (inbound.go: applying the
+//     peer's batches in one store transaction with the peer's revision in
+//     the store's Meta, full-snapshot staging, ACK/NACK);
+//   - one sender, the only caller of Send, fed by the loop.
+//
+// Nothing here polls: the loop wakes on a received message, a store event, a
+// free send slot, or a timer (heartbeat, resume confirmation, NACK backoff).
+//
+// # Resume
+//
+// Each side records, in the same transaction as the batch, the last revision
+// of the other side it applied (Meta keys MetaKeyGlobalRevision in a zone and
+// MetaKeyZoneRevision(zone) on the global). A reconnecting sender resumes its
+// store watch from that revision; when the store's history no longer reaches
+// back that far (storage.ErrCompacted), or there is no resume point, it sends
+// a full snapshot instead, which the receiver stages until its last chunk
+// and then applies together with the deletion of every synced resource the
+// snapshot does not contain, in one transaction.
+//
+// A revision is recorded only once the sender knows it is complete (see
+// outbound): the store's watch may split one revision's changes, so a batch
+// flushed because the watch went quiet is confirmed by a later batch or by
+// an empty marker batch after StreamConfig.ResumeConfirmDelay. A reconnect
+// without changes therefore transfers no resources.
+//
+// # What flows where
+//
+// The scope filters and name/label/reference mappings are the pure functions
+// of package mapping: global -> every zone: global-originated resources of
+// types with Sync.GlobalToZone (Mesh unhashed, everything else hashed);
+// zone -> global: every resource the zone wrote of types with
+// Sync.ZoneToGlobal (policies of all roles, Dataplanes, MeshServices);
+// global -> other zones: MeshServices and producer policies of custom
+// namespaces not referencing a MeshExternalService. kuma.io/kds-sync:
+// disabled never moves. The global forces kuma.io/zone to the authenticated
+// zone and refuses resources claiming global origin, another zone, or a name
+// held by a resource that is not the zone's.
+//
+// # Wiring
+//
+// Global (cmd/global via internal/controlplane):
+//
+//	tokens, _ := auth.LoadOrCreateZoneTokens(dataDir, nil)
+//	tlsMat, _ := auth.LoadOrCreateServerTLS(auth.ServerTLSConfig{DataDir: dataDir, CertFile: cert, KeyFile: key})
+//	srv, _ := sync.NewServer(sync.ServerConfig{Store: store, Registry: reg, Authenticator: tokens,
+//		Logger: log.Named("kds"), SoftwareVersion: version.Version, Metrics: promRegistry})
+//	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsMat.Config)), grpc.MaxRecvMsgSize(16<<20))
+//	syncv1.RegisterSyncServiceServer(gs, srv) // and import _ "google.golang.org/grpc/encoding/gzip"
+//	go gs.Serve(kdsListener)
+//	// on shutdown: srv.Shutdown(); gs.GracefulStop()
+//	// API: srv.Statuses() for GET /zones, srv.Status(name) for /zones/{name}/_overview,
+//	//      tokens.Issue(zone, validFor) for POST /tokens/zone.
+//
+// Zone (cmd/zone, when --global-address is set):
+//
+//	tc, _ := auth.ClientTLS(auth.ClientTLSConfig{CAFile: caFile, SkipVerify: skipVerify})
+//	c, _ := sync.NewClient(sync.ClientConfig{Store: store, Registry: reg, Zone: zone,
+//		Environment: env, SystemNamespace: sysNS, Target: globalAddress,
+//		Token: func() (string, error) { b, err := os.ReadFile(tokenFile); return strings.TrimSpace(string(b)), err },
+//		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tc)),
+//			grpc.WithDefaultCallOptions(grpc.UseCompressor(gzip.Name), grpc.MaxCallRecvMsgSize(16<<20))},
+//		Logger: log.Named("kds"), SoftwareVersion: version.Version, Metrics: promRegistry})
+//	go c.Run(ctx) // returns nil when ctx ends; c.Status() for the zone's own API
+package sync

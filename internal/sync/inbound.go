@@ -1,0 +1,235 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strconv"
+	gosync "sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meridian-mesh/meridian/internal/resource"
+	"github.com/meridian-mesh/meridian/internal/storage"
+	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
+)
+
+// sink is what one end does with its peer's resources: validation,
+// authority checks and mapping to what it stores.
+type sink interface {
+	// upsert returns the resource to store for one received upsert; an
+	// error rejects that resource only (it becomes a Nack entry).
+	upsert(ctx context.Context, w *syncv1.Resource) (*resource.Resource, error)
+	// removal returns the stored key to delete for one received removal;
+	// ok is false when there is nothing to delete. An error rejects it.
+	removal(ctx context.Context, k *syncv1.ResourceKey) (key resource.Key, ok bool, err error)
+	// owned lists the stored resources that came from the peer: a full
+	// snapshot deletes those it does not contain.
+	owned(ctx context.Context) ([]resource.Key, error)
+}
+
+// inbound is the receiving half of a session: it applies the peer's batches
+// and builds the answers. Owned by the session loop goroutine.
+type inbound struct {
+	store   storage.Store
+	sink    sink
+	metaKey string
+	log     hclog.Logger
+	obs     flowObserver
+
+	// applied is the peer revision recorded in Meta (the resume point).
+	applied uint64
+
+	// A full snapshot being received: staged until its last chunk.
+	staging   bool
+	stageRev  uint64
+	nextChunk uint32
+	staged    batchSet
+}
+
+// batchSet holds resources to put, the last one per key winning.
+type batchSet struct {
+	puts  []*resource.Resource
+	index map[resource.Key]int
+}
+
+func (s *batchSet) add(r *resource.Resource) {
+	if s.index == nil {
+		s.index = map[resource.Key]int{}
+	}
+	k := r.Key()
+	if i, ok := s.index[k]; ok {
+		s.puts[i] = r
+		return
+	}
+	s.index[k] = len(s.puts)
+	s.puts = append(s.puts, r)
+}
+
+func (s *batchSet) has(k resource.Key) bool {
+	_, ok := s.index[k]
+	return ok
+}
+
+// errProtocol marks a peer that broke the protocol; the stream is closed
+// and the resume logic starts over.
+var errProtocol = errors.New("sync protocol violation")
+
+// handle applies one batch and returns the Ack or Nack to send. An error
+// (store failure, protocol violation) ends the stream: the batch is then
+// neither acknowledged nor recorded, and the peer resends after
+// reconnecting.
+func (in *inbound) handle(ctx context.Context, b *syncv1.DeltaBatch) (*syncv1.Message, error) {
+	var errs []*syncv1.ResourceError
+	var err error
+	if b.GetFullSnapshot() {
+		errs, err = in.snapshotChunk(ctx, b)
+	} else {
+		errs, err = in.delta(ctx, b)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s := summarize(b)
+	types := s.types()
+	in.obs.batchSent(types, s)
+	if len(errs) == 0 {
+		in.obs.batchAnswered(types, s, nil, 0)
+		return msgAck(&syncv1.Ack{Nonce: b.GetNonce(), Revision: b.GetRevision()}), nil
+	}
+	nack := &syncv1.Nack{Nonce: b.GetNonce(), Errors: errs}
+	in.obs.batchAnswered(types, s, nack, 0)
+	in.log.Warn("rejected resources from peer", "nonce", b.GetNonce(), "count", len(errs), "errors", nackSummary(nack))
+	return msgNack(nack), nil
+}
+
+// delta applies a delta batch in one transaction with, when it completes a
+// revision, that revision as the resume point.
+func (in *inbound) delta(ctx context.Context, b *syncv1.DeltaBatch) ([]*syncv1.ResourceError, error) {
+	var set batchSet
+	errs := in.convert(ctx, b, &set)
+	var deletes []resource.Key
+	for _, k := range b.GetRemovals() {
+		key, ok, err := in.sink.removal(ctx, k)
+		switch {
+		case err != nil:
+			errs = append(errs, &syncv1.ResourceError{Key: k, Message: err.Error()})
+		case ok && !set.has(key):
+			deletes = append(deletes, key)
+		}
+	}
+	record := b.GetLastChunk() && b.GetRevision() > in.applied
+	batch := storage.Batch{Puts: set.puts, Deletes: deletes}
+	if record {
+		batch.Meta = map[string][]byte{in.metaKey: encodeRevision(b.GetRevision())}
+	}
+	if len(batch.Puts)+len(batch.Deletes)+len(batch.Meta) > 0 {
+		if _, err := in.store.Apply(ctx, batch); err != nil {
+			return nil, fmt.Errorf("apply batch %s: %w", b.GetNonce(), err)
+		}
+	}
+	if record {
+		in.applied = b.GetRevision()
+	}
+	return errs, nil
+}
+
+// snapshotChunk stages one chunk of a full snapshot; the last chunk applies
+// the whole snapshot and deletes every peer resource absent from it, in one
+// transaction, so the store never passes through a state without them.
+func (in *inbound) snapshotChunk(ctx context.Context, b *syncv1.DeltaBatch) ([]*syncv1.ResourceError, error) {
+	switch {
+	case b.GetChunkIndex() == 0:
+		in.staging, in.stageRev, in.staged = true, b.GetRevision(), batchSet{}
+	case !in.staging || b.GetChunkIndex() != in.nextChunk || b.GetRevision() != in.stageRev:
+		return nil, fmt.Errorf("%w: snapshot chunk %d of revision %d, expected chunk %d of revision %d",
+			errProtocol, b.GetChunkIndex(), b.GetRevision(), in.nextChunk, in.stageRev)
+	}
+	in.nextChunk = b.GetChunkIndex() + 1
+	errs := in.convert(ctx, b, &in.staged)
+	if !b.GetLastChunk() {
+		return errs, nil
+	}
+	owned, err := in.sink.owned(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list synced resources for snapshot: %w", err)
+	}
+	var deletes []resource.Key
+	for _, k := range owned {
+		if !in.staged.has(k) {
+			deletes = append(deletes, k)
+		}
+	}
+	batch := storage.Batch{Puts: in.staged.puts, Deletes: deletes,
+		Meta: map[string][]byte{in.metaKey: encodeRevision(b.GetRevision())}}
+	start := time.Now()
+	if _, err := in.store.Apply(ctx, batch); err != nil {
+		return nil, fmt.Errorf("apply snapshot of revision %d: %w", b.GetRevision(), err)
+	}
+	in.log.Info("applied full snapshot", "revision", b.GetRevision(), "resources", len(in.staged.puts), "deleted", len(deletes),
+		"chunks", in.nextChunk, "apply_time", time.Since(start))
+	in.applied = b.GetRevision()
+	in.staging, in.staged = false, batchSet{}
+	return errs, nil
+}
+
+// convert runs every upsert through the sink into set. Large batches (a
+// snapshot chunk holds thousands of resources) are converted by one worker
+// per CPU: validation dominates a cold start. The sink only reads, so its
+// calls may run concurrently; results keep the batch's order.
+func (in *inbound) convert(ctx context.Context, b *syncv1.DeltaBatch, set *batchSet) []*syncv1.ResourceError {
+	ups := b.GetUpserts()
+	out := make([]*resource.Resource, len(ups))
+	errs := make([]error, len(ups))
+	workers := min(runtime.GOMAXPROCS(0), len(ups)/parallelConvertMin)
+	if workers <= 1 {
+		for i, w := range ups {
+			out[i], errs[i] = in.sink.upsert(ctx, w)
+		}
+	} else {
+		var wg gosync.WaitGroup
+		for k := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := k; i < len(ups); i += workers {
+					out[i], errs[i] = in.sink.upsert(ctx, ups[i])
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	var rejected []*syncv1.ResourceError
+	for i, r := range out {
+		if errs[i] != nil {
+			rejected = append(rejected, &syncv1.ResourceError{Key: keyToWire(wireKeyOf(ups[i])), Message: errs[i].Error()})
+			continue
+		}
+		set.add(r)
+	}
+	return rejected
+}
+
+// parallelConvertMin is the number of upserts per worker below which one
+// goroutine converts the batch alone.
+const parallelConvertMin = 128
+
+func encodeRevision(rev uint64) []byte { return []byte(strconv.FormatUint(rev, 10)) }
+
+// readRevision reads a revision recorded in Meta; absent is 0.
+func readRevision(ctx context.Context, st storage.Store, key string) (uint64, error) {
+	v, err := st.Meta(ctx, key)
+	if errors.Is(err, storage.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read %s: %w", key, err)
+	}
+	rev, err := strconv.ParseUint(string(v), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("read %s: %q is not a revision", key, v)
+	}
+	return rev, nil
+}

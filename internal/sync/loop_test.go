@@ -1,0 +1,353 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"io"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/meridian-mesh/meridian/internal/resource"
+	"github.com/meridian-mesh/meridian/internal/storage"
+	"github.com/meridian-mesh/meridian/internal/sync/mapping"
+	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
+)
+
+// fakeStream is the test's end of a session: the test pushes what the peer
+// sends into in and reads what the session sends from out.
+type fakeStream struct {
+	in     chan *syncv1.Message
+	out    chan *syncv1.Message
+	closed chan struct{}
+}
+
+func newFakeStream() *fakeStream {
+	return &fakeStream{in: make(chan *syncv1.Message, 16), out: make(chan *syncv1.Message, 1024), closed: make(chan struct{})}
+}
+
+func (f *fakeStream) Recv() (*syncv1.Message, error) {
+	select {
+	case m := <-f.in:
+		return m, nil
+	case <-f.closed:
+		return nil, io.EOF
+	}
+}
+
+func (f *fakeStream) Send(m *syncv1.Message) error {
+	select {
+	case f.out <- m:
+		return nil
+	case <-f.closed:
+		return io.EOF
+	}
+}
+
+// next returns the next message the session sent, skipping heartbeats.
+func (f *fakeStream) next(t *testing.T) *syncv1.Message {
+	t.Helper()
+	for {
+		select {
+		case m := <-f.out:
+			if m.GetHeartbeat() != nil {
+				continue
+			}
+			return m
+		case <-time.After(5 * time.Second):
+			t.Fatal("no message from the session")
+			return nil
+		}
+	}
+}
+
+// none checks that the session sends nothing but heartbeats for a moment.
+func (f *fakeStream) none(t *testing.T) {
+	t.Helper()
+	deadline := time.After(100 * time.Millisecond)
+	for {
+		select {
+		case m := <-f.out:
+			if m.GetHeartbeat() == nil {
+				t.Fatalf("unexpected message %v", m)
+			}
+		case <-deadline:
+			return
+		}
+	}
+}
+
+type loopHarness struct {
+	t      *testing.T
+	store  storage.Store
+	clock  *fakeClock
+	stream *fakeStream
+	obs    *flow
+	status FlowStatus
+	done   chan error
+	cancel context.CancelFunc
+}
+
+// startLoop runs a global-side session for zone-1 on a fake stream and a
+// fake clock, resuming from resume.
+func startLoop(t *testing.T, cfg StreamConfig, store storage.Store, resume uint64) *loopHarness {
+	t.Helper()
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &loopHarness{t: t, store: store, clock: newFakeClock(), stream: newFakeStream(), done: make(chan error, 1)}
+	tr := newTracker(h.clock, nil)
+	_, g2z, z2g := tr.connected("zone-1", &syncv1.Handshake{ResumeRevision: resume}, "kubernetes", 0)
+	h.obs = g2z
+	zone := mapping.Zone{Name: "zone-1", Environment: resource.EnvKubernetes}
+	sess := &session{log: testLogger(t, "loop"), clock: h.clock, stream: h.stream,
+		heartbeatInterval: cfg.HeartbeatInterval, heartbeatTimeout: cfg.HeartbeatTimeout}
+	sess.out = newOutbound(cfg.outbound(), store, globalSource{reg: testRegistry, zone: "zone-1"}, sess.log, h.clock, g2z, sess.enqueue)
+	sess.in = &inbound{store: store, metaKey: MetaKeyZoneRevision("zone-1"), log: sess.log, obs: z2g,
+		sink: globalSink{reg: testRegistry, store: store, zone: zone, systemNS: "kuma-system"}}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	go func() { h.done <- sess.run(ctx, resume) }()
+	t.Cleanup(func() {
+		cancel()
+		close(h.stream.closed)
+		<-h.done
+	})
+	return h
+}
+
+func (h *loopHarness) ack(b *syncv1.DeltaBatch) {
+	h.stream.in <- msgAck(&syncv1.Ack{Nonce: b.GetNonce(), Revision: b.GetRevision()})
+}
+
+func (h *loopHarness) batch() *syncv1.DeltaBatch {
+	h.t.Helper()
+	m := h.stream.next(h.t)
+	b := m.GetDeltaBatch()
+	if b == nil {
+		h.t.Fatalf("expected a batch, got %v", m)
+	}
+	return b
+}
+
+// advance moves the fake clock once the session has armed its timers.
+func (h *loopHarness) advance(d time.Duration, timers int) {
+	h.t.Helper()
+	eventually(h.t, 5*time.Second, "timers armed", func() bool { return h.clock.pending() >= timers })
+	h.clock.Advance(d)
+}
+
+func newTestStore(t *testing.T) storage.Store {
+	st := openStore(t, filepath.Join(t.TempDir(), "s.db"), storeOpts{})
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+func TestLoopHeartbeatsAndTimeout(t *testing.T) {
+	store := newTestStore(t)
+	h := startLoop(t, StreamConfig{HeartbeatInterval: time.Second, HeartbeatTimeout: 3 * time.Second}, store, 0)
+	snap := h.batch()
+	if !snap.GetFullSnapshot() || !snap.GetLastChunk() {
+		t.Fatalf("first batch %v", snap)
+	}
+	h.ack(snap)
+	for i := range 2 {
+		h.advance(time.Second, 1)
+		if m := <-h.stream.out; m.GetHeartbeat() == nil {
+			t.Fatalf("tick %d: got %v, want a heartbeat", i, m)
+		}
+	}
+	// A heartbeat from the peer keeps the stream alive...
+	h.stream.in <- msgHeartbeat(&syncv1.Heartbeat{})
+	eventually(t, time.Second, "heartbeat handled", func() bool { return len(h.stream.in) == 0 })
+	time.Sleep(20 * time.Millisecond)
+	h.advance(time.Second, 1)
+	h.advance(time.Second, 1)
+	h.advance(time.Second, 1)
+	select {
+	case err := <-h.done:
+		t.Fatalf("stream ended early: %v", err)
+	default:
+	}
+	// ...silence beyond the timeout ends it.
+	h.advance(time.Second, 1)
+	select {
+	case err := <-h.done:
+		if !errors.Is(err, ErrPeerSilent) {
+			t.Fatalf("stream ended with %v, want ErrPeerSilent", err)
+		}
+		h.done <- err // for the cleanup
+	case <-time.After(5 * time.Second):
+		t.Fatal("silent peer not detected")
+	}
+}
+
+// TestLoopWindowAndConfirmation: at most MaxInFlight batches are
+// unacknowledged; a batch flushed because the watch went quiet is not a
+// resume point until confirmed by an empty marker after the delay.
+func TestLoopWindowAndConfirmation(t *testing.T) {
+	store := newTestStore(t)
+	writeGlobal(t, store, mesh("default"))
+	rev, _ := store.Revision(context.Background())
+	cfg := StreamConfig{MaxBatchBytes: MinMaxBatchBytes, MaxInFlight: 2, ResumeConfirmDelay: 5 * time.Second}
+	h := startLoop(t, cfg, store, rev)
+	h.stream.none(t) // resuming at the current revision: nothing to send
+
+	var b storage.Batch
+	for i := range 30 {
+		r := timeout("p-"+itoa(i), "", "")
+		r.Labels = map[string]string{resource.LabelOrigin: "global"}
+		b.Puts = append(b.Puts, r)
+	}
+	res, err := store.Apply(context.Background(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, second := h.batch(), h.batch()
+	h.stream.none(t) // window full
+	if first.GetRevision() != res.Revision || first.GetLastChunk() {
+		t.Errorf("first chunk: revision %d last %v", first.GetRevision(), first.GetLastChunk())
+	}
+	if second.GetChunkIndex() != first.GetChunkIndex()+1 {
+		t.Errorf("chunk indexes %d, %d", first.GetChunkIndex(), second.GetChunkIndex())
+	}
+	got := len(first.GetUpserts()) + len(second.GetUpserts())
+	var last *syncv1.DeltaBatch
+	h.ack(first)
+	h.ack(second)
+	for got < 30 {
+		last = h.batch()
+		got += len(last.GetUpserts())
+		h.ack(last)
+	}
+	if got != 30 || last.GetLastChunk() {
+		t.Fatalf("resources %d; last chunk flag %v (the revision cannot be known complete yet)", got, last.GetLastChunk())
+	}
+	h.stream.none(t)
+	h.advance(5*time.Second, 2)
+	marker := h.batch()
+	if !marker.GetLastChunk() || marker.GetRevision() != res.Revision || len(marker.GetUpserts()) != 0 {
+		t.Fatalf("marker %v", marker)
+	}
+	h.ack(marker)
+	eventually(t, time.Second, "acked revision", func() bool {
+		h.obs.mu.Lock()
+		defer h.obs.mu.Unlock()
+		return h.obs.st.RevisionAcked == res.Revision
+	})
+
+	// A later write confirms the earlier revision without a marker.
+	writeGlobal(t, store, timeout("x", "", ""))
+	writeGlobal(t, store, timeout("y", "", ""))
+	for n := 0; n < 2; {
+		bb := h.batch()
+		n += len(bb.GetUpserts())
+		h.ack(bb)
+	}
+}
+
+func TestLoopNackBackoff(t *testing.T) {
+	store := newTestStore(t)
+	writeGlobal(t, store, mesh("default"))
+	rev, _ := store.Revision(context.Background())
+	cfg := StreamConfig{NackBackoff: 10 * time.Second, MaxNackBackoff: 40 * time.Second, ResumeConfirmDelay: time.Hour}
+	h := startLoop(t, cfg, store, rev)
+	writeGlobal(t, store, timeout("bad", "", ""))
+	b := h.batch()
+	up := b.GetUpserts()[0]
+	nack := func(b *syncv1.DeltaBatch) {
+		h.stream.in <- msgNack(&syncv1.Nack{Nonce: b.GetNonce(), Errors: []*syncv1.ResourceError{
+			{Key: keyToWire(wireKeyOf(up)), Message: "no"}}})
+	}
+	nack(b)
+	h.stream.none(t) // no resend before the backoff
+	h.advance(12*time.Second, 3)
+	retry := h.batch()
+	if retry.GetRevision() != 0 || retry.GetLastChunk() || retry.GetUpserts()[0].GetName() != up.GetName() {
+		t.Fatalf("retry batch %v", retry)
+	}
+	nack(retry)
+	h.advance(12*time.Second, 3)
+	h.stream.none(t) // the second backoff is about twice as long
+	h.advance(12*time.Second, 3)
+	retry = h.batch()
+	h.ack(retry)
+	h.obs.mu.Lock()
+	defer h.obs.mu.Unlock()
+	if h.obs.st.BatchesNacked != 2 || h.obs.st.LastNackError == "" {
+		t.Errorf("status %+v", h.obs.st)
+	}
+}
+
+func TestLoopResumeAheadSendsSnapshot(t *testing.T) {
+	store := newTestStore(t)
+	writeGlobal(t, store, mesh("default"))
+	h := startLoop(t, StreamConfig{}, store, 1000) // a resume point from another store
+	if b := h.batch(); !b.GetFullSnapshot() || len(b.GetUpserts()) != 1 {
+		t.Fatalf("batch %v", b)
+	}
+}
+
+// TestInboundSnapshotStaging: nothing of a snapshot is applied before its
+// last chunk; then absent zone resources are deleted in the same write.
+func TestInboundSnapshotStaging(t *testing.T) {
+	store := newTestStore(t)
+	zone := mapping.Zone{Name: "zone-1", Environment: resource.EnvUniversal}
+	tr := newTracker(newFakeClock(), nil)
+	_, _, z2g := tr.connected("zone-1", &syncv1.Handshake{}, "universal", 0)
+	in := &inbound{store: store, metaKey: MetaKeyZoneRevision("zone-1"), log: testLogger(t, "in"), obs: z2g,
+		sink: globalSink{reg: testRegistry, store: store, zone: zone, systemNS: "kuma-system"}}
+	ctx := context.Background()
+	// The global holds an old resource of zone-1 and one of zone-2.
+	for _, r := range []*resource.Resource{timeout("old", "", ""), timeout("kept", "", "")} {
+		g, err := mapping.FromZone(mustDesc(t, "MeshTimeout"), r, zone, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		put(t, store, g)
+	}
+	other, _ := mapping.FromZone(mustDesc(t, "MeshTimeout"), timeout("other", "", ""), mapping.Zone{Name: "zone-2"}, "")
+	put(t, store, other)
+	chunk := func(i uint32, last bool, names ...string) *syncv1.DeltaBatch {
+		b := &syncv1.DeltaBatch{Nonce: itoa(int(i)), Revision: 9, FullSnapshot: true, ChunkIndex: i, LastChunk: last}
+		for _, n := range names {
+			b.Upserts = append(b.Upserts, toWire(timeout(n, "", "")))
+		}
+		return b
+	}
+	if m, err := in.handle(ctx, chunk(0, false, "kept", "new-1")); err != nil || m.GetAck() == nil {
+		t.Fatalf("chunk 0: %v %v", m, err)
+	}
+	if exists(store, "MeshTimeout", "default", mapping.HashedName("default", "new-1", "zone-1")) {
+		t.Fatal("snapshot chunk applied before the last chunk")
+	}
+	if _, err := in.handle(ctx, chunk(2, true)); !errors.Is(err, errProtocol) {
+		t.Fatalf("out-of-order chunk: %v", err)
+	}
+	in.handle(ctx, chunk(0, false, "kept", "new-1"))
+	if m, err := in.handle(ctx, chunk(1, true, "new-2")); err != nil || m.GetAck() == nil {
+		t.Fatalf("last chunk: %v %v", m, err)
+	}
+	want := []string{mapping.HashedName("default", "kept", "zone-1"), mapping.HashedName("default", "new-1", "zone-1"),
+		mapping.HashedName("default", "new-2", "zone-1"), other.Name}
+	for _, n := range want {
+		if !exists(store, "MeshTimeout", "default", n) {
+			t.Errorf("missing %s", n)
+		}
+	}
+	if exists(store, "MeshTimeout", "default", mapping.HashedName("default", "old", "zone-1")) {
+		t.Error("zone resource absent from the snapshot not deleted")
+	}
+	if rev, _ := readRevision(ctx, store, MetaKeyZoneRevision("zone-1")); rev != 9 {
+		t.Errorf("resume revision %d", rev)
+	}
+}
+
+func mustDesc(t *testing.T, name string) *resource.TypeDescriptor {
+	d, ok := testRegistry.Lookup(name)
+	if !ok {
+		t.Fatal(name)
+	}
+	return d
+}

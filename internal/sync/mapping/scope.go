@@ -1,0 +1,166 @@
+package mapping
+
+import (
+	"github.com/meridian-mesh/meridian/internal/resource"
+)
+
+// Verdict says what a sender does with one stored resource for one peer.
+type Verdict int
+
+const (
+	// Skip: the resource has nothing to do with the peer (a type that does
+	// not flow that way, or the peer's own resource). Nothing is sent.
+	Skip Verdict = iota
+	// Send: the peer gets the mapped copy.
+	Send
+	// Remove: the type flows to the peer but this resource must not (it is
+	// labelled kds-sync: disabled, or is not relayable); the peer is told to
+	// remove its copy in case an earlier version of the resource was sent.
+	Remove
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case Send:
+		return "send"
+	case Remove:
+		return "remove"
+	}
+	return "skip"
+}
+
+// Zone is what sync knows about a zone from its handshake.
+type Zone struct {
+	Name string
+	// Environment is resource.EnvKubernetes or resource.EnvUniversal.
+	Environment string
+	// SystemNamespace defaults to resource.DefaultSystemNamespace.
+	SystemNamespace string
+}
+
+// SystemNS returns the zone's system namespace with the default applied.
+func (z Zone) SystemNS() string {
+	if z.SystemNamespace == "" {
+		return resource.DefaultSystemNamespace
+	}
+	return z.SystemNamespace
+}
+
+// SyncDisabled reports the kuma.io/kds-sync: disabled label, which keeps a
+// resource where it was written.
+func SyncDisabled(r *resource.Resource) bool {
+	return r.Labels[resource.LabelKDSSync] == "disabled"
+}
+
+// IsGlobalOrigin reports whether a resource stored on the global was written
+// there (rather than received from a zone). Resources without an origin
+// label were written to the global's store directly and count as global.
+func IsGlobalOrigin(r *resource.Resource) bool {
+	return r.Labels[resource.LabelOrigin] != resource.OriginZone
+}
+
+// OwnedByZone reports whether a resource stored in zone's store was written
+// in that zone, as opposed to a copy received from the global (origin
+// global, or a relayed resource of another zone). Resources without labels
+// were written to the store directly and count as the zone's own.
+func OwnedByZone(r *resource.Resource, zone string) bool {
+	switch r.Labels[resource.LabelOrigin] {
+	case "", resource.OriginZone:
+	default:
+		return false
+	}
+	z := r.Labels[resource.LabelZone]
+	return z == "" || z == zone
+}
+
+// GlobalToZone decides whether r, as stored on the global, goes to zone
+// (SPEC 4.3):
+//   - global-originated resources of every type whose descriptor has
+//     Sync.GlobalToZone (Mesh, policies, MeshExternalService, MeshGateway,
+//     legacy policies...);
+//   - resources of other zones that the global relays: MeshServices, and
+//     producer policies written in a custom namespace of a Kubernetes zone
+//     that do not reference a MeshExternalService (seed 004: consumer and
+//     workload-owner policies, system-namespace policies and policies of
+//     Universal zones stay in their zone and on the global);
+//   - never the zone's own resources, never kuma.io/kds-sync: disabled.
+func GlobalToZone(d *resource.TypeDescriptor, r *resource.Resource, zone string) Verdict {
+	if d == nil || !d.Sync.GlobalToZone {
+		return Skip
+	}
+	if !IsGlobalOrigin(r) {
+		src := r.Labels[resource.LabelZone]
+		if src == "" || src == zone {
+			return Skip
+		}
+		if !isRelayType(d) {
+			return Skip
+		}
+		if !relayable(d, r) {
+			return Remove
+		}
+	}
+	if SyncDisabled(r) {
+		return Remove
+	}
+	return Send
+}
+
+// GlobalToZoneRemoval decides whether the deletion of key (with the labels
+// its tombstone kept) on the global is forwarded to zone. A removal of
+// something the zone never had is harmless, so every deletion of a type that
+// may have reached the zone is forwarded, except the zone's own resources.
+func GlobalToZoneRemoval(d *resource.TypeDescriptor, labels map[string]string, zone string) bool {
+	if d == nil || !d.Sync.GlobalToZone {
+		return false
+	}
+	if labels[resource.LabelOrigin] == resource.OriginZone {
+		src := labels[resource.LabelZone]
+		return src != "" && src != zone && isRelayType(d)
+	}
+	return true
+}
+
+// ZoneToGlobal decides whether r, as stored in zone's store, goes to the
+// global: every resource written in the zone whose type has
+// Sync.ZoneToGlobal (policies of every role, Dataplanes, MeshServices), so
+// that the global shows the whole fleet; the global decides what it relays
+// further. Copies received from the global never go back.
+func ZoneToGlobal(d *resource.TypeDescriptor, r *resource.Resource, zone string) Verdict {
+	if d == nil || !d.Sync.ZoneToGlobal || !OwnedByZone(r, zone) {
+		return Skip
+	}
+	if SyncDisabled(r) {
+		return Remove
+	}
+	return Send
+}
+
+// ZoneToGlobalRemoval decides whether the deletion of a zone resource (with
+// its tombstone's labels) is forwarded to the global.
+func ZoneToGlobalRemoval(d *resource.TypeDescriptor, labels map[string]string, zone string) bool {
+	if d == nil || !d.Sync.ZoneToGlobal {
+		return false
+	}
+	return OwnedByZone(&resource.Resource{Labels: labels}, zone)
+}
+
+// isRelayType: the types the global may relay from one zone to the others.
+func isRelayType(d *resource.TypeDescriptor) bool {
+	return d.Name == "MeshService" || d.Shape == resource.ShapeTargetRef
+}
+
+// relayable: a MeshService, or a producer policy of a custom namespace (so
+// of a Kubernetes zone) that does not reference a MeshExternalService.
+func relayable(d *resource.TypeDescriptor, r *resource.Resource) bool {
+	if d.Name == "MeshService" {
+		return true
+	}
+	if r.Labels[resource.LabelPolicyRole] != resource.RoleProducer {
+		return false
+	}
+	if r.Labels[resource.LabelNamespace] == "" {
+		return false
+	}
+	return !referencesExternalService(r.Spec)
+}

@@ -1,0 +1,526 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/meridian-mesh/meridian/internal/resource"
+	"github.com/meridian-mesh/meridian/internal/storage"
+	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
+)
+
+// source is what one end sends to its peer: the scope filter and mapping of
+// its store's resources (global -> one zone, or zone -> global).
+type source interface {
+	// put maps a stored resource to the copy to send, or to the key the
+	// peer must remove, or to neither (skip).
+	put(r *resource.Resource) (send *resource.Resource, remove *resource.Key)
+	// remove maps a deletion (the tombstone keeps key and last labels) to
+	// the key the peer must remove, or nil.
+	remove(tomb *resource.Resource) *resource.Key
+	// snapshotTypes lists the types a full snapshot covers.
+	snapshotTypes() []string
+}
+
+// outboundConfig are the sender's limits (validated by the constructors).
+type outboundConfig struct {
+	maxBatchBytes  int
+	maxInFlight    int
+	confirmDelay   time.Duration
+	nackBackoff    time.Duration
+	maxNackBackoff time.Duration
+}
+
+// batchOverhead leaves room for a DeltaBatch's own fields under the limit.
+const batchOverhead = 256
+
+// outbound is the sending half of a session. It is owned by the session's
+// loop goroutine; nothing in it is safe for concurrent use.
+//
+// Revisions. Events arrive in revision order, but the store's watch may
+// deliver one revision's changes in several pieces, with pauses between
+// them, and the watch never says that a revision is complete. A revision is
+// known complete once an event of a later revision arrives. So a batch whose
+// last revision is known complete is sent with last_chunk (the receiver may
+// record it as its resume point); one sent because the watch went quiet is
+// sent without, and the revision is confirmed later: by the next batch, or,
+// when nothing else comes, by an empty marker batch after confirmDelay of
+// quiet. The receiver thus never records a revision of which it may lack a
+// part, and a reconnect without changes resends nothing.
+type outbound struct {
+	cfg   outboundConfig
+	store storage.Store
+	src   source
+	log   hclog.Logger
+	clock Clock
+	obs   flowObserver
+	emit  func(*syncv1.Message)
+
+	events   <-chan storage.Event
+	snapshot *snapshotIter // a full snapshot being sent
+	// listed holds the version of every resource the snapshot listed, until
+	// the watch has passed listedUntil (the revision after listing): a write
+	// that raced with the listing is then not sent a second time.
+	listed      map[resource.Key]uint64
+	listedUntil uint64
+
+	pending  batchBuilder
+	seen     uint64 // revision of the last consumed store event
+	stamped  uint64 // highest revision sent with last_chunk
+	runRev   uint64 // revision of the current run of chunks
+	runIndex uint32 // next chunk_index in that run
+
+	nonce    uint64
+	inflight map[string]*flight
+
+	confirm    optTimer
+	retry      optTimer
+	retryKeys  map[resource.Key]struct{}
+	nackStreak int
+}
+
+// flight is one batch awaiting its Ack or Nack.
+type flight struct {
+	summary batchSummary
+	types   []string
+	sentAt  time.Time
+	retry   bool
+	// entries map each wire key of the batch to the sender's store key, to
+	// retry NACKed resources.
+	entries []entry
+}
+
+func newOutbound(cfg outboundConfig, store storage.Store, src source, log hclog.Logger, clock Clock, obs flowObserver, emit func(*syncv1.Message)) *outbound {
+	return &outbound{
+		cfg: cfg, store: store, src: src, log: log, clock: clock, obs: obs, emit: emit,
+		inflight:  map[string]*flight{},
+		retryKeys: map[resource.Key]struct{}{},
+		confirm:   optTimer{clock: clock},
+		retry:     optTimer{clock: clock},
+		pending:   newBatchBuilder(),
+	}
+}
+
+// start opens the store watch from the peer's resume point, or prepares a
+// full snapshot when there is none, it lies in the future (the store was
+// replaced), or the history no longer reaches back to it.
+func (o *outbound) start(ctx context.Context, resume uint64) error {
+	current, err := o.store.Revision(ctx)
+	if err != nil {
+		return fmt.Errorf("read store revision: %w", err)
+	}
+	if resume > 0 && resume <= current {
+		events, err := o.store.Watch(ctx, resume)
+		if err == nil {
+			o.events, o.seen, o.stamped = events, resume, resume
+			o.log.Debug("resuming", "from_revision", resume, "store_revision", current)
+			return nil
+		}
+		if !errors.Is(err, storage.ErrCompacted) {
+			return fmt.Errorf("watch store from %d: %w", resume, err)
+		}
+		o.log.Info("resume point compacted, sending a full snapshot", "resume_revision", resume)
+	} else if resume > current {
+		o.log.Warn("peer's resume point is ahead of this store, sending a full snapshot", "resume_revision", resume, "store_revision", current)
+	}
+	return o.startSnapshot(ctx)
+}
+
+// startSnapshot watches from the current revision first and lists
+// afterwards, so that every change after the listed state reaches the peer
+// through the watch (a change seen twice is harmless).
+func (o *outbound) startSnapshot(ctx context.Context) error {
+	var rev uint64
+	for attempt := 0; ; attempt++ {
+		var err error
+		if rev, err = o.store.Revision(ctx); err != nil {
+			return fmt.Errorf("read store revision: %w", err)
+		}
+		o.events, err = o.store.Watch(ctx, rev)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, storage.ErrCompacted) || attempt == 3 {
+			return fmt.Errorf("watch store from %d: %w", rev, err)
+		}
+	}
+	it, err := o.listSnapshot(ctx, rev)
+	if err != nil {
+		return err
+	}
+	if o.listedUntil, err = o.store.Revision(ctx); err != nil {
+		return fmt.Errorf("read store revision: %w", err)
+	}
+	o.snapshot, o.seen, o.stamped = it, rev, rev
+	o.log.Info("sending full snapshot", "revision", rev, "listed", len(it.items))
+	return nil
+}
+
+// snapshotIter produces the chunks of a full snapshot on demand, so the
+// first chunk leaves while the rest are still being mapped (the receiver
+// validates one chunk while the next is built).
+type snapshotIter struct {
+	rev   uint64
+	items []*resource.Resource // listed resources of every snapshot type
+	pos   int
+	index uint32
+	done  bool
+}
+
+// listSnapshot lists every resource of the snapshot types.
+func (o *outbound) listSnapshot(ctx context.Context, rev uint64) (*snapshotIter, error) {
+	it := &snapshotIter{rev: rev}
+	for _, typ := range o.src.snapshotTypes() {
+		list, err := o.store.List(ctx, storage.ListOptions{Type: typ})
+		if err != nil {
+			return nil, fmt.Errorf("list %s for snapshot: %w", typ, err)
+		}
+		it.items = append(it.items, list.Items...)
+	}
+	o.listed = make(map[resource.Key]uint64, len(it.items))
+	return it, nil
+}
+
+// nextChunk maps listed resources until the batch is full; the final chunk
+// (possibly empty, for an empty snapshot) carries last_chunk.
+func (o *outbound) nextChunk(it *snapshotIter) (*syncv1.DeltaBatch, []entry) {
+	b := newBatchBuilder()
+	for ; it.pos < len(it.items); it.pos++ {
+		r := it.items[it.pos]
+		send, _ := o.src.put(r)
+		if send == nil {
+			continue
+		}
+		e := newEntry(r.Key(), send, nil)
+		if b.len() > 0 && b.size+e.size > o.limit() {
+			break
+		}
+		o.listed[r.Key()] = r.Version
+		b.add(e)
+	}
+	entries := b.entries
+	batch := b.build()
+	it.done = it.pos == len(it.items)
+	batch.Revision, batch.FullSnapshot, batch.LastChunk, batch.ChunkIndex = it.rev, true, it.done, it.index
+	it.index++
+	if it.done {
+		it.items = nil
+	}
+	return batch, entries
+}
+
+func (o *outbound) limit() int { return o.cfg.maxBatchBytes - batchOverhead }
+
+func (o *outbound) windowOpen() bool { return len(o.inflight) < o.cfg.maxInFlight }
+
+// eventsC is the watch channel while the loop may consume events.
+func (o *outbound) eventsC() <-chan storage.Event {
+	if !o.windowOpen() || o.snapshot != nil {
+		return nil
+	}
+	return o.events
+}
+
+// errWatchClosed: the store watch ended (store closed or log unreadable).
+var errWatchClosed = errors.New("store watch ended")
+
+// pump sends snapshot chunks, then consumes the store events already
+// available, while the window has room; when the watch has nothing more for
+// now it flushes the partial batch. It reports whether the watch was found
+// empty.
+func (o *outbound) pump() (drained bool, err error) {
+	for o.windowOpen() {
+		if o.snapshot != nil {
+			o.send(o.nextChunk(o.snapshot))
+			if o.snapshot.done {
+				o.snapshot = nil
+			}
+			continue
+		}
+		select {
+		case ev, ok := <-o.events:
+			if !ok {
+				return false, errWatchClosed
+			}
+			o.accept(ev)
+		default:
+			o.flushIdle()
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// accept adds one store event to the pending batch, cutting the batch
+// first when the event would overflow it.
+func (o *outbound) accept(ev storage.Event) {
+	newRevision := ev.Revision > o.seen
+	e, ok := o.mapEvent(ev)
+	if ok && o.pending.len() > 0 && o.pending.size+e.size > o.limit() {
+		// The pending batch is complete through o.seen only if this event
+		// starts a later revision.
+		o.cut(o.seen, newRevision)
+	}
+	if newRevision {
+		o.seen = ev.Revision
+	}
+	if ok {
+		o.pending.add(e)
+	}
+}
+
+func (o *outbound) mapEvent(ev storage.Event) (entry, bool) {
+	if o.listed != nil {
+		key := ev.Resource.Key()
+		v, ok := o.listed[key]
+		switch {
+		case ev.Revision > o.listedUntil:
+			o.listed = nil
+		case ok && ev.Kind == storage.EventDelete:
+			// A re-creation after this delete may have the listed
+			// version again: it must not be mistaken for the listed one.
+			delete(o.listed, key)
+		case ok && v == ev.Resource.Version:
+			return entry{}, false // the snapshot carried this very version
+		}
+	}
+	switch ev.Kind {
+	case storage.EventPut:
+		send, remove := o.src.put(ev.Resource)
+		switch {
+		case send != nil:
+			return newEntry(ev.Resource.Key(), send, nil), true
+		case remove != nil:
+			return newEntry(ev.Resource.Key(), nil, remove), true
+		}
+	case storage.EventDelete:
+		if k := o.src.remove(ev.Resource); k != nil {
+			return newEntry(ev.Resource.Key(), nil, k), true
+		}
+	}
+	return entry{}, false
+}
+
+// flushIdle sends what is pending; its last revision is not known complete
+// yet, so the resume point is confirmed later (see outbound).
+func (o *outbound) flushIdle() {
+	if o.pending.len() > 0 {
+		o.cut(o.seen, false)
+	}
+	if o.seen > o.stamped {
+		o.confirm.armIfIdle(o.cfg.confirmDelay)
+	}
+}
+
+// onConfirm runs when the confirmation timer fires: if the watch is still
+// quiet, the last revision is complete and an empty last_chunk batch lets the
+// peer record it.
+func (o *outbound) onConfirm() error {
+	o.confirm.fired()
+	drained, err := o.pump()
+	if err != nil {
+		return err
+	}
+	if o.seen <= o.stamped {
+		return nil
+	}
+	if !drained || o.pending.len() > 0 || !o.windowOpen() {
+		o.confirm.arm(o.cfg.confirmDelay)
+		return nil
+	}
+	o.send(&syncv1.DeltaBatch{Revision: o.seen, BaseRevision: o.stamped, LastChunk: true}, nil)
+	return nil
+}
+
+// cut sends the pending batch stamped with revision rev.
+func (o *outbound) cut(rev uint64, last bool) {
+	entries := o.pending.entries
+	batch := o.pending.build()
+	batch.Revision, batch.BaseRevision, batch.LastChunk = rev, o.stamped, last
+	o.send(batch, entries)
+}
+
+// send assigns the nonce and chunk index, records the flight and hands the
+// batch to the sender.
+func (o *outbound) send(b *syncv1.DeltaBatch, entries []entry) {
+	o.sendBatch(b, entries, false)
+}
+
+func (o *outbound) sendBatch(b *syncv1.DeltaBatch, entries []entry, retry bool) {
+	o.nonce++
+	b.Nonce = strconv.FormatUint(o.nonce, 10)
+	if !b.FullSnapshot && !retry {
+		if b.Revision != o.runRev {
+			o.runRev, o.runIndex = b.Revision, 0
+		}
+		b.ChunkIndex = o.runIndex
+		o.runIndex++
+		if b.LastChunk {
+			o.stamped = max(o.stamped, b.Revision)
+		}
+	}
+	summary := summarize(b)
+	f := &flight{summary: summary, types: summary.types(), sentAt: o.clock.Now(), retry: retry, entries: entries}
+	o.inflight[b.Nonce] = f
+	o.obs.batchSent(f.types, f.summary)
+	o.emit(msgBatch(b))
+}
+
+// onReply classifies the peer's answer to one of our batches: the only
+// place where Ack and Nack are interpreted. nack is nil for an Ack.
+func (o *outbound) onReply(nonce string, nack *syncv1.Nack) error {
+	f, ok := o.inflight[nonce]
+	if !ok {
+		return fmt.Errorf("reply for unknown batch nonce %q", nonce)
+	}
+	delete(o.inflight, nonce)
+	o.obs.batchAnswered(f.types, f.summary, nack, o.clock.Now().Sub(f.sentAt))
+	if nack == nil {
+		if f.retry {
+			o.nackStreak = 0
+		}
+		return nil
+	}
+	o.log.Warn("peer rejected resources", "nonce", nonce, "revision", f.summary.revision, "errors", nackSummary(nack))
+	o.scheduleRetry(f, nack)
+	return nil
+}
+
+// scheduleRetry remembers the rejected resources and resends them after a
+// backoff that grows with consecutive rejections: the peer may accept them
+// later (e.g. once a mesh they belong to has arrived), and a resource that
+// stays invalid costs one batch per backoff period, not a hot loop.
+func (o *outbound) scheduleRetry(f *flight, nack *syncv1.Nack) {
+	locals := make(map[resource.Key]resource.Key, len(f.entries))
+	for _, e := range f.entries {
+		locals[e.wireKey] = e.local
+	}
+	for _, re := range nack.GetErrors() {
+		if local, ok := locals[keyFromWire(re.GetKey())]; ok {
+			o.retryKeys[local] = struct{}{}
+		}
+	}
+	if len(o.retryKeys) == 0 {
+		return
+	}
+	o.nackStreak++
+	o.retry.arm(backoff(o.cfg.nackBackoff, o.cfg.maxNackBackoff, o.nackStreak))
+}
+
+// onRetry resends the current state of every rejected resource. Retry
+// batches carry no revision: they do not move the peer's resume point.
+func (o *outbound) onRetry(ctx context.Context) error {
+	o.retry.fired()
+	if !o.windowOpen() {
+		o.retry.arm(o.cfg.nackBackoff)
+		return nil
+	}
+	b := newBatchBuilder()
+	for key := range o.retryKeys {
+		delete(o.retryKeys, key)
+		r, err := o.store.Get(ctx, key)
+		if errors.Is(err, storage.ErrNotFound) {
+			continue // its deletion went out through the watch
+		}
+		if err != nil {
+			return fmt.Errorf("read %s for retry: %w", key, err)
+		}
+		send, remove := o.src.put(r)
+		if send == nil && remove == nil {
+			continue
+		}
+		e := newEntry(key, send, remove)
+		if b.len() > 0 && b.size+e.size > o.limit() {
+			entries := b.entries
+			o.sendBatch(b.build(), entries, true)
+		}
+		b.add(e)
+	}
+	if b.len() > 0 {
+		entries := b.entries
+		o.sendBatch(b.build(), entries, true)
+	}
+	return nil
+}
+
+// backoff is base*2^(n-1), capped, with ±20% jitter so that many peers
+// retrying after one event do not stay in step.
+func backoff(base, maxDelay time.Duration, n int) time.Duration {
+	d := base
+	for i := 1; i < n && d < maxDelay; i++ {
+		d *= 2
+	}
+	d = min(d, maxDelay)
+	jitter := time.Duration(rand.Int64N(int64(d)/5+1)) * 2
+	return d - d/5 + jitter
+}
+
+// entry is one upsert or removal of a batch under construction.
+type entry struct {
+	wireKey resource.Key // the key the peer stores
+	local   resource.Key // the key in this store
+	up      *syncv1.Resource
+	rm      *syncv1.ResourceKey
+	size    int
+}
+
+// entryOverhead approximates the field tag and length prefix of an entry.
+const entryOverhead = 8
+
+func newEntry(local resource.Key, send *resource.Resource, remove *resource.Key) entry {
+	if send != nil {
+		w := toWire(send)
+		return entry{wireKey: send.Key(), local: local, up: w, size: proto.Size(w) + entryOverhead}
+	}
+	k := keyToWire(*remove)
+	return entry{wireKey: *remove, local: local, rm: k, size: proto.Size(k) + entryOverhead}
+}
+
+// batchBuilder accumulates entries, keeping only the last change per key
+// (a batch applies puts before deletes, so a key must not be in both).
+type batchBuilder struct {
+	entries []entry
+	index   map[resource.Key]int
+	size    int
+}
+
+func newBatchBuilder() batchBuilder { return batchBuilder{index: map[resource.Key]int{}} }
+
+func (b *batchBuilder) len() int { return len(b.entries) }
+
+func (b *batchBuilder) add(e entry) {
+	if i, ok := b.index[e.wireKey]; ok {
+		b.size += e.size - b.entries[i].size
+		b.entries[i] = e
+		return
+	}
+	b.index[e.wireKey] = len(b.entries)
+	b.entries = append(b.entries, e)
+	b.size += e.size
+}
+
+// build returns the batch of the accumulated entries and resets the builder.
+func (b *batchBuilder) build() *syncv1.DeltaBatch {
+	batch := &syncv1.DeltaBatch{}
+	for _, e := range b.entries {
+		if e.up != nil {
+			batch.Upserts = append(batch.Upserts, e.up)
+		} else {
+			batch.Removals = append(batch.Removals, e.rm)
+		}
+	}
+	*b = newBatchBuilder()
+	return batch
+}
+
+func (o *outbound) stopTimers() {
+	o.confirm.stop()
+	o.retry.stop()
+}

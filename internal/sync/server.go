@@ -1,0 +1,376 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	gosync "sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/meridian-mesh/meridian/internal/resource"
+	"github.com/meridian-mesh/meridian/internal/storage"
+	"github.com/meridian-mesh/meridian/internal/sync/mapping"
+	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
+)
+
+// ZoneAuthenticator checks a zone's token (auth.ZoneTokens implements it).
+// The error says why a token is refused; it is shown to the zone.
+type ZoneAuthenticator interface {
+	Authenticate(zone, token string) error
+}
+
+// ServerConfig configures the global's sync server.
+type ServerConfig struct {
+	// Store is the global's store; Registry its types. Required.
+	Store    storage.Store
+	Registry *resource.Registry
+	// Authenticator verifies zone tokens. Required.
+	Authenticator ZoneAuthenticator
+	// Logger defaults to a null logger; Clock to the wall clock.
+	Logger hclog.Logger
+	Clock  Clock
+	// SoftwareVersion is reported to zones.
+	SoftwareVersion string
+	// SystemNamespace of the global (default kuma-system): the namespace
+	// rewritten references of zone policies get (seed 004).
+	SystemNamespace string
+	// Features the global supports; the handshake answers the intersection
+	// with the zone's.
+	Features []string
+	// Stream tunes heartbeats, batching and backoffs.
+	Stream StreamConfig
+	// Metrics, when set, receives the sync metrics (never the default
+	// registry implicitly).
+	Metrics prometheus.Registerer
+}
+
+// Server is the global's SyncService: one stream per connected zone. It is
+// safe for concurrent use; register it with syncv1.RegisterSyncServiceServer
+// on a gRPC server (TLS, gzip) and call Shutdown before GracefulStop.
+type Server struct {
+	syncv1.UnimplementedSyncServiceServer
+
+	cfg     ServerConfig
+	log     hclog.Logger
+	metrics *Metrics
+	tracker *tracker
+
+	// mu guards active and closed: the cancel function of each zone's
+	// current stream (a newer stream of the same zone replaces it).
+	mu     gosync.Mutex
+	active map[string]*activeStream
+	closed bool
+}
+
+type activeStream struct {
+	cancel context.CancelCauseFunc
+}
+
+// Causes of a stream's end the server itself decides.
+var (
+	errReplaced = errors.New("replaced by a newer stream of the same zone")
+	errShutdown = errors.New("global control plane shutting down")
+)
+
+// NewServer checks cfg and returns the server.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	switch {
+	case cfg.Store == nil:
+		return nil, fmt.Errorf("%w: Store is required", ErrInvalidConfig)
+	case cfg.Registry == nil:
+		return nil, fmt.Errorf("%w: Registry is required", ErrInvalidConfig)
+	case cfg.Authenticator == nil:
+		return nil, fmt.Errorf("%w: Authenticator is required", ErrInvalidConfig)
+	}
+	stream, err := cfg.Stream.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	cfg.Stream = stream
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = RealClock{}
+	}
+	if cfg.SystemNamespace == "" {
+		cfg.SystemNamespace = resource.DefaultSystemNamespace
+	}
+	var m *Metrics
+	if cfg.Metrics != nil {
+		if m, err = NewMetrics(cfg.Metrics); err != nil {
+			return nil, err
+		}
+	}
+	return &Server{cfg: cfg, log: cfg.Logger, metrics: m, tracker: newTracker(cfg.Clock, m),
+		active: map[string]*activeStream{}}, nil
+}
+
+// Statuses returns every zone that connected since the server started,
+// sorted by name (GET /zones).
+func (s *Server) Statuses() []ZoneStatus { return s.tracker.statuses() }
+
+// Status returns one zone's status (GET /zones/{name}/_overview).
+func (s *Server) Status(zone string) (ZoneStatus, bool) { return s.tracker.status(zone) }
+
+// Shutdown ends every stream and refuses new ones, so that the gRPC
+// server's GracefulStop does not wait for zones that never hang up.
+func (s *Server) Shutdown() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for _, a := range s.active {
+		a.cancel(errShutdown)
+	}
+}
+
+// Stream implements syncv1.SyncServiceServer: handshake, then the session
+// until the zone goes away, a newer stream of the zone replaces this one,
+// or Shutdown. Errors become gRPC statuses here and nowhere else.
+func (s *Server) Stream(stream syncv1.SyncService_StreamServer) error {
+	ctx := stream.Context()
+	ws := serverStream{stream}
+	hs, err := recvHandshake(ctx, ws, s.cfg.Clock, s.cfg.Stream.HandshakeTimeout)
+	if err != nil {
+		s.metrics.handshakeRefused()
+		return toStatus(err)
+	}
+	z, err := s.admit(hs)
+	if err != nil {
+		s.refuse(ws, hs.GetZone(), err)
+		return toStatus(err)
+	}
+	log := s.log.With("zone", z.Name)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	a, err := s.register(z.Name, cancel)
+	if err != nil {
+		return toStatus(err)
+	}
+	defer s.unregister(z.Name, a)
+	err = s.serve(ctx, ws, hs, z, log)
+	if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
+		err = cause
+	}
+	log.Info("zone stream ended", "reason", err)
+	return toStatus(err)
+}
+
+// serve answers an admitted handshake and runs the session.
+func (s *Server) serve(ctx context.Context, ws serverStream, hs *syncv1.Handshake, z mapping.Zone, log hclog.Logger) error {
+	applied, err := readRevision(ctx, s.cfg.Store, MetaKeyZoneRevision(z.Name))
+	if err != nil {
+		return err
+	}
+	resp := &syncv1.HandshakeResponse{Accepted: true, ResumeRevision: applied,
+		SoftwareVersion: s.cfg.SoftwareVersion, Features: intersect(s.cfg.Features, hs.GetFeatures())}
+	if err := ws.Send(&syncv1.Message{Kind: &syncv1.Message_HandshakeResponse{HandshakeResponse: resp}}); err != nil {
+		return fmt.Errorf("send handshake response: %w", err)
+	}
+	id, g2z, z2g := s.tracker.connected(z.Name, hs, z.Environment, applied)
+	log.Info("zone connected", "version", hs.GetSoftwareVersion(), "environment", z.Environment,
+		"zone_resume_revision", applied, "global_resume_revision", hs.GetResumeRevision())
+	sess := &session{
+		log: log, clock: s.cfg.Clock, stream: ws,
+		heartbeatInterval: s.cfg.Stream.HeartbeatInterval, heartbeatTimeout: s.cfg.Stream.HeartbeatTimeout,
+		onHeartbeat: func() { s.tracker.heartbeat(z.Name, id) },
+	}
+	sess.out = newOutbound(s.cfg.Stream.outbound(), s.cfg.Store, globalSource{reg: s.cfg.Registry, zone: z.Name},
+		log.Named("to-zone"), s.cfg.Clock, g2z, sess.enqueue)
+	sess.in = &inbound{store: s.cfg.Store, metaKey: MetaKeyZoneRevision(z.Name), log: log.Named("from-zone"), obs: z2g, applied: applied,
+		sink: globalSink{reg: s.cfg.Registry, store: s.cfg.Store, zone: z, systemNS: s.cfg.SystemNamespace}}
+	err = sess.run(ctx, hs.GetResumeRevision())
+	if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
+		err = cause
+	}
+	s.tracker.disconnected(z.Name, id, errString(err))
+	return err
+}
+
+// errUnauthenticated marks a refused token; errBadHandshake a handshake
+// that cannot be served.
+var (
+	errUnauthenticated = errors.New("zone token refused")
+	errBadHandshake    = errors.New("invalid handshake")
+)
+
+// admit checks the handshake and the zone's token.
+func (s *Server) admit(hs *syncv1.Handshake) (mapping.Zone, error) {
+	name := hs.GetZone()
+	if err := checkZoneName(name); err != nil {
+		return mapping.Zone{}, fmt.Errorf("%w: %v", errBadHandshake, err)
+	}
+	env, err := envFromWire(hs.GetEnvironment())
+	if err != nil {
+		return mapping.Zone{}, fmt.Errorf("%w: %v", errBadHandshake, err)
+	}
+	if ns := hs.GetSystemNamespace(); ns != "" && !isDNSLabel(ns) {
+		return mapping.Zone{}, fmt.Errorf("%w: system namespace %q is not an RFC 1123 label", errBadHandshake, ns)
+	}
+	if err := s.cfg.Authenticator.Authenticate(name, hs.GetZoneToken()); err != nil {
+		return mapping.Zone{}, fmt.Errorf("%w for zone %q: %w", errUnauthenticated, name, err)
+	}
+	return mapping.Zone{Name: name, Environment: env, SystemNamespace: hs.GetSystemNamespace()}, nil
+}
+
+// checkZoneName: zone names become label values and hash inputs; they
+// must be RFC 1123 labels.
+func checkZoneName(name string) error {
+	if !isDNSLabel(name) {
+		return fmt.Errorf("zone name %q must be a lowercase RFC 1123 label", name)
+	}
+	return nil
+}
+
+func isDNSLabel(s string) bool {
+	ok := s != "" && len(s) <= 63
+	for i := 0; ok && i < len(s); i++ {
+		c := s[i]
+		alnum := (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')
+		edge := i == 0 || i == len(s)-1
+		ok = alnum || (!edge && c == '-')
+	}
+	return ok
+}
+
+// refuse answers a refused handshake so the zone can show why.
+func (s *Server) refuse(ws serverStream, zone string, err error) {
+	s.metrics.handshakeRefused()
+	s.tracker.refused(zone, err.Error())
+	s.log.Warn("zone refused", "zone", zone, "error", err)
+	resp := &syncv1.HandshakeResponse{Accepted: false, Error: err.Error(), SoftwareVersion: s.cfg.SoftwareVersion}
+	_ = ws.Send(&syncv1.Message{Kind: &syncv1.Message_HandshakeResponse{HandshakeResponse: resp}})
+}
+
+// register makes this stream the zone's current one, ending an older
+// stream of the same zone (after a network split the zone redials before
+// the global notices the old stream is dead).
+func (s *Server) register(zone string, cancel context.CancelCauseFunc) (*activeStream, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errShutdown
+	}
+	if old := s.active[zone]; old != nil {
+		old.cancel(errReplaced)
+	}
+	a := &activeStream{cancel: cancel}
+	s.active[zone] = a
+	return a, nil
+}
+
+func (s *Server) unregister(zone string, a *activeStream) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// A newer stream may own the entry already.
+	if s.active[zone] == a {
+		delete(s.active, zone)
+	}
+}
+
+// toStatus maps an internal error to the gRPC status the zone sees.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	code := codes.Internal
+	switch {
+	case errors.Is(err, errUnauthenticated):
+		code = codes.Unauthenticated
+	case errors.Is(err, errBadHandshake), errors.Is(err, errProtocol):
+		code = codes.InvalidArgument
+	case errors.Is(err, errReplaced):
+		code = codes.Aborted
+	case errors.Is(err, errShutdown), errors.Is(err, ErrPeerSilent), errors.Is(err, storage.ErrClosed), errors.Is(err, errWatchClosed):
+		code = codes.Unavailable
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	}
+	return status.Error(code, err.Error())
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func intersect(a, b []string) []string {
+	var out []string
+	for _, f := range a {
+		if slices.Contains(b, f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// serverStream adapts the gRPC server stream to wireStream.
+type serverStream struct {
+	s syncv1.SyncService_StreamServer
+}
+
+func (w serverStream) Send(m *syncv1.Message) error {
+	return w.s.Send(&syncv1.StreamResponse{Message: m})
+}
+
+func (w serverStream) Recv() (*syncv1.Message, error) {
+	req, err := w.s.Recv()
+	if err != nil {
+		return nil, err
+	}
+	if req.GetMessage() == nil {
+		return nil, fmt.Errorf("%w: empty message", errProtocol)
+	}
+	return req.GetMessage(), nil
+}
+
+// recvHandshake waits for the zone's first message, bounded by timeout.
+// The receiving goroutine ends with the stream if the wait times out.
+func recvHandshake(ctx context.Context, ws wireStream, clock Clock, timeout time.Duration) (*syncv1.Handshake, error) {
+	m, err := recvFirst(ctx, ws, clock, timeout)
+	if err != nil {
+		return nil, err
+	}
+	hs := m.GetHandshake()
+	if hs == nil {
+		return nil, fmt.Errorf("%w: first message is %T, not a handshake", errBadHandshake, m.GetKind())
+	}
+	return hs, nil
+}
+
+// recvFirst receives one message with a timeout (the caller must end the
+// stream when it times out, so the receiving goroutine returns).
+func recvFirst(ctx context.Context, ws wireStream, clock Clock, timeout time.Duration) (*syncv1.Message, error) {
+	type result struct {
+		m   *syncv1.Message
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		m, err := ws.Recv()
+		ch <- result{m, err}
+	}()
+	t := clock.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		return r.m, r.err
+	case <-t.C():
+		return nil, fmt.Errorf("no handshake within %s: %w", timeout, context.DeadlineExceeded)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}

@@ -1,0 +1,190 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
+)
+
+// wireStream is the symmetric view of either end of SyncService.Stream.
+// Send is called by one goroutine and Recv by another, as gRPC allows.
+type wireStream interface {
+	Send(*syncv1.Message) error
+	Recv() (*syncv1.Message, error)
+}
+
+// ErrPeerSilent ends a stream on which nothing arrived for the heartbeat
+// timeout.
+var ErrPeerSilent = errors.New("peer silent for longer than the heartbeat timeout")
+
+// session runs one established stream (after the handshake). Concurrency:
+// run starts a receive goroutine (only Recv, feeding recvC) and the loop
+// goroutine (owner of out, in, queue and lastRecv); the goroutine that
+// calls run is the sender (the only caller of Send). On the server that is
+// the gRPC handler goroutine, so no Send can happen after the handler has
+// returned.
+type session struct {
+	log               hclog.Logger
+	clock             Clock
+	stream            wireStream
+	out               *outbound
+	in                *inbound
+	heartbeatInterval time.Duration
+	heartbeatTimeout  time.Duration
+	// onHeartbeat is called (from the loop) for every heartbeat received.
+	onHeartbeat func()
+
+	queue    []*syncv1.Message
+	lastRecv time.Time
+}
+
+func (s *session) enqueue(m *syncv1.Message) { s.queue = append(s.queue, m) }
+
+// run streams until ctx ends or the stream fails, and returns why.
+func (s *session) run(ctx context.Context, resume uint64) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	recvC := make(chan *syncv1.Message)
+	recvErr := make(chan error, 1)
+	sendC := make(chan *syncv1.Message)
+	sendErr := make(chan error, 1)
+	go s.receive(ctx, recvC, recvErr)
+	loopErr := make(chan error, 1)
+	go func() {
+		loopErr <- s.loop(ctx, resume, recvC, recvErr, sendC, sendErr)
+		cancel()
+	}()
+	s.sendLoop(ctx, sendC, sendErr)
+	return <-loopErr
+}
+
+func (s *session) receive(ctx context.Context, out chan<- *syncv1.Message, errc chan<- error) {
+	for {
+		m, err := s.stream.Recv()
+		if err != nil {
+			errc <- err
+			return
+		}
+		select {
+		case out <- m:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (s *session) sendLoop(ctx context.Context, in <-chan *syncv1.Message, errc chan<- error) {
+	for {
+		select {
+		case m := <-in:
+			if err := s.stream.Send(m); err != nil {
+				errc <- err
+				<-ctx.Done()
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (s *session) loop(ctx context.Context, resume uint64, recvC <-chan *syncv1.Message, recvErr <-chan error,
+	sendC chan<- *syncv1.Message, sendErr <-chan error) error {
+	defer s.out.stopTimers()
+	if err := s.out.start(ctx, resume); err != nil {
+		return err
+	}
+	hb := s.clock.NewTimer(s.heartbeatInterval)
+	defer hb.Stop()
+	s.lastRecv = s.clock.Now()
+	if _, err := s.out.pump(); err != nil {
+		return err
+	}
+	for {
+		var head *syncv1.Message
+		var sc chan<- *syncv1.Message
+		if len(s.queue) > 0 {
+			head, sc = s.queue[0], sendC
+		}
+		var err error
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err = <-recvErr:
+			err = fmt.Errorf("receive: %w", err)
+		case err = <-sendErr:
+			err = fmt.Errorf("send: %w", err)
+		case sc <- head:
+			s.queue[0] = nil
+			s.queue = s.queue[1:]
+		case m := <-recvC:
+			s.lastRecv = s.clock.Now()
+			err = s.handle(ctx, m)
+		case ev, ok := <-s.out.eventsC():
+			if !ok {
+				return errWatchClosed
+			}
+			s.out.accept(ev)
+			_, err = s.out.pump()
+		case <-hb.C():
+			err = s.tick()
+			hb.Reset(s.heartbeatInterval)
+		case <-s.out.confirm.C():
+			err = s.out.onConfirm()
+		case <-s.out.retry.C():
+			if err = s.out.onRetry(ctx); err == nil {
+				_, err = s.out.pump()
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// tick sends a heartbeat and checks that the peer is alive.
+func (s *session) tick() error {
+	now := s.clock.Now()
+	if silent := now.Sub(s.lastRecv); silent > s.heartbeatTimeout {
+		return fmt.Errorf("%w (%s)", ErrPeerSilent, silent.Round(time.Millisecond))
+	}
+	s.enqueue(msgHeartbeat(&syncv1.Heartbeat{Time: timestamppb.New(now)}))
+	return nil
+}
+
+// handle dispatches one received message.
+func (s *session) handle(ctx context.Context, m *syncv1.Message) error {
+	switch k := m.GetKind().(type) {
+	case *syncv1.Message_DeltaBatch:
+		reply, err := s.in.handle(ctx, k.DeltaBatch)
+		if err != nil {
+			return err
+		}
+		s.enqueue(reply)
+		return nil
+	case *syncv1.Message_Ack:
+		return s.reply(k.Ack.GetNonce(), nil)
+	case *syncv1.Message_Nack:
+		return s.reply(k.Nack.GetNonce(), k.Nack)
+	case *syncv1.Message_Heartbeat:
+		if s.onHeartbeat != nil {
+			s.onHeartbeat()
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: unexpected %T after the handshake", errProtocol, m.GetKind())
+}
+
+func (s *session) reply(nonce string, nack *syncv1.Nack) error {
+	if err := s.out.onReply(nonce, nack); err != nil {
+		return fmt.Errorf("%w: %v", errProtocol, err)
+	}
+	_, err := s.out.pump()
+	return err
+}
