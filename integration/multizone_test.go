@@ -160,6 +160,60 @@ func TestMultizoneSync(t *testing.T) {
 	if r.Labels["kuma.io/origin"] != "zone" || r.Labels["kuma.io/zone"] != "zone-1" || r.Labels["kuma.io/display-name"] != "default-timeout-zone-1" {
 		t.Errorf("global copy labels %v", r.Labels)
 	}
+	// Labelled kds-sync: disabled, a policy moves nowhere.
+	apply(t, c.zone1, strings.ReplaceAll(globalTimeout, "name: default-timeout-global", "name: local-only\nlabels:\n  kuma.io/kds-sync: disabled"))
+	apply(t, c.global, strings.ReplaceAll(globalTimeout, "name: default-timeout-global", "name: global-only\nlabels:\n  kuma.io/kds-sync: disabled"))
+
+	// Kubernetes zone-2: a producer policy reaches zone-1 through the global,
+	// a consumer policy stays out of other zones.
+	apply(t, c.zone2, `type: MeshTimeout
+mesh: default
+name: backend-producer
+namespace: backend-ns
+spec:
+  targetRef:
+    kind: Mesh
+  to:
+    - targetRef:
+        kind: MeshService
+        name: backend
+      default:
+        idleTimeout: 2m
+---
+type: MeshTimeout
+mesh: default
+name: web-consumer
+namespace: web-ns
+spec:
+  targetRef:
+    kind: Mesh
+  to:
+    - targetRef:
+        kind: MeshService
+        name: backend
+        namespace: backend-ns
+      default:
+        idleTimeout: 3m
+`)
+	eventually(t, 15*time.Second, func() error {
+		if n := countByDisplayName(t, c.zone1, "backend-producer"); n != 1 {
+			return fmt.Errorf("zone-1 has %d copies of zone-2's producer policy", n)
+		}
+		return nil
+	})
+	// By now everything written before has crossed; what must not cross has not.
+	for _, check := range []struct {
+		n       *node
+		display string
+	}{
+		{c.zone2, "default-timeout-zone-1"}, {c.global, "local-only"}, {c.zone2, "local-only"},
+		{c.zone1, "global-only"}, {c.zone2, "global-only"}, {c.zone1, "web-consumer"},
+	} {
+		if n := countByDisplayName(t, check.n, check.display); n != 0 {
+			t.Errorf("%s has %d copies of %s", check.n.proc.Name, n, check.display)
+		}
+	}
+
 	// The global refuses to edit it.
 	if status, body := c.global.request("DELETE", "/meshes/default/meshtimeouts/default-timeout-zone-1-c58w24w4vw27f454", ""); status != 409 {
 		t.Errorf("global delete of a zone policy: %d %s", status, body)
@@ -274,4 +328,16 @@ func TestZoneWithWrongTokenIsRefused(t *testing.T) {
 	if _, ok, _ := z.get("/meshes/default"); ok {
 		t.Errorf("refused zone received the global's mesh")
 	}
+}
+
+// countByDisplayName counts MeshTimeouts whose name or display name is name.
+func countByDisplayName(t *testing.T, n *node, name string) int {
+	t.Helper()
+	count := 0
+	for _, it := range listTimeouts(t, n) {
+		if it.Name == name || it.Labels["kuma.io/display-name"] == name {
+			count++
+		}
+	}
+	return count
 }
