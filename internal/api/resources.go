@@ -59,13 +59,21 @@ func (s *Server) namespaceParam(r *http.Request) string {
 	return ns
 }
 
-func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
+// meshScopedKey reads /meshes/{mesh}/{plural}/{name}?namespace= .
+func (s *Server) meshScopedKey(r *http.Request) (*resource.TypeDescriptor, resource.Key, error) {
 	d, err := s.meshScopedType(r.PathValue("plural"))
+	if err != nil {
+		return nil, resource.Key{}, err
+	}
+	return d, resource.Key{Type: d.Name, Mesh: r.PathValue("mesh"), Namespace: s.namespaceParam(r), Name: r.PathValue("name")}, nil
+}
+
+func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
+	_, key, err := s.meshScopedKey(r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	key := resource.Key{Type: d.Name, Mesh: r.PathValue("mesh"), Namespace: s.namespaceParam(r), Name: r.PathValue("name")}
 	s.getAndWrite(w, r, key)
 }
 
@@ -223,12 +231,11 @@ func nextURL(r *http.Request, offset, size int) string {
 }
 
 func (s *Server) handlePut(w http.ResponseWriter, r *http.Request) {
-	d, err := s.meshScopedType(r.PathValue("plural"))
+	d, key, err := s.meshScopedKey(r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	key := resource.Key{Type: d.Name, Mesh: r.PathValue("mesh"), Namespace: s.namespaceParam(r), Name: r.PathValue("name")}
 	s.put(w, r, d, key)
 }
 
@@ -401,12 +408,11 @@ func (s *Server) checkOwnership(r *http.Request, key resource.Key) error {
 }
 
 func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
-	d, err := s.meshScopedType(r.PathValue("plural"))
+	_, key, err := s.meshScopedKey(r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	key := resource.Key{Type: d.Name, Mesh: r.PathValue("mesh"), Namespace: s.namespaceParam(r), Name: r.PathValue("name")}
 	s.delete(w, r, key)
 }
 
