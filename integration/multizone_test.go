@@ -341,3 +341,20 @@ func countByDisplayName(t *testing.T, n *node, name string) int {
 	}
 	return count
 }
+
+// TestGracefulShutdownWithStreams stops a global with zones connected, then a
+// zone whose global is gone, each with SIGTERM: both exit 0 within 5 s.
+func TestGracefulShutdownWithStreams(t *testing.T) {
+	c := startCluster(t)
+	waitPresent(t, c.zone1, "/meshes/default")
+	for _, n := range []*node{c.global, c.zone1} {
+		start := time.Now()
+		if err := n.proc.Stop(5 * time.Second); err != nil {
+			t.Fatalf("%s: %v", n.proc.Name, err)
+		}
+		if err := n.proc.ExitErr(); err != nil {
+			t.Errorf("%s exit: %v", n.proc.Name, err)
+		}
+		t.Logf("%s stopped in %s", n.proc.Name, time.Since(start).Round(time.Millisecond))
+	}
+}
