@@ -47,6 +47,7 @@ func newContribution(pol *policy, entry int, block string, conf confBlock) *cont
 			idx := entry
 			c.origin.Entry = &idx
 		}
+		c.origin = c.origin.withEncoding()
 	}
 	return c
 }

@@ -28,6 +28,31 @@ type Meta struct {
 type Origin struct {
 	Meta
 	Entry *int `json:"entry,omitempty"`
+
+	// encoded caches the JSON of a contribution's origin: the same origin
+	// appears under every outbound and rule it reached, and encoding its
+	// labels map by reflection each time dominated large _rules responses.
+	encoded []byte
+}
+
+// plainOrigin is Origin without its MarshalJSON.
+type plainOrigin Origin
+
+// MarshalJSON returns the cached encoding when there is one.
+func (o Origin) MarshalJSON() ([]byte, error) {
+	if o.encoded != nil {
+		return o.encoded, nil
+	}
+	return json.Marshal(plainOrigin(o))
+}
+
+// withEncoding returns o with its JSON cached.
+func (o Origin) withEncoding() Origin {
+	b, err := json.Marshal(plainOrigin(o))
+	if err == nil {
+		o.encoded = b
+	}
+	return o
 }
 
 // Matcher is one condition on a client's tags: tag Key equals Value, or,
