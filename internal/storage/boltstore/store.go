@@ -204,15 +204,18 @@ func loadRecord(b *bolt.Bucket, key []byte) (*record, error) {
 	return &rec, nil
 }
 
-// Revision implements storage.Store.
+// Revision implements storage.Store. It reads the revision in a read
+// transaction rather than from the in-memory counter, which is advanced only
+// after a commit returns: a List that already saw a commit must never be
+// followed by a smaller Revision (sync's snapshot de-duplication relies on
+// it).
 func (s *Store) Revision(ctx context.Context) (uint64, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	if s.isClosed() {
-		return 0, storage.ErrClosed
-	}
-	return s.revision.Load(), nil
+	var rev uint64
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		rev = getUint64(tx.Bucket([]byte(bucketMeta)), metaKeyRevision)
+		return nil
+	})
+	return rev, err
 }
 
 // CompactedRevision implements storage.Store.
