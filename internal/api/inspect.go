@@ -124,9 +124,19 @@ func (s *Server) handlePolicyDataplanes(w http.ResponseWriter, r *http.Request) 
 	s.writeValue(w, r, http.StatusOK, map[string]any{"total": len(items), "items": items, "next": nil})
 }
 
+// jsonAppender is a result that encodes itself faster than encoding/json
+// (policy.RulesResult: large _rules responses).
+type jsonAppender interface {
+	AppendJSON(b []byte) []byte
+}
+
 func (s *Server) writeResult(w http.ResponseWriter, r *http.Request, v any, err error) {
 	if err != nil {
 		s.writeError(w, r, err)
+		return
+	}
+	if a, ok := v.(jsonAppender); ok {
+		s.writeJSONBytes(w, r, http.StatusOK, a.AppendJSON(nil))
 		return
 	}
 	s.writeValue(w, r, http.StatusOK, v)
