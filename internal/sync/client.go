@@ -202,7 +202,7 @@ func (c *Client) connectOnce(ctx context.Context, rpc syncv1.SyncServiceClient) 
 	if err != nil {
 		return false, fmt.Errorf("open stream: %w", err)
 	}
-	ws := clientStream{stream}
+	ws := newWire(stream, func(m *syncv1.Message) *syncv1.StreamRequest { return &syncv1.StreamRequest{Message: m} })
 	resp, err := c.handshake(sctx, ws, token, resume)
 	if err != nil {
 		return false, err
@@ -210,7 +210,7 @@ func (c *Client) connectOnce(ctx context.Context, rpc syncv1.SyncServiceClient) 
 	return true, c.runSession(sctx, ws, resp, resume)
 }
 
-func (c *Client) handshake(ctx context.Context, ws clientStream, token string, resume uint64) (*syncv1.HandshakeResponse, error) {
+func (c *Client) handshake(ctx context.Context, ws wireStream, token string, resume uint64) (*syncv1.HandshakeResponse, error) {
 	hs := &syncv1.Handshake{Zone: c.cfg.Zone, ZoneToken: token, SoftwareVersion: c.cfg.SoftwareVersion,
 		Features: c.cfg.Features, Environment: envToWire(c.cfg.Environment),
 		SystemNamespace: c.cfg.SystemNamespace, ResumeRevision: resume}
@@ -234,7 +234,7 @@ func (c *Client) handshake(ctx context.Context, ws clientStream, token string, r
 // ErrRefused is wrapped by the error a refused handshake ends with.
 var ErrRefused = errors.New("handshake refused")
 
-func (c *Client) runSession(ctx context.Context, ws clientStream, resp *syncv1.HandshakeResponse, resume uint64) error {
+func (c *Client) runSession(ctx context.Context, ws wireStream, resp *syncv1.HandshakeResponse, resume uint64) error {
 	now := c.cfg.Clock.Now()
 	c.update(func(st *ClientStatus) {
 		st.Connected, st.ConnectTime, st.LastHeartbeat = true, timePtr(now), timePtr(now)
@@ -279,24 +279,4 @@ func (c *Client) disconnected(err error) {
 		}
 	})
 	c.metrics.connected(c.cfg.Zone, false)
-}
-
-// clientStream adapts the gRPC client stream to wireStream.
-type clientStream struct {
-	s syncv1.SyncService_StreamClient
-}
-
-func (w clientStream) Send(m *syncv1.Message) error {
-	return w.s.Send(&syncv1.StreamRequest{Message: m})
-}
-
-func (w clientStream) Recv() (*syncv1.Message, error) {
-	resp, err := w.s.Recv()
-	if err != nil {
-		return nil, err
-	}
-	if resp.GetMessage() == nil {
-		return nil, fmt.Errorf("%w: empty message", errProtocol)
-	}
-	return resp.GetMessage(), nil
 }

@@ -135,7 +135,7 @@ func (s *Server) Shutdown() {
 // or Shutdown. Errors become gRPC statuses here and nowhere else.
 func (s *Server) Stream(stream syncv1.SyncService_StreamServer) error {
 	ctx := stream.Context()
-	ws := serverStream{stream}
+	ws := newWire(stream, func(m *syncv1.Message) *syncv1.StreamResponse { return &syncv1.StreamResponse{Message: m} })
 	hs, err := recvHandshake(ctx, ws, s.cfg.Clock, s.cfg.Stream.HandshakeTimeout)
 	if err != nil {
 		s.metrics.handshakeRefused()
@@ -163,7 +163,7 @@ func (s *Server) Stream(stream syncv1.SyncService_StreamServer) error {
 }
 
 // serve answers an admitted handshake and runs the session.
-func (s *Server) serve(ctx context.Context, ws serverStream, hs *syncv1.Handshake, z mapping.Zone, log hclog.Logger) error {
+func (s *Server) serve(ctx context.Context, ws wireStream, hs *syncv1.Handshake, z mapping.Zone, log hclog.Logger) error {
 	applied, err := readRevision(ctx, s.cfg.Store, MetaKeyZoneRevision(z.Name))
 	if err != nil {
 		return err
@@ -240,7 +240,7 @@ func isDNSLabel(s string) bool {
 }
 
 // refuse answers a refused handshake so the zone can show why.
-func (s *Server) refuse(ws serverStream, zone string, err error) {
+func (s *Server) refuse(ws wireStream, zone string, err error) {
 	s.metrics.handshakeRefused()
 	s.tracker.refused(zone, err.Error())
 	s.log.Warn("zone refused", "zone", zone, "error", err)
@@ -315,26 +315,6 @@ func intersect(a, b []string) []string {
 		}
 	}
 	return out
-}
-
-// serverStream adapts the gRPC server stream to wireStream.
-type serverStream struct {
-	s syncv1.SyncService_StreamServer
-}
-
-func (w serverStream) Send(m *syncv1.Message) error {
-	return w.s.Send(&syncv1.StreamResponse{Message: m})
-}
-
-func (w serverStream) Recv() (*syncv1.Message, error) {
-	req, err := w.s.Recv()
-	if err != nil {
-		return nil, err
-	}
-	if req.GetMessage() == nil {
-		return nil, fmt.Errorf("%w: empty message", errProtocol)
-	}
-	return req.GetMessage(), nil
 }
 
 // recvHandshake waits for the zone's first message, bounded by timeout.

@@ -19,6 +19,38 @@ type wireStream interface {
 	Recv() (*syncv1.Message, error)
 }
 
+// grpcStream is either end of the generated SyncService stream: it sends Out
+// envelopes and receives In envelopes, each carrying one Message.
+type grpcStream[Out any, In interface{ GetMessage() *syncv1.Message }] interface {
+	Send(Out) error
+	Recv() (In, error)
+}
+
+// wire adapts a gRPC stream end to wireStream, so the zone and the global
+// share every loop above it.
+type wire[Out any, In interface{ GetMessage() *syncv1.Message }] struct {
+	s    grpcStream[Out, In]
+	wrap func(*syncv1.Message) Out
+}
+
+func newWire[Out any, In interface{ GetMessage() *syncv1.Message }](s grpcStream[Out, In], wrap func(*syncv1.Message) Out) wireStream {
+	return wire[Out, In]{s: s, wrap: wrap}
+}
+
+func (w wire[Out, In]) Send(m *syncv1.Message) error { return w.s.Send(w.wrap(m)) }
+
+func (w wire[Out, In]) Recv() (*syncv1.Message, error) {
+	env, err := w.s.Recv()
+	if err != nil {
+		return nil, err
+	}
+	m := env.GetMessage()
+	if m == nil {
+		return nil, fmt.Errorf("%w: empty message", errProtocol)
+	}
+	return m, nil
+}
+
 // ErrPeerSilent ends a stream on which nothing arrived for the heartbeat
 // timeout.
 var ErrPeerSilent = errors.New("peer silent for longer than the heartbeat timeout")
