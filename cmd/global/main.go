@@ -3,8 +3,6 @@
 package main
 
 import (
-	"os"
-
 	"github.com/spf13/cobra"
 
 	"github.com/meridian-mesh/meridian/internal/api"
@@ -28,10 +26,7 @@ func newCommand() *cobra.Command {
 		Short: "Meridian global control plane",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := common.ApplySources(cmd); err != nil {
-				return err
-			}
-			logger, err := common.NewLogger("global-cp", os.Stderr)
+			logger, err := common.Prepare(cmd, "global-cp")
 			if err != nil {
 				return err
 			}

@@ -4,8 +4,6 @@
 package main
 
 import (
-	"os"
-
 	"github.com/spf13/cobra"
 
 	"github.com/meridian-mesh/meridian/internal/api"
@@ -34,10 +32,7 @@ func newCommand() *cobra.Command {
 		Short: "Meridian zone control plane",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := common.ApplySources(cmd); err != nil {
-				return err
-			}
-			logger, err := common.NewLogger("zone-cp", os.Stderr)
+			logger, err := common.Prepare(cmd, "zone-cp")
 			if err != nil {
 				return err
 			}

@@ -45,6 +45,15 @@ func (f *CommonFlags) ApplySources(cmd *cobra.Command) error {
 	return flagconfig.Apply(cmd.Flags(), flagconfig.Source{EnvPrefix: EnvPrefix, ConfigFile: f.ConfigFile, Skip: []string{"config", "help"}})
 }
 
+// Prepare fills unset flags from the environment and the config file, then
+// builds the process logger; both daemons start with it.
+func (f *CommonFlags) Prepare(cmd *cobra.Command, name string) (hclog.Logger, error) {
+	if err := f.ApplySources(cmd); err != nil {
+		return nil, err
+	}
+	return f.NewLogger(name, os.Stderr)
+}
+
 // NewLogger builds the process logger from the flags.
 func (f *CommonFlags) NewLogger(name string, w io.Writer) (hclog.Logger, error) {
 	level := hclog.LevelFromString(f.LogLevel)
