@@ -3,8 +3,12 @@ package policy
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
+	"strings"
+
+	"github.com/meridian-mesh/meridian/internal/condition"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
@@ -14,10 +18,26 @@ import (
 // expensive part of building a snapshot (JSON), so a snapshot built with
 // Inputs.Previous reuses the decoded form of every unchanged policy.
 
+// rawBlocks are seed 002's fields of an entry or a proxy-wide spec
+// (SPEC 3.6).
+type rawBlocks struct {
+	Default  json.RawMessage `json:"default"`
+	Override json.RawMessage `json:"override"`
+	Strategy struct {
+		Default  string `json:"default"`
+		Override string `json:"override"`
+	} `json:"strategy"`
+	When struct {
+		Default  string `json:"default"`
+		Override string `json:"override"`
+	} `json:"when"`
+	Unset []string `json:"unset"`
+}
+
 // rawEntry is one to/from item as written.
 type rawEntry struct {
+	rawBlocks
 	TargetRef *targetRef      `json:"targetRef"`
-	Default   json.RawMessage `json:"default"`
 	Rules     json.RawMessage `json:"rules"`
 	Hostnames json.RawMessage `json:"hostnames"`
 }
@@ -29,24 +49,73 @@ type selector struct {
 // rawSpec covers every policy shape: targetRef policies and both legacy
 // shapes. Fields a shape does not use stay empty.
 type rawSpec struct {
+	rawBlocks
 	TargetRef    *targetRef      `json:"targetRef"`
 	To           []rawEntry      `json:"to"`
 	From         []rawEntry      `json:"from"`
-	Default      json.RawMessage `json:"default"`
 	Sources      []selector      `json:"sources"`
 	Destinations []selector      `json:"destinations"`
 	Selectors    []selector      `json:"selectors"`
 	Conf         json.RawMessage `json:"conf"`
 }
 
-// confBlock is a decoded conf and its compiled patch. A nil value means the
-// entry carries no conf.
+// confBlock is a decoded conf and its compiled patch, with its seed 002
+// qualifiers. A nil value means the entry carries no such block.
 type confBlock struct {
-	value any
-	patch *patch
+	value  any
+	patch  *patch
+	atomic bool
+	when   *condition.Expr
+	// unset (default blocks only): conf paths removed from less specific
+	// defaults, each split at dots.
+	unset [][]string
 }
 
 func compileConf(v any) confBlock { return confBlock{value: v, patch: compilePatch(v)} }
+
+// blocks are the default and override blocks of one entry or proxy-wide spec.
+type blocks struct {
+	def, over confBlock
+}
+
+// decodeBlocks decodes default and override with their strategy, when and
+// unset. conf turns a decoded block into the conf the engine merges
+// (normalization; route types build it from rules instead).
+func decodeBlocks(cond *condition.Env, raw rawBlocks, def any) (blocks, error) {
+	var out blocks
+	out.def = compileConf(def)
+	over, err := decodeJSON(raw.Override)
+	if err != nil {
+		return out, fmt.Errorf("override: %w", err)
+	}
+	if over != nil {
+		out.over = compileConf(over)
+	}
+	out.def.atomic = raw.Strategy.Default == "atomic"
+	out.over.atomic = raw.Strategy.Override == "atomic"
+	if out.def.when, err = compileWhen(cond, raw.When.Default); err != nil {
+		return out, fmt.Errorf("when.default: %w", err)
+	}
+	if out.over.when, err = compileWhen(cond, raw.When.Override); err != nil {
+		return out, fmt.Errorf("when.override: %w", err)
+	}
+	for _, u := range raw.Unset {
+		if u != "" {
+			out.def.unset = append(out.def.unset, strings.Split(u, "."))
+		}
+	}
+	return out, nil
+}
+
+func compileWhen(cond *condition.Env, src string) (*condition.Expr, error) {
+	if src == "" {
+		return nil, nil
+	}
+	if cond == nil {
+		return nil, errors.New("no CEL environment")
+	}
+	return cond.Compile(src)
+}
 
 // decodedPolicy is everything derived from a policy resource alone. It is
 // immutable, so snapshots can share it.
@@ -54,15 +123,15 @@ type decodedPolicy struct {
 	role     string
 	top      *targetRef
 	to, from []decodedEntry
-	proxy    confBlock
+	proxy    blocks
 
 	sources, destinations, selectors []selector
 	legacy                           confBlock
 }
 
 type decodedEntry struct {
-	ref  *targetRef
-	conf confBlock
+	ref *targetRef
+	blocks
 }
 
 // cachedDecode remembers what a decode was computed from.
@@ -80,7 +149,7 @@ func (c *cachedDecode) sameSource(r *resource.Resource) bool {
 	return bytes.Equal(c.spec, r.Spec) && maps.Equal(c.labels, r.Labels)
 }
 
-func decodePolicy(r *resource.Resource, d *resource.TypeDescriptor, sysNS string) (*decodedPolicy, error) {
+func decodePolicy(r *resource.Resource, d *resource.TypeDescriptor, sysNS string, cond *condition.Env) (*decodedPolicy, error) {
 	var spec rawSpec
 	if len(r.Spec) > 0 {
 		if err := json.Unmarshal(r.Spec, &spec); err != nil {
@@ -96,12 +165,12 @@ func decodePolicy(r *resource.Resource, d *resource.TypeDescriptor, sysNS string
 	}
 	dec := &decodedPolicy{role: role, top: spec.TargetRef}
 	if d.To {
-		if dec.to, err = decodeEntries(d, "to", spec.To); err != nil {
+		if dec.to, err = decodeEntries(cond, d, "to", spec.To); err != nil {
 			return nil, err
 		}
 	}
 	if d.From {
-		if dec.from, err = decodeEntries(d, "from", spec.From); err != nil {
+		if dec.from, err = decodeEntries(cond, d, "from", spec.From); err != nil {
 			return nil, err
 		}
 	}
@@ -110,7 +179,10 @@ func decodePolicy(r *resource.Resource, d *resource.TypeDescriptor, sysNS string
 		if err != nil {
 			return nil, fmt.Errorf("spec.default: %w", err)
 		}
-		dec.proxy = compileConf(normalizeConf(d.Name, conf))
+		if dec.proxy, err = decodeBlocks(cond, spec.rawBlocks, normalizeConf(d.Name, conf)); err != nil {
+			return nil, fmt.Errorf("spec: %w", err)
+		}
+		dec.proxy.over = normalizeBlock(d.Name, dec.proxy.over)
 	}
 	return dec, nil
 }
@@ -135,16 +207,31 @@ func roleOf(r *resource.Resource, d *resource.TypeDescriptor, sysNS string) (str
 	return role, nil
 }
 
-func decodeEntries(d *resource.TypeDescriptor, list string, items []rawEntry) ([]decodedEntry, error) {
+func decodeEntries(cond *condition.Env, d *resource.TypeDescriptor, list string, items []rawEntry) ([]decodedEntry, error) {
 	out := make([]decodedEntry, len(items))
 	for i, item := range items {
 		conf, err := entryConf(d, item)
 		if err != nil {
 			return nil, fmt.Errorf("spec.%s[%d]: %w", list, i, err)
 		}
-		out[i] = decodedEntry{ref: item.TargetRef, conf: compileConf(conf)}
+		bl, err := decodeBlocks(cond, item.rawBlocks, conf)
+		if err != nil {
+			return nil, fmt.Errorf("spec.%s[%d]: %w", list, i, err)
+		}
+		bl.over = normalizeBlock(d.Name, bl.over)
+		out[i] = decodedEntry{ref: item.TargetRef, blocks: bl}
 	}
 	return out, nil
+}
+
+// normalizeBlock applies normalizeConf to an override block.
+func normalizeBlock(typeName string, b confBlock) confBlock {
+	if b.value == nil {
+		return b
+	}
+	n := compileConf(normalizeConf(typeName, b.value))
+	n.atomic, n.when = b.atomic, b.when
+	return n
 }
 
 // entryConf decodes an entry's default, or for route types the rules (and

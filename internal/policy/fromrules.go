@@ -75,28 +75,43 @@ type ruleBuilder struct {
 	cell    map[string]*keyState
 	keys    []string // every key the cell has constrained, sorted
 	leaves  []cellLeaf
+	warns   []string
 	limit   int
 	steps   int
 	err     error
 }
 
-// buildFromRules computes the rules of entries given in apply order.
-func buildFromRules(m merger, applyOrder []*entry, limit int) ([]Rule, error) {
+// buildFromRules computes the rules of entries given in apply order, and
+// the leaves they were rendered from (with their final fold states).
+func buildFromRules(m merger, applyOrder []*entry, limit int) (*fromBuild, error) {
 	b := &ruleBuilder{m: m, cell: map[string]*keyState{}, limit: limit}
 	b.entries = make([]*entry, 0, len(applyOrder))
 	for i := len(applyOrder) - 1; i >= 0; i-- {
-		if e := applyOrder[i]; !e.never && e.c.conf != nil {
+		if e := applyOrder[i]; !e.never && (e.c.active() || e.o != nil) {
 			b.entries = append(b.entries, e)
 		}
 	}
-	b.walk(0, foldState{})
+	b.walk(0, foldState{}, nil)
 	if b.err != nil {
 		return nil, b.err
 	}
-	return b.rules(), nil
+	slices.Sort(b.warns)
+	return &fromBuild{rules: b.rules(), leaves: b.leaves, warns: slices.Compact(b.warns)}, nil
 }
 
-func (b *ruleBuilder) walk(i int, st foldState) {
+// fromBuild is what buildFromRules computed.
+type fromBuild struct {
+	rules  []Rule
+	leaves []cellLeaf // the cells the rules were rendered from, with their final folds
+	warns  []string   // `when` expressions that failed to evaluate
+}
+
+// walk visits entries from i on. st is the defaults fold of the entries
+// known to match the cell; overs are their override blocks, which the
+// overrides pass applies at the leaf (SPEC 3.6 runs both passes per client
+// subset). An entry with an override always matters, so it always splits
+// an undetermined cell.
+func (b *ruleBuilder) walk(i int, st foldState, overs *contributors) {
 	for ; i < len(b.entries); i++ {
 		if b.steps++; b.steps > maxRuleSteps {
 			b.err = fmt.Errorf("%w: more than %d steps", errTooManyRules, maxRuleSteps)
@@ -108,17 +123,22 @@ func (b *ruleBuilder) walk(i int, st foldState) {
 			continue
 		}
 		next, changed := b.m.fill(st, e.c)
-		if !changed {
+		if !changed && e.o == nil {
+			st = next // a failed `when` leaves a warning
 			continue
+		}
+		nextOvers := overs
+		if e.o != nil {
+			nextOvers = &contributors{c: e.o, next: overs}
 		}
 		if len(undetermined) == 0 {
-			st = next
+			st, overs = next, nextOvers
 			continue
 		}
-		b.split(i, st, next, undetermined)
+		b.split(i, st, next, overs, nextOvers, undetermined)
 		return
 	}
-	b.emit(st)
+	b.emit(st, overs)
 }
 
 // classify says whether the cell contradicts tags (possible = false), and
@@ -145,11 +165,11 @@ func (b *ruleBuilder) classify(tags []tag) (undetermined []tag, possible bool) {
 // split visits the cell where every undetermined tag holds (with the entry
 // folded in), then, for each tag in turn, the cell where the tags before it
 // hold and it does not (without the entry).
-func (b *ruleBuilder) split(i int, st, next foldState, tags []tag) {
+func (b *ruleBuilder) split(i int, st, next foldState, overs, nextOvers *contributors, tags []tag) {
 	for _, t := range tags {
 		b.setPos(t)
 	}
-	b.walk(i+1, next)
+	b.walk(i+1, next, nextOvers)
 	for _, t := range tags {
 		b.unsetPos(t.key)
 	}
@@ -158,7 +178,7 @@ func (b *ruleBuilder) split(i int, st, next foldState, tags []tag) {
 			break
 		}
 		b.addNeg(t)
-		b.walk(i+1, st)
+		b.walk(i+1, st, overs)
 		b.removeNeg(t)
 		b.setPos(t)
 	}
@@ -203,8 +223,20 @@ func hasSorted(list []string, v string) bool {
 	return ok
 }
 
-// emit records the current cell as a leaf when any entry gave it a conf.
-func (b *ruleBuilder) emit(st foldState) {
+// emit applies the cell's overrides and records the cell as a leaf when it
+// has a conf.
+func (b *ruleBuilder) emit(st foldState, overs *contributors) {
+	if overs != nil {
+		var os []*contribution
+		for c := overs; c != nil; c = c.next {
+			os = append(os, c.c)
+		}
+		sortByOrder(os)
+		st = b.m.overrides(st, os)
+	}
+	if st.warns != nil {
+		b.warns = append(b.warns, st.warnings()...)
+	}
 	if st.empty() || b.err != nil {
 		return
 	}

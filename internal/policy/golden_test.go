@@ -33,7 +33,8 @@ type goldenCase struct {
 }
 
 // goldenRequest is one query. Kind is rules, config, evaluateInbound,
-// evaluateOutbound or matchedDataplanes.
+// evaluateOutbound, matchedDataplanes, explain (type with service, or port
+// and client, or neither for proxy-wide) or status (type, name).
 type goldenRequest struct {
 	Kind      string            `json:"kind"`
 	Dataplane string            `json:"dataplane,omitempty"`
@@ -163,6 +164,10 @@ func runRequest(s *MeshSnapshot, req goldenRequest) (any, error) {
 		return s.EvaluateOutbound(req.Dataplane, req.Namespace, req.Service)
 	case "matchedDataplanes":
 		return s.MatchedDataplanes(req.Type, req.Name, req.Namespace)
+	case "explain":
+		return s.Explain(req.Dataplane, req.Namespace, req.Type, req.Service, req.Port, req.Client)
+	case "status":
+		return s.PolicyStatus(req.Type, req.Name, req.Namespace)
 	}
 	return nil, fmt.Errorf("unknown request kind %q", req.Kind)
 }

@@ -3,6 +3,10 @@ package policy
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/meridian-mesh/meridian/internal/condition"
 )
 
 // Merging (SPEC 3.3).
@@ -26,31 +30,66 @@ import (
 //     applied to the result. Every node records the contribution that set it
 //     (node.by), which is the per-field provenance 3.6.3 asks for.
 
+// Blocks a contribution can come from.
+const (
+	blockDefault  = "default"
+	blockOverride = "override"
+	blockConf     = "conf" // legacy policies
+)
+
+// overrideOrderBase puts every override after every default when
+// contributions are sorted by order (origins list overrides after defaults,
+// in their own apply order).
+const overrideOrderBase = 1 << 40
+
 // contribution is one conf block of one policy entry: the unit the fold
-// works on. SPEC 3.6 adds the override block, strategy, when and unset here.
+// works on (SPEC 3.6: a default or an override block, with its strategy,
+// when and, for defaults, unset).
 type contribution struct {
 	pol    *policy
 	entry  int    // index in the policy's to/from array; -1 for proxy-wide and legacy
-	block  string // "default" (3.6: "override")
+	list   string // "to" or "from" for entries
+	block  string // blockDefault, blockOverride or blockConf
 	conf   any    // decoded JSON, numbers as json.Number; nil = no conf
 	patch  *patch // conf compiled for folding
-	origin Origin // precomputed for output
-	order  int    // apply order among the contributions of one type's to or from entries
+	atomic bool   // strategy atomic (else merge)
+	when   *condition.Expr
+	unset  [][]string // default blocks: paths removed from less specific defaults
+	origin Origin     // precomputed for output
+	// order is the apply order among the contributions of one type's to or
+	// from entries; overrides count from overrideOrderBase in the order the
+	// overrides pass applies them.
+	order int
 }
 
 // newContribution makes a contribution of pol (nil in tests).
 func newContribution(pol *policy, entry int, block string, conf confBlock) *contribution {
-	c := &contribution{pol: pol, entry: entry, block: block, conf: conf.value, patch: conf.patch}
+	c := &contribution{pol: pol, entry: entry, block: block, conf: conf.value, patch: conf.patch,
+		atomic: conf.atomic, when: conf.when, unset: conf.unset}
 	if pol != nil {
 		c.origin = Origin{Meta: pol.meta}
 		if entry >= 0 {
 			idx := entry
 			c.origin.Entry = &idx
 		}
+		if block == blockOverride {
+			c.origin.Block = blockOverride
+		}
 		c.origin = c.origin.withEncoding()
 	}
 	return c
 }
+
+// overrideContribution is nil when the block is absent.
+func overrideContribution(pol *policy, entry int, conf confBlock) *contribution {
+	if conf.value == nil {
+		return nil
+	}
+	return newContribution(pol, entry, blockOverride, conf)
+}
+
+// active reports whether the contribution can change a fold at all.
+func (c *contribution) active() bool { return c != nil && (c.conf != nil || len(c.unset) > 0) }
 
 // patch is a conf compiled for folding: an object's fields are a sorted
 // slice, so the fold never iterates maps (map iteration, with its random
@@ -94,8 +133,15 @@ const (
 type node struct {
 	kind   nodeKind
 	sealed bool // object/list: a more specific contribution replaced it, lower ones no longer reach it
-	value  any  // nodeLeaf
-	items  []any
+	// virtual: an object created only to hold unset markers below it; it is
+	// absent from the output unless something real is set inside it.
+	virtual bool
+	// unset: a nodeDeleted that is an unset marker of by (not a JSON null).
+	unset bool
+	value any // nodeLeaf
+	items []any
+	// listBy: nodeList, the contributions whose items it holds.
+	listBy []*contribution
 	kids   map[string]*node
 	by     *contribution // the contribution that created the node (provenance)
 }
@@ -108,10 +154,45 @@ type contributors struct {
 }
 
 // foldState is the result of folding some contributions. The zero value is
-// the empty fold (no conf).
+// the empty fold (no conf). It is immutable: the fold functions return new
+// states that share structure with the old ones.
 type foldState struct {
 	root    *node
-	contrib *contributors
+	contrib *contributors // defaults that changed the fold, in apply order
+	// over are the overrides applied, the last applied first.
+	over *contributors
+	// warns are `when` expressions that failed to evaluate (counted as
+	// false), newest first.
+	warns *warning
+}
+
+type warning struct {
+	text string
+	next *warning
+}
+
+func (st foldState) warn(c *contribution, err error) foldState {
+	text := fmt.Sprintf("%s %s %s: %v; counted as false", c.pol.desc.Name, qualified(c.pol.res.Namespace, c.pol.res.Name), c.where(), err)
+	st.warns = &warning{text: text, next: st.warns}
+	return st
+}
+
+// warnings lists the fold's warnings, oldest first, without duplicates.
+func (st foldState) warnings() []string {
+	var out []string
+	for w := st.warns; w != nil; w = w.next {
+		out = append(out, w.text)
+	}
+	slices.Reverse(out)
+	return slices.Compact(out)
+}
+
+// where names the block in messages: "to[1].override", "default".
+func (c *contribution) where() string {
+	if c.entry < 0 {
+		return c.block
+	}
+	return fmt.Sprintf("%s[%d].%s", c.list, c.entry, c.block)
 }
 
 // merger folds contributions of one policy type.
@@ -131,27 +212,159 @@ func newMerger(appendFields []string) merger {
 	return m
 }
 
-// fill folds c into st as a contribution less specific than everything st
-// already holds. changed is false when c fills nothing, in which case st is
-// returned unchanged and c provably does not affect the final conf.
+// fill folds the default block c into st as a contribution less specific
+// than everything st already holds (SPEC 3.6 defaults pass): merge fills
+// only what is unset, atomic applies only when nothing is set, unset paths
+// become markers that less specific defaults cannot fill, and a `when` that
+// is false (or fails, with a warning) skips the block. changed is false when
+// c changes nothing, in which case c provably does not affect the final
+// conf; the returned state may still carry a new warning.
 func (m merger) fill(st foldState, c *contribution) (foldState, bool) {
-	if c.conf == nil {
+	if !c.active() {
 		return st, false
 	}
-	root, changed := m.fillNode(st.root, c.patch, "", c)
+	if c.when != nil {
+		ok, err := c.when.Eval(st.value())
+		if err != nil {
+			return st.warn(c, err), false
+		}
+		if !ok {
+			return st, false
+		}
+	}
+	root, changed := st.root, false
+	if c.conf != nil && (!c.atomic || !hasContent(st.root)) {
+		root, changed = m.fillNode(st.root, c.patch, "", c)
+	}
+	for _, path := range c.unset {
+		var marked bool
+		root, marked = markUnset(root, path, c)
+		changed = changed || marked
+	}
 	if !changed {
 		return st, false
 	}
-	return foldState{root: root, contrib: &contributors{c: c, next: st.contrib}}, true
+	st.root = root
+	st.contrib = &contributors{c: c, next: st.contrib}
+	return st, true
 }
 
-// fold merges cs, given in apply order.
+// fold merges defaults-only contributions cs, given in apply order.
 func (m merger) fold(cs []*contribution) foldState {
 	var st foldState
 	for i := len(cs) - 1; i >= 0; i-- {
 		st, _ = m.fill(st, cs[i])
 	}
 	return st
+}
+
+// override applies the override block c on top of st (SPEC 3.6 overrides
+// pass, forward): merge is an RFC 7396 patch that wins over what is set,
+// atomic replaces the whole conf, and a false (or failing) `when` skips it.
+func (m merger) override(st foldState, c *contribution) (foldState, bool) {
+	if c == nil || c.conf == nil {
+		return st, false
+	}
+	if c.when != nil {
+		ok, err := c.when.Eval(st.value())
+		if err != nil {
+			return st.warn(c, err), false
+		}
+		if !ok {
+			return st, false
+		}
+	}
+	if c.atomic {
+		st.root = m.newNode(c.patch, "", c)
+	} else {
+		st.root = m.patchNode(st.root, c.patch, "", c)
+	}
+	st.over = &contributors{c: c, next: st.over}
+	return st, true
+}
+
+// overrides applies override blocks given in the overrides pass's order.
+func (m merger) overrides(st foldState, os []*contribution) foldState {
+	for _, o := range os {
+		st, _ = m.override(st, o)
+	}
+	return st
+}
+
+// patchNode merges p over n, p winning (forward RFC 7396). Append lists
+// concatenate, the override's items last.
+func (m merger) patchNode(n *node, p *patch, path string, c *contribution) *node {
+	if !p.isObj {
+		if list, ok := p.value.([]any); ok && n != nil && n.kind == nodeList && m.appendPaths[path] {
+			out := *n
+			out.sealed = false
+			out.items = append(append(make([]any, 0, len(n.items)+len(list)), n.items...), list...)
+			out.listBy = append(slices.Clone(n.listBy), c)
+			return &out
+		}
+		return m.newNode(p, path, c)
+	}
+	var out *node
+	if n != nil && n.kind == nodeObject {
+		out = copyObject(n)
+		out.sealed, out.virtual = false, false
+	} else {
+		out = &node{kind: nodeObject, kids: make(map[string]*node, len(p.fields)), by: c}
+	}
+	for _, f := range p.fields {
+		out.kids[f.key] = m.patchNode(out.kids[f.key], f.patch, m.childPath(path, f.key), c)
+	}
+	return out
+}
+
+// markUnset puts an unset marker of c at path below n unless a value is
+// already set there (by a more specific contribution, or by c itself).
+func markUnset(n *node, path []string, c *contribution) (*node, bool) {
+	if n == nil {
+		if len(path) == 0 {
+			return &node{kind: nodeDeleted, unset: true, by: c}, true
+		}
+		kid, _ := markUnset(nil, path[1:], c)
+		return &node{kind: nodeObject, virtual: true, kids: map[string]*node{path[0]: kid}, by: c}, true
+	}
+	if n.kind != nodeObject || n.sealed {
+		return n, false // settled: a value, a deletion, or an object lower defaults no longer reach
+	}
+	if len(path) == 0 {
+		if n.virtual {
+			return &node{kind: nodeDeleted, unset: true, by: c}, true
+		}
+		return n, false
+	}
+	kid, changed := markUnset(n.kids[path[0]], path[1:], c)
+	if !changed {
+		return n, false
+	}
+	out := copyObject(n)
+	out.kids[path[0]] = kid
+	return out, true
+}
+
+// hasContent reports whether n holds anything the output shows.
+func hasContent(n *node) bool {
+	if n == nil {
+		return false
+	}
+	switch n.kind {
+	case nodeDeleted:
+		return false
+	case nodeObject:
+		if !n.virtual {
+			return true
+		}
+		for _, kid := range n.kids {
+			if hasContent(kid) {
+				return true
+			}
+		}
+		return false
+	}
+	return true
 }
 
 func (m merger) fillNode(n *node, p *patch, path string, c *contribution) (*node, bool) {
@@ -162,17 +375,27 @@ func (m merger) fillNode(n *node, p *patch, path string, c *contribution) (*node
 	case nodeLeaf, nodeDeleted:
 		return n, false
 	case nodeList:
-		return m.fillList(n, p)
+		return m.fillList(n, p, c)
 	}
 	if n.sealed {
 		return n, false
 	}
 	if !p.isObj {
+		if n.virtual {
+			// Only unset markers below: nothing more specific set this
+			// object, so the value takes the position.
+			return m.newNode(p, path, c), true
+		}
 		// Forward, this value replaced the object and the more specific
 		// contributions merged into the replacement: nothing below it survives.
 		return sealed(n), true
 	}
 	var out *node
+	if n.virtual {
+		// A real object now exists here (even an empty one shows).
+		out = copyObject(n)
+		out.virtual, out.by = false, c
+	}
 	for _, f := range p.fields {
 		kid, changed := m.fillNode(n.kids[f.key], f.patch, m.childPath(path, f.key), c)
 		if !changed {
@@ -191,7 +414,7 @@ func (m merger) fillNode(n *node, p *patch, path string, c *contribution) (*node
 
 // fillList prepends a less specific list to an append list; any other value
 // cuts the list off from everything less specific.
-func (m merger) fillList(n *node, p *patch) (*node, bool) {
+func (m merger) fillList(n *node, p *patch, c *contribution) (*node, bool) {
 	if n.sealed {
 		return n, false
 	}
@@ -205,6 +428,7 @@ func (m merger) fillList(n *node, p *patch) (*node, bool) {
 	out := *n
 	out.items = make([]any, 0, len(list)+len(n.items))
 	out.items = append(append(out.items, list...), n.items...)
+	out.listBy = append([]*contribution{c}, n.listBy...)
 	return &out, true
 }
 
@@ -221,7 +445,7 @@ func (m merger) newNode(p *patch, path string, c *contribution) *node {
 		return &node{kind: nodeDeleted, by: c}
 	case []any:
 		if m.appendPaths[path] {
-			return &node{kind: nodeList, items: v, by: c}
+			return &node{kind: nodeList, items: v, listBy: []*contribution{c}, by: c}
 		}
 	}
 	return &node{kind: nodeLeaf, value: p.value, by: c}
@@ -253,7 +477,7 @@ func copyObject(n *node) *node {
 }
 
 // empty reports whether the fold produced no conf at all.
-func (st foldState) empty() bool { return st.root == nil || st.root.kind == nodeDeleted }
+func (st foldState) empty() bool { return !hasContent(st.root) }
 
 // value converts the fold to plain JSON values.
 func (st foldState) value() any {
@@ -272,21 +496,58 @@ func nodeValue(n *node) any {
 	}
 	obj := make(map[string]any, len(n.kids))
 	for k, kid := range n.kids {
-		if kid.kind != nodeDeleted {
+		if kid.kind != nodeDeleted && (!kid.virtual || hasContent(kid)) {
 			obj[k] = nodeValue(kid)
 		}
 	}
 	return obj
 }
 
-// contributions lists the contributions that changed the fold, in apply
-// order.
+// contributions lists the contributions that changed the fold: defaults in
+// apply order, then overrides in the order they were applied. Once an
+// override applied, a contribution is listed only if something it set is
+// still in the conf (an atomic override, say, discards every default).
 func (st foldState) contributions() []*contribution {
 	var out []*contribution
 	for c := st.contrib; c != nil; c = c.next {
 		out = append(out, c.c)
 	}
-	return out
+	if st.over == nil {
+		return out
+	}
+	var overs []*contribution
+	for c := st.over; c != nil; c = c.next {
+		overs = append(overs, c.c)
+	}
+	slices.Reverse(overs)
+	out = append(out, overs...)
+	owners := map[*contribution]bool{}
+	collectOwners(st.root, owners)
+	return slices.DeleteFunc(out, func(c *contribution) bool { return !owners[c] })
+}
+
+// collectOwners marks every contribution that set something visible in n
+// (or deleted something, or unset it).
+func collectOwners(n *node, owners map[*contribution]bool) {
+	if n == nil || (n.virtual && !hasContent(n)) {
+		return
+	}
+	switch n.kind {
+	case nodeList:
+		for _, c := range n.listBy {
+			owners[c] = true
+		}
+		return
+	case nodeObject:
+		for _, kid := range n.kids {
+			collectOwners(kid, owners)
+		}
+		if len(n.kids) == 0 {
+			owners[n.by] = true
+		}
+		return
+	}
+	owners[n.by] = true
 }
 
 // origins lists the contributions that changed the fold, in apply order.

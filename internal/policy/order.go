@@ -96,3 +96,77 @@ func compareEntries(a, b *entry) int {
 }
 
 func sortEntries(es []*entry) { slices.SortStableFunc(es, compareEntries) }
+
+// authority ranks who may override (SPEC 3.6): consumer and workload-owner
+// policies (which may not carry overrides) < producer < zone system <
+// global system.
+func authority(p *policy) int {
+	switch {
+	case p.origin == originGlobal:
+		return 3
+	case p.role == resource.RoleSystem:
+		return 2
+	case p.role == resource.RoleProducer:
+		return 1
+	}
+	return 0
+}
+
+// compareOverrides orders override blocks as the overrides pass applies
+// them; the last applied wins. Authority first (a global override beats
+// everything a zone or namespace writes, whatever its target), then
+// specificity reversed, so that among equals the less specific override is
+// applied last and wins (seed 002: "less specific beats more specific"),
+// then the name as in SPEC 3.2 (the smaller name is applied last), then the
+// array index (the later item is applied last). kind is the entry's own
+// targetRef rank; proxy-wide blocks pass 0.
+func compareOverrides(a, b *policy, aKind, bKind, aIndex, bIndex int) int {
+	if c := cmp.Compare(authority(a), authority(b)); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(kindRank(b.top.Kind), kindRank(a.top.Kind)); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(bKind, aKind); c != 0 {
+		return c
+	}
+	if c := compareNames(a, b); c != 0 {
+		return c
+	}
+	return cmp.Compare(aIndex, bIndex)
+}
+
+// orderOverrides numbers the override blocks of entries (sorted or not) in
+// the overrides pass's order, after every default.
+func orderOverrides(es []*entry) {
+	var os []*entry
+	for _, e := range es {
+		if e.o != nil {
+			os = append(os, e)
+		}
+	}
+	slices.SortStableFunc(os, func(a, b *entry) int { return compareOverrides(a.pol, b.pol, a.kind, b.kind, a.index, b.index) })
+	for i, e := range os {
+		e.o.order = overrideOrderBase + i
+	}
+}
+
+// orderProxyOverrides numbers the proxy-wide override blocks of policies.
+func orderProxyOverrides(ps []*policy) {
+	var os []*policy
+	for _, p := range ps {
+		if p.proxyOver != nil {
+			os = append(os, p)
+		}
+	}
+	slices.SortStableFunc(os, func(a, b *policy) int { return compareOverrides(a, b, 0, 0, 0, 0) })
+	for i, p := range os {
+		p.proxyOver.order = overrideOrderBase + i
+	}
+}
+
+// sortByOrder sorts contributions by their order (the overrides pass's
+// order for override blocks).
+func sortByOrder(cs []*contribution) {
+	slices.SortFunc(cs, func(a, b *contribution) int { return cmp.Compare(a.order, b.order) })
+}

@@ -44,7 +44,9 @@ type policy struct {
 
 	to    []*entry
 	from  []*entry
-	proxy *contribution // proxy-wide default
+	proxy *contribution // proxy-wide default (may carry only unset)
+	// proxyOver is the proxy-wide override; nil when there is none.
+	proxyOver *contribution
 
 	// Legacy shapes.
 	sources, destinations, selectors []selector
@@ -62,7 +64,8 @@ type entry struct {
 	ref   targetRef // from entries: Mesh when absent
 	kind  int       // rank of ref.Kind
 	pos   int       // position in its type's sorted to/from list
-	c     *contribution
+	c     *contribution // the default block (may carry only unset)
+	o     *contribution // the override block; nil when there is none
 
 	// from entries: the client subset as tags; never is set when the
 	// targetRef's tags contradict each other (no client can match).
@@ -106,14 +109,15 @@ func (b *builder) parsePolicy(r *resource.Resource, d *resource.TypeDescriptor) 
 	p.ownNS = b.ownNamespace(r)
 	if d.Shape != resource.ShapeTargetRef {
 		p.sources, p.destinations, p.selectors = dec.sources, dec.destinations, dec.selectors
-		p.legacyConf = newContribution(p, -1, "conf", dec.legacy)
+		p.legacyConf = newContribution(p, -1, blockConf, dec.legacy)
 		return p, nil
 	}
 	b.effectiveTop(p, dec.top)
 	p.to = b.entries(p, "to", dec.to)
 	p.from = b.entries(p, "from", dec.from)
 	if d.ProxyWide {
-		p.proxy = newContribution(p, -1, "default", dec.proxy)
+		p.proxy = newContribution(p, -1, blockDefault, dec.proxy.def)
+		p.proxyOver = overrideContribution(p, -1, dec.proxy.over)
 	}
 	return p, nil
 }
@@ -126,7 +130,7 @@ func (b *builder) decoded(r *resource.Resource, d *resource.TypeDescriptor) (*de
 		b.s.decodes[key] = prev
 		return prev.dec, prev.err
 	}
-	dec, err := decodePolicy(r, d, b.sysNS)
+	dec, err := decodePolicy(r, d, b.sysNS, b.reg.Conditions())
 	b.s.decodes[key] = &cachedDecode{spec: r.Spec, labels: r.Labels, dec: dec, err: err}
 	return dec, err
 }
@@ -196,7 +200,11 @@ func (b *builder) entries(p *policy, list string, items []decodedEntry) []*entry
 			e.ref.Kind = resource.KindMesh // seed 004: missing from[].targetRef means Mesh
 		}
 		e.kind = kindRank(e.ref.Kind)
-		e.c = newContribution(p, i, "default", item.conf)
+		e.c = newContribution(p, i, blockDefault, item.def)
+		e.c.list = list
+		if e.o = overrideContribution(p, i, item.over); e.o != nil {
+			e.o.list = list
+		}
 		if list == "from" {
 			e.tags, e.never = clientTags(e.ref)
 		}

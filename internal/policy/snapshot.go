@@ -62,6 +62,10 @@ type MeshSnapshot struct {
 	fromMemo sync.Map // type + entry signature → *fromResult
 	toMemo   sync.Map // type + signature of the Mesh entries → *sync.Map of outbound signature → *OutboundPolicy
 
+	// statuses of every policy (SPEC 3.6.4), computed on first use.
+	statusOnce sync.Once
+	status     map[string]map[nsName]*PolicyStatus
+
 	// decodes lets the next snapshot reuse decoded policies (Inputs.Previous).
 	reg     *resource.Registry
 	decodes map[resource.Key]*cachedDecode
@@ -70,8 +74,11 @@ type MeshSnapshot struct {
 // fromResult is a memoized from-rule computation; the RBAC filter (for
 // MeshTrafficPermission) is derived on first use, by `_config` only.
 type fromResult struct {
-	rules []Rule
-	err   error
+	rules   []Rule
+	leaves  []cellLeaf // the cells the rules were rendered from
+	entries []*entry   // the inbound's entries, in apply order
+	warns   []string
+	err     error
 
 	rbacOnce sync.Once
 	rbac     RBACFilter
@@ -300,6 +307,14 @@ func (b *builder) finishType(t *typeIndex) {
 	for i, e := range t.from {
 		e.pos, e.c.order = i, i
 	}
+	orderOverrides(t.to)
+	orderOverrides(t.from)
+	for i, p := range t.policies {
+		if p.proxy != nil {
+			p.proxy.order = i
+		}
+	}
+	orderProxyOverrides(t.policies)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -28,6 +28,9 @@ type Meta struct {
 type Origin struct {
 	Meta
 	Entry *int `json:"entry,omitempty"`
+	// Block is "override" for an override block (SPEC 3.6); absent for
+	// defaults, so plain policies keep SPEC 5's shape.
+	Block string `json:"block,omitempty"`
 
 	// encoded caches the JSON of a contribution's origin: the same origin
 	// appears under every outbound and rule it reached, and encoding its

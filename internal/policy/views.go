@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 )
 
@@ -48,10 +49,14 @@ func (s *MeshSnapshot) view(t *typeIndex, dp *dataplane) *typeView {
 		}
 	}
 	if t.desc.ProxyWide {
-		v.proxy = proxyView(t, matched)
+		var warns []string
+		v.proxy, warns = proxyView(t, matched)
+		v.warnings = append(v.warnings, warns...)
 	}
 	if t.desc.To {
-		v.outbound = s.toView(t, dp, matched)
+		var warns []string
+		v.outbound, warns = s.toView(t, dp, matched)
+		v.warnings = append(v.warnings, warns...)
 	}
 	if t.desc.From {
 		s.fromView(v, dp)
@@ -59,30 +64,78 @@ func (s *MeshSnapshot) view(t *typeIndex, dp *dataplane) *typeView {
 	return v
 }
 
-// proxyView merges the proxy-wide defaults of the matched policies, in
-// policy order.
-func proxyView(t *typeIndex, matched []bool) *Applied {
-	var cs []*contribution
+// proxyView merges the proxy-wide blocks of the matched policies: defaults
+// in policy order, then overrides (SPEC 3.6).
+func proxyView(t *typeIndex, matched []bool) (*Applied, []string) {
+	st := foldProxy(t, matched)
+	if ap, ok := st.applied(); ok {
+		return &ap, st.warnings()
+	}
+	return nil, st.warnings()
+}
+
+// proxyBlocks lists the proxy-wide defaults of the matched policies in apply
+// order and their overrides in the overrides pass's order.
+func proxyBlocks(t *typeIndex, matched []bool) (defaults, overrides []*contribution) {
 	for _, p := range t.policies {
-		if matched[p.idx] && p.proxy != nil {
-			cs = append(cs, p.proxy)
+		if !matched[p.idx] {
+			continue
+		}
+		if p.proxy != nil {
+			defaults = append(defaults, p.proxy)
+		}
+		if p.proxyOver != nil {
+			overrides = append(overrides, p.proxyOver)
 		}
 	}
-	if ap, ok := t.merger.fold(cs).applied(); ok {
-		return &ap
-	}
-	return nil
+	sortByOrder(overrides)
+	return defaults, overrides
+}
+
+func foldProxy(t *typeIndex, matched []bool) foldState {
+	defaults, overrides := proxyBlocks(t, matched)
+	return t.merger.overrides(t.merger.fold(defaults), overrides)
 }
 
 // toView computes every outbound's merged conf. Entries of kind Mesh apply
 // to all outbounds; the others are distributed to the outbounds they
 // select. Outbounds with the same specific entries share one fold, which
 // keeps a proxy with 1,000 outbounds cheap.
-func (s *MeshSnapshot) toView(t *typeIndex, dp *dataplane, matched []bool) []*OutboundPolicy {
+func (s *MeshSnapshot) toView(t *typeIndex, dp *dataplane, matched []bool) ([]*OutboundPolicy, []string) {
 	n := len(dp.outbounds)
 	if n == 0 || len(t.to) == 0 {
-		return nil
+		return nil, nil
 	}
+	common, specific, routed := s.outboundEntries(t, dp, matched)
+	memo := s.outboundMemo(t.desc.Name + "\x00" + sigOf(common))
+	out := make([]*OutboundPolicy, n)
+	var warns []string
+	for i := range n {
+		key := sigOf(specific[i]) + routed[i].sig()
+		v, ok := memo.Load(key)
+		if !ok {
+			v, _ = memo.LoadOrStore(key, outboundPolicy(t.merger, mergeByPos(common, specific[i]), routed[i]))
+		}
+		r := v.(*outboundResult)
+		out[i] = r.op
+		warns = append(warns, r.warns...)
+	}
+	slices.Sort(warns)
+	return out, slices.Compact(warns)
+}
+
+// outboundResult is a memoized outbound computation.
+type outboundResult struct {
+	op    *OutboundPolicy // nil: nothing applies
+	warns []string
+}
+
+// outboundEntries distributes the to-entries of the matched policies: Mesh
+// entries apply to every outbound (common), the others to the outbounds
+// they select (specific, by outbound index), and entries naming routes to
+// the outbounds those routes send traffic to (routed).
+func (s *MeshSnapshot) outboundEntries(t *typeIndex, dp *dataplane, matched []bool) ([]*entry, [][]*entry, []routeEntries) {
+	n := len(dp.outbounds)
 	var common []*entry
 	specific := make([][]*entry, n)
 	routed := make([]routeEntries, n)
@@ -101,19 +154,7 @@ func (s *MeshSnapshot) toView(t *typeIndex, dp *dataplane, matched []bool) []*Ou
 			s.addRouteEntry(routed, r, e, dp)
 		}
 	}
-	memo := s.outboundMemo(t.desc.Name + "\x00" + sigOf(common))
-	out := make([]*OutboundPolicy, n)
-	for i := range n {
-		key := sigOf(specific[i]) + routed[i].sig()
-		if v, ok := memo.Load(key); ok {
-			out[i] = v.(*OutboundPolicy)
-			continue
-		}
-		op := outboundPolicy(t.merger, mergeByPos(common, specific[i]), routed[i])
-		memo.Store(key, op)
-		out[i] = op
-	}
-	return out
+	return common, specific, routed
 }
 
 // outboundMemo returns the memo of outbound confs computed with the Mesh
@@ -175,30 +216,47 @@ func (s *MeshSnapshot) addRouteEntry(routed []routeEntries, r *policy, e *entry,
 	}
 }
 
-func outboundPolicy(m merger, list []*entry, routed routeEntries) *OutboundPolicy {
+func outboundPolicy(m merger, list []*entry, routed routeEntries) *outboundResult {
 	op := &OutboundPolicy{Origin: []Origin{}}
-	if ap, ok := foldEntries(m, list).applied(); ok {
+	st := foldEntries(m, list)
+	res := &outboundResult{warns: st.warnings()}
+	if ap, ok := st.applied(); ok {
 		op.Conf, op.Origin = ap.Conf, ap.Origin
 	}
 	for i, route := range routed.routes {
-		ap, ok := foldEntries(m, mergeByPos(list, routed.entries[i])).applied()
-		if ok {
+		rst := foldEntries(m, mergeByPos(list, routed.entries[i]))
+		res.warns = append(res.warns, rst.warnings()...)
+		if ap, ok := rst.applied(); ok {
 			op.Routes = append(op.Routes, RouteConf{Route: route.meta, Conf: ap.Conf, Origin: ap.Origin})
 		}
 	}
-	if op.Conf == nil && len(op.Routes) == 0 {
-		return nil
+	if op.Conf != nil || len(op.Routes) > 0 {
+		res.op = op
 	}
-	return op
+	return res
 }
 
-// foldEntries merges the defaults of entries given in apply order.
+// foldEntries runs both passes of SPEC 3.6 over entries given in apply
+// order: their defaults from the most specific down, then their overrides
+// in the overrides pass's order.
 func foldEntries(m merger, es []*entry) foldState {
 	var st foldState
 	for i := len(es) - 1; i >= 0; i-- {
 		st, _ = m.fill(st, es[i].c)
 	}
-	return st
+	return m.overrides(st, overridesOf(es))
+}
+
+// overridesOf lists the override blocks of es in the overrides pass's order.
+func overridesOf(es []*entry) []*contribution {
+	var os []*contribution
+	for _, e := range es {
+		if e.o != nil {
+			os = append(os, e.o)
+		}
+	}
+	sortByOrder(os)
+	return os
 }
 
 // mergeByPos merges two entry lists sorted by position.
@@ -254,6 +312,7 @@ func (s *MeshSnapshot) fromView(v *typeView, dp *dataplane) {
 		if fr.err != nil {
 			v.warnings = append(v.warnings, fmt.Sprintf("%s: inbound port %d: %v; its rules are omitted", t.desc.Name, in.port, fr.err))
 		}
+		v.warnings = append(v.warnings, fr.warns...)
 		v.inbound[i], v.from[i] = fr.rules, fr
 	}
 }
@@ -263,8 +322,13 @@ func (s *MeshSnapshot) fromRules(t *typeIndex, es []*entry) *fromResult {
 	if v, ok := s.fromMemo.Load(key); ok {
 		return v.(*fromResult)
 	}
-	rules, err := buildFromRules(t.merger, es, maxRulesPerInbound)
-	v, _ := s.fromMemo.LoadOrStore(key, &fromResult{rules: rules, err: err})
+	fr := &fromResult{entries: es}
+	if b, err := buildFromRules(t.merger, es, maxRulesPerInbound); err != nil {
+		fr.err = err
+	} else {
+		fr.rules, fr.leaves, fr.warns = b.rules, b.leaves, b.warns
+	}
+	v, _ := s.fromMemo.LoadOrStore(key, fr)
 	return v.(*fromResult)
 }
 

@@ -3,6 +3,8 @@ package resource
 import (
 	"fmt"
 	"strings"
+
+	"github.com/meridian-mesh/meridian/internal/condition"
 )
 
 // Validation of targetRef policy specs (SPEC 3.1, 3.6; seeds 001-004),
@@ -98,19 +100,19 @@ func isSystemNamespace(ns, systemNamespace string) bool {
 func confBlockKeys() []string { return []string{"default", "override", "strategy", "when", "unset"} }
 
 // validateTargetRefPolicy checks a targetRef policy's spec.
-func validateTargetRefPolicy(d *TypeDescriptor, r *Resource, spec map[string]any, sysNS string, errs *ValidationError) {
+func validateTargetRefPolicy(cond *condition.Env, d *TypeDescriptor, r *Resource, spec map[string]any, sysNS string, errs *ValidationError) {
 	checkPolicyKeys(d, spec, errs)
 	if ref := spec["targetRef"]; ref != nil {
 		validateTargetRef("spec.targetRef", ref, d.TopLevelKinds, errs)
 	}
 	if d.To {
-		forEachEntry("spec.to", spec["to"], errs, func(p string, e map[string]any) { validateToEntry(d, p, e, errs) })
+		forEachEntry("spec.to", spec["to"], errs, func(p string, e map[string]any) { validateToEntry(cond, d, p, e, errs) })
 	}
 	if d.From {
-		forEachEntry("spec.from", spec["from"], errs, func(p string, e map[string]any) { validateFromEntry(d, p, e, errs) })
+		forEachEntry("spec.from", spec["from"], errs, func(p string, e map[string]any) { validateFromEntry(cond, d, p, e, errs) })
 	}
 	if d.ProxyWide {
-		validateConfBlocks(d, "spec", spec, errs)
+		validateConfBlocks(cond, d, "spec", spec, errs)
 	}
 	requireContent(d, spec, errs)
 	if d.Rules {
@@ -160,7 +162,7 @@ func forEachEntry(path string, v any, errs *ValidationError, fn func(string, map
 	}
 }
 
-func validateToEntry(d *TypeDescriptor, path string, e map[string]any, errs *ValidationError) {
+func validateToEntry(cond *condition.Env, d *TypeDescriptor, path string, e map[string]any, errs *ValidationError) {
 	if e["targetRef"] == nil {
 		errs.Add(path+".targetRef", "must be set")
 	} else {
@@ -171,16 +173,16 @@ func validateToEntry(d *TypeDescriptor, path string, e map[string]any, errs *Val
 		return
 	}
 	checkEntryKeys(path, e, errs, append(confBlockKeys(), "targetRef"))
-	validateConfBlocks(d, path, e, errs)
+	validateConfBlocks(cond, d, path, e, errs)
 }
 
-func validateFromEntry(d *TypeDescriptor, path string, e map[string]any, errs *ValidationError) {
+func validateFromEntry(cond *condition.Env, d *TypeDescriptor, path string, e map[string]any, errs *ValidationError) {
 	// A missing from[].targetRef means Mesh (seed 004).
 	if ref := e["targetRef"]; ref != nil {
 		validateTargetRef(path+".targetRef", ref, d.FromKinds, errs)
 	}
 	checkEntryKeys(path, e, errs, append(confBlockKeys(), "targetRef"))
-	validateConfBlocks(d, path, e, errs)
+	validateConfBlocks(cond, d, path, e, errs)
 }
 
 // validateRouteEntry: a route's to[] item carries rules, each validated by
@@ -216,8 +218,10 @@ func checkEntryKeys(path string, e map[string]any, errs *ValidationError, allowe
 }
 
 // validateConfBlocks checks default/override against the conf schema and
-// the seed 002 qualifiers strategy, when and unset.
-func validateConfBlocks(d *TypeDescriptor, path string, obj map[string]any, errs *ValidationError) {
+// the seed 002 qualifiers strategy, when and unset (SPEC 3.6). Every
+// qualifier must have something to act on: a strategy or when for a block
+// that is absent would be accepted and never honoured, so it is refused.
+func validateConfBlocks(cond *condition.Env, d *TypeDescriptor, path string, obj map[string]any, errs *ValidationError) {
 	for _, block := range []string{"default", "override"} {
 		if v := obj[block]; v != nil && d.Conf != nil {
 			d.Conf.validate(path+"."+block, v, errs)
@@ -226,13 +230,40 @@ func validateConfBlocks(d *TypeDescriptor, path string, obj map[string]any, errs
 	if v := obj["strategy"]; v != nil {
 		strategy := func() *Schema { return enum("merge", "atomic") }
 		object(opt("default", strategy()), opt("override", strategy())).validate(path+".strategy", v, errs)
+		requireBlocks(path+".strategy", v, obj, errs)
 	}
 	if v := obj["when"]; v != nil {
-		// CEL compilation happens in the engine; here an expression must exist.
 		object(opt("default", nonEmptyStr()), opt("override", nonEmptyStr())).validate(path+".when", v, errs)
+		requireBlocks(path+".when", v, obj, errs)
+		compileWhen(cond, path+".when", v, errs)
 	}
 	if v := obj["unset"]; v != nil {
 		listOf(nonEmptyStr().with(confPathExists(d.Conf))).validate(path+".unset", v, errs)
+	}
+}
+
+// requireBlocks: strategy.X and when.X need the block X.
+func requireBlocks(path string, v any, obj map[string]any, errs *ValidationError) {
+	q, _ := v.(map[string]any)
+	for _, block := range []string{"default", "override"} {
+		if _, set := q[block]; set && obj[block] == nil {
+			errs.Add(joinPath(path, block), "is set but there is no %s block to apply it to", block)
+		}
+	}
+}
+
+// compileWhen compiles each `when` expression with the engine's CEL
+// environment: it must parse, be boolean and have a bounded cost.
+func compileWhen(cond *condition.Env, path string, v any, errs *ValidationError) {
+	q, _ := v.(map[string]any)
+	for _, block := range []string{"default", "override"} {
+		src, ok := q[block].(string)
+		if !ok || src == "" || cond == nil {
+			continue
+		}
+		if _, err := cond.Compile(src); err != nil {
+			errs.Add(joinPath(path, block), "%v", err)
+		}
 	}
 }
 

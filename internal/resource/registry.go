@@ -2,6 +2,7 @@ package resource
 
 import (
 	"fmt"
+	"github.com/meridian-mesh/meridian/internal/condition"
 	"sort"
 	"strings"
 )
@@ -91,12 +92,23 @@ type Registry struct {
 	byName   map[string]*TypeDescriptor
 	byPlural map[string]*TypeDescriptor
 	names    []string
+	// cond compiles seed 002 `when` expressions, for validation and for the
+	// policy engine (Conditions), so both use one CEL environment.
+	cond *condition.Env
 }
+
+// Conditions returns the CEL environment `when` expressions are compiled
+// with.
+func (reg *Registry) Conditions() *condition.Env { return reg.cond }
 
 // NewRegistry builds a registry from descriptors; duplicate names or plurals
 // are a programming error and reported.
 func NewRegistry(descs ...*TypeDescriptor) (*Registry, error) {
-	reg := &Registry{byName: map[string]*TypeDescriptor{}, byPlural: map[string]*TypeDescriptor{}}
+	cond, err := condition.New()
+	if err != nil {
+		return nil, err
+	}
+	reg := &Registry{byName: map[string]*TypeDescriptor{}, byPlural: map[string]*TypeDescriptor{}, cond: cond}
 	for _, d := range descs {
 		if d.Name == "" || d.Plural == "" {
 			return nil, fmt.Errorf("type descriptor %q: name and plural are required", d.Name)

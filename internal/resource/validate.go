@@ -66,7 +66,7 @@ func (reg *Registry) Validate(r *Resource, opts ValidateOptions) error {
 	}
 	validateMesh(d, r.Mesh, errs)
 	validateNamespace(d, r.Namespace, opts, errs)
-	validateSpec(d, r, opts, errs)
+	reg.validateSpec(d, r, opts, errs)
 	return errs.OrNil()
 }
 
@@ -145,7 +145,7 @@ func namespaced(d *TypeDescriptor) bool {
 	return true
 }
 
-func validateSpec(d *TypeDescriptor, r *Resource, opts ValidateOptions, errs *ValidationError) {
+func (reg *Registry) validateSpec(d *TypeDescriptor, r *Resource, opts ValidateOptions, errs *ValidationError) {
 	spec, err := decodeSpec(r.Spec)
 	if err != nil {
 		errs.Add("spec", "%v", err)
@@ -157,7 +157,7 @@ func validateSpec(d *TypeDescriptor, r *Resource, opts ValidateOptions, errs *Va
 			errs.Add("spec", "must be an object, got %s", jsonType(spec))
 			return
 		}
-		validateTargetRefPolicy(d, r, obj, opts.systemNamespace(), errs)
+		validateTargetRefPolicy(reg.cond, d, r, obj, opts.systemNamespace(), errs)
 		return
 	}
 	if d.Spec != nil {

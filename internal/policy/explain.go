@@ -1,0 +1,301 @@
+package policy
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// Explanation is the `_explain` response (SPEC 3.6.3, 5): the effective conf
+// of one policy type on one target, every field path with the block that
+// set it, and every block that lost with its reason.
+type Explanation struct {
+	Dataplane Meta            `json:"dataplane"`
+	Type      string          `json:"type"`
+	Target    ExplainTarget   `json:"target"`
+	Conf      json.RawMessage `json:"conf"` // null when the type gives the target nothing
+	Fields    []FieldExplain  `json:"fields"`
+	Blocks    []BlockExplain  `json:"blocks"`
+	Warnings  []string        `json:"warnings"`
+}
+
+// ExplainTarget names what was explained: an outbound, an inbound with a
+// client, or the proxy.
+type ExplainTarget struct {
+	Outbound string            `json:"outbound,omitempty"`
+	Inbound  int               `json:"inbound,omitempty"`
+	Client   map[string]string `json:"client,omitempty"`
+	Proxy    bool              `json:"proxy,omitempty"`
+}
+
+// BlockRef names one block of one policy entry.
+type BlockRef struct {
+	Policy Meta   `json:"policy"`
+	Entry  *int   `json:"entry,omitempty"`
+	Block  string `json:"block"`
+}
+
+// FieldExplain is one field path: its effective value and the block that
+// set it (both absent when the field is not in the effective conf), the
+// blocks whose value for it lost, and the unsets that named it.
+type FieldExplain struct {
+	Path   string          `json:"path"`
+	Value  json.RawMessage `json:"value,omitempty"`
+	SetBy  *BlockRef       `json:"setBy"`
+	Lost   []LostValue     `json:"lost"`
+	Unsets []UnsetExplain  `json:"unsets,omitempty"`
+}
+
+// LostValue is a value a block had for a field and why it is not in effect.
+type LostValue struct {
+	By     BlockRef        `json:"by"`
+	Value  json.RawMessage `json:"value"`
+	Reason string          `json:"reason"`
+	Winner *BlockRef       `json:"winner,omitempty"`
+}
+
+// UnsetExplain is an unset of the field: applied (less specific defaults
+// cannot set it) or ignored because an override sets it.
+type UnsetExplain struct {
+	By      BlockRef `json:"by"`
+	Applied bool     `json:"applied"`
+	Reason  string   `json:"reason,omitempty"`
+}
+
+// BlockExplain is one block that reached the target, in the order the two
+// passes applied them, with its outcome: applied, partially applied, lost,
+// when false, when failed, atomic default discarded.
+type BlockExplain struct {
+	BlockRef
+	Outcome string `json:"outcome"`
+	Reason  string `json:"reason,omitempty"`
+	When    string `json:"when,omitempty"`
+}
+
+func (c *contribution) ref() BlockRef {
+	r := BlockRef{Block: c.block, Entry: c.origin.Entry}
+	if c.pol != nil {
+		r.Policy = c.pol.meta
+	}
+	return r
+}
+
+// Explain explains one policy type on one target of a Dataplane: the
+// outbound to service, or the inbound on port for a client with the given
+// tags, or (both empty) the proxy-wide conf.
+func (s *MeshSnapshot) Explain(dpName, dpNamespace, policyType, service string, port int, client map[string]string) (*Explanation, error) {
+	dp, err := s.dataplane(dpName, dpNamespace)
+	if err != nil {
+		return nil, err
+	}
+	t := s.types[policyType]
+	if t == nil {
+		if _, ok := s.reg.Lookup(policyType); !ok {
+			return nil, fmt.Errorf("unknown policy type %q: %w", policyType, ErrNotFound)
+		}
+	}
+	ex := &Explanation{Dataplane: dp.meta, Type: policyType, Conf: json.RawMessage("null"), Fields: []FieldExplain{},
+		Blocks: []BlockExplain{}, Warnings: []string{}}
+	var tr *trace
+	switch {
+	case service != "":
+		ex.Target.Outbound = service
+		tr, err = s.traceOutbound(t, dp, service)
+	case port != 0:
+		ex.Target.Inbound, ex.Target.Client = port, maps.Clone(client)
+		if ex.Target.Client == nil {
+			ex.Target.Client = map[string]string{}
+		}
+		tr, err = s.traceInbound(t, dp, port, client)
+	default:
+		ex.Target.Proxy = true
+		if t != nil && t.desc.ProxyWide {
+			defaults, overrides := proxyBlocks(t, s.matchedPolicies(t, dp))
+			tr = traceFold(t.merger, defaults, overrides)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if tr != nil {
+		ex.render(tr)
+	}
+	return ex, nil
+}
+
+func (s *MeshSnapshot) traceOutbound(t *typeIndex, dp *dataplane, service string) (*trace, error) {
+	idx := dp.byService[service]
+	if len(idx) == 0 {
+		return nil, fmt.Errorf("Dataplane %q has no outbound to %q: %w", qualified(dp.ns, dp.res.Name), service, ErrNotFound)
+	}
+	if t == nil || !t.desc.To {
+		return nil, nil
+	}
+	common, specific, _ := s.outboundEntries(t, dp, s.matchedPolicies(t, dp))
+	es := mergeByPos(common, specific[idx[0]])
+	return traceFold(t.merger, defaultsOf(es), overridesOf(es)), nil
+}
+
+func (s *MeshSnapshot) traceInbound(t *typeIndex, dp *dataplane, port int, client map[string]string) (*trace, error) {
+	in := dp.inboundByPort(port)
+	if in == nil {
+		return nil, fmt.Errorf("Dataplane %q has no inbound on port %d: %w", qualified(dp.ns, dp.res.Name), port, ErrNotFound)
+	}
+	if t == nil || !t.desc.From {
+		return nil, nil
+	}
+	var es []*entry
+	for _, e := range s.inboundEntries(t, dp, in) {
+		if clientMatches(e, client) {
+			es = append(es, e)
+		}
+	}
+	return traceFold(t.merger, defaultsOf(es), overridesOf(es)), nil
+}
+
+// defaultsOf lists the default blocks of es, in apply order.
+func defaultsOf(es []*entry) []*contribution {
+	out := make([]*contribution, len(es))
+	for i, e := range es {
+		out[i] = e.c
+	}
+	return out
+}
+
+func (ex *Explanation) render(tr *trace) {
+	ex.Warnings = append(ex.Warnings, tr.final.warnings()...)
+	if ap, ok := tr.final.applied(); ok {
+		ex.Conf = ap.Conf
+	}
+	fields := map[string]*FieldExplain{}
+	field := func(path string) *FieldExplain {
+		if f := fields[path]; f != nil {
+			return f
+		}
+		f := &FieldExplain{Path: path, Lost: []LostValue{}}
+		fields[path] = f
+		return f
+	}
+	// Every path of the effective conf, with the block that set it.
+	walkFinal(tr.final.root, nil, func(path string, n *node) {
+		f := field(path)
+		f.Value = canonicalJSON(nodeValue(n))
+		ref := n.by.ref()
+		if n.kind == nodeList && len(n.listBy) > 0 {
+			ref = n.listBy[len(n.listBy)-1].ref()
+		}
+		f.SetBy = &ref
+	})
+	for _, bt := range tr.blocks {
+		if bt.fate == fateNotReached {
+			continue
+		}
+		ex.Blocks = append(ex.Blocks, bt.explain())
+		for _, ff := range bt.fields {
+			if ff.won {
+				continue
+			}
+			lv := LostValue{By: bt.c.ref(), Value: canonicalJSON(ff.value), Reason: ff.reason}
+			if ff.by != nil {
+				w := ff.by.ref()
+				lv.Winner = &w
+			}
+			f := field(ff.path)
+			f.Lost = append(f.Lost, lv)
+		}
+		for _, u := range bt.unsets {
+			ue := UnsetExplain{By: bt.c.ref(), Applied: !u.ignored}
+			if u.ignored {
+				ue.Reason = "unset ignored: " + u.by.name() + " overrides it"
+			}
+			f := field(u.path)
+			f.Unsets = append(f.Unsets, ue)
+		}
+	}
+	for _, k := range sortedKeys(fields) {
+		ex.Fields = append(ex.Fields, *fields[k])
+	}
+}
+
+// walkFinal calls fn for every visible leaf of the effective conf (values,
+// lists, empty objects).
+func walkFinal(n *node, path []string, fn func(string, *node)) {
+	if !visible(n) {
+		return
+	}
+	if n.kind == nodeObject && len(n.kids) > 0 {
+		any := false
+		for _, k := range sortedKeys(n.kids) {
+			if visible(n.kids[k]) {
+				any = true
+				walkFinal(n.kids[k], append(path, k), fn)
+			}
+		}
+		if any || n.virtual {
+			return
+		}
+	}
+	fn(joinPath(path), n)
+}
+
+func joinPath(path []string) string {
+	out := ""
+	for i, p := range path {
+		if i > 0 {
+			out += "."
+		}
+		out += p
+	}
+	return out
+}
+
+func (bt *blockTrace) explain() BlockExplain {
+	be := BlockExplain{BlockRef: bt.c.ref()}
+	if bt.c.when != nil {
+		be.When = bt.c.when.Source()
+	}
+	switch bt.fate {
+	case fateWhenFalse:
+		be.Outcome, be.Reason = "when false", "when false: "+bt.c.when.Source()
+		return be
+	case fateWhenFailed:
+		be.Outcome, be.Reason = "when failed", fmt.Sprintf("when failed, counted as false: %v", bt.whenErr)
+		return be
+	case fateAtomicLost:
+		be.Outcome, be.Reason = "atomic default discarded", "a more specific default already set the conf"
+		return be
+	}
+	won, lost := bt.won()
+	var reasons []string
+	for _, l := range lost {
+		reasons = append(reasons, l.path+": "+l.reason)
+	}
+	for _, u := range bt.unsets {
+		if u.ignored {
+			reasons = append(reasons, "unset "+u.path+" ignored: "+u.by.name()+" overrides it")
+		}
+	}
+	slices.Sort(reasons)
+	switch {
+	case len(lost) == 0 && len(reasons) == 0:
+		be.Outcome = "applied"
+	case won > 0 || (len(lost) == 0 && len(bt.unsets) > 0):
+		be.Outcome = "partially applied"
+	default:
+		be.Outcome = "lost"
+	}
+	be.Reason = joinReasons(reasons)
+	return be
+}
+
+func joinReasons(rs []string) string {
+	out := ""
+	for i, r := range rs {
+		if i > 0 {
+			out += "; "
+		}
+		out += r
+	}
+	return out
+}

@@ -1,0 +1,345 @@
+package policy
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Policy status (SPEC 3.6.4). Statuses are derived from the snapshot: for
+// every Dataplane, every target (proxy, outbound, route, client subset of
+// an inbound) is traced with the same fold the views use, and each policy
+// aggregates what happened to its blocks. They are computed once per
+// snapshot, on first use; a snapshot is rebuilt when a policy or Dataplane
+// changes, so statuses are always current without polling.
+
+// Condition is one status condition, Kubernetes style.
+type Condition struct {
+	Type    string `json:"type"`
+	Status  string `json:"status"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+// PolicyStatus is what the zone reports under a policy's status.
+type PolicyStatus struct {
+	Conditions []Condition `json:"conditions"`
+}
+
+// Condition types and reasons.
+const (
+	CondAccepted          = "Accepted"
+	CondEnforced          = "Enforced"
+	ReasonAccepted        = "Accepted"
+	ReasonInvalid         = "Invalid"
+	ReasonTargetNotFound  = "TargetNotFound"
+	ReasonEnforced        = "Enforced"
+	ReasonPartially       = "PartiallyEnforced"
+	ReasonOverridden      = "Overridden"
+	conditionTrue         = "True"
+	conditionFalse        = "False"
+	maxStatusMessageItems = 10
+)
+
+// policyAgg accumulates a policy's outcomes over every target.
+type policyAgg struct {
+	selected  bool // its top-level targetRef selects some Dataplane
+	reached   bool // some block of it reached a target
+	won       int  // fields in effect, summed over targets
+	lostTo    map[string]map[string]bool
+	whenFalse map[string]bool
+	ignored   map[string]bool // unset paths ignored because of an override
+}
+
+func (a *policyAgg) lose(winner, path string) {
+	if a.lostTo == nil {
+		a.lostTo = map[string]map[string]bool{}
+	}
+	if a.lostTo[winner] == nil {
+		a.lostTo[winner] = map[string]bool{}
+	}
+	a.lostTo[winner][path] = true
+}
+
+// PolicyStatus returns the status of one policy. An unknown policy is
+// ErrNotFound.
+func (s *MeshSnapshot) PolicyStatus(policyType, name, namespace string) (*PolicyStatus, error) {
+	st := s.statuses()[policyType][nsName{s.normNS(namespace), name}]
+	if st == nil {
+		return nil, fmt.Errorf("%s %q in mesh %q: %w", policyType, qualified(namespace, name), s.mesh, ErrNotFound)
+	}
+	return st, nil
+}
+
+// statuses computes every policy's status once per snapshot.
+func (s *MeshSnapshot) statuses() map[string]map[nsName]*PolicyStatus {
+	s.statusOnce.Do(func() { s.status = s.computeStatuses() })
+	return s.status
+}
+
+func (s *MeshSnapshot) computeStatuses() map[string]map[nsName]*PolicyStatus {
+	out := map[string]map[nsName]*PolicyStatus{}
+	for _, name := range s.typeNames {
+		t := s.types[name]
+		byName := map[nsName]*PolicyStatus{}
+		out[name] = byName
+		for key := range t.skipped {
+			byName[key] = &PolicyStatus{Conditions: []Condition{{Type: CondAccepted, Status: conditionFalse,
+				Reason: ReasonInvalid, Message: skippedMessage(t, key)}}}
+		}
+		if legacyKindOf(t.desc) != notLegacy {
+			s.legacyStatuses(t, byName)
+			continue
+		}
+		aggs := s.aggregate(t)
+		for _, p := range t.policies {
+			byName[nsName{s.normNS(p.res.Namespace), p.res.Name}] = s.statusOf(p, aggs[p])
+		}
+	}
+	return out
+}
+
+func skippedMessage(t *typeIndex, key nsName) string {
+	prefix := t.desc.Name + " " + qualified(key.ns, key.name) + ": skipped: "
+	for _, w := range t.warnings {
+		if strings.HasPrefix(w, prefix) {
+			return "Policy is invalid: " + strings.TrimPrefix(w, prefix)
+		}
+	}
+	return "Policy is invalid"
+}
+
+// aggregate traces every target of every Dataplane for one type.
+func (s *MeshSnapshot) aggregate(t *typeIndex) map[*policy]*policyAgg {
+	aggs := map[*policy]*policyAgg{}
+	for _, p := range t.policies {
+		aggs[p] = &policyAgg{}
+	}
+	seen := map[string]bool{} // traces already accumulated, by their blocks
+	add := func(defaults, overrides []*contribution) {
+		key := blocksKey(defaults, overrides)
+		if seen[key] {
+			return
+		}
+		seen[key] = true
+		accumulate(aggs, traceFold(t.merger, defaults, overrides))
+	}
+	for _, dp := range s.dpList {
+		matched := s.matchedPolicies(t, dp)
+		for _, p := range t.policies {
+			if matched[p.idx] {
+				aggs[p].selected = true
+			}
+		}
+		if t.desc.ProxyWide {
+			add(proxyBlocks(t, matched))
+		}
+		if t.desc.To && len(dp.outbounds) > 0 {
+			common, specific, routed := s.outboundEntries(t, dp, matched)
+			for i := range dp.outbounds {
+				es := mergeByPos(common, specific[i])
+				add(defaultsOf(es), overridesOf(es))
+				for _, res := range routed[i].entries {
+					rs := mergeByPos(es, res)
+					add(defaultsOf(rs), overridesOf(rs))
+				}
+			}
+		}
+		if t.desc.From {
+			for _, in := range dp.inbounds {
+				s.aggregateInbound(t, dp, in, add)
+			}
+		}
+	}
+	return aggs
+}
+
+// aggregateInbound traces one client per from-rule cell: the blocks of the
+// entries that select that client.
+func (s *MeshSnapshot) aggregateInbound(t *typeIndex, dp *dataplane, in *inbound, add func(d, o []*contribution)) {
+	es := s.inboundEntries(t, dp, in)
+	if len(es) == 0 {
+		return
+	}
+	fr := s.fromRules(t, es)
+	for _, leaf := range fr.leaves {
+		client := representative(leaf.cons)
+		var matching []*entry
+		for _, e := range es {
+			if clientMatches(e, client) {
+				matching = append(matching, e)
+			}
+		}
+		add(defaultsOf(matching), overridesOf(matching))
+	}
+}
+
+// representative is a client inside a cell: the positive tags; a key with
+// only negated values is left out (a client without it matches none).
+func representative(cons []keyCons) map[string]string {
+	client := map[string]string{}
+	for _, c := range cons {
+		if c.hasPos {
+			client[c.key] = c.pos
+		}
+	}
+	return client
+}
+
+func blocksKey(defaults, overrides []*contribution) string {
+	var b strings.Builder
+	for _, c := range defaults {
+		fmt.Fprintf(&b, "%p,", c)
+	}
+	b.WriteByte('|')
+	for _, c := range overrides {
+		fmt.Fprintf(&b, "%p,", c)
+	}
+	return b.String()
+}
+
+func accumulate(aggs map[*policy]*policyAgg, tr *trace) {
+	for _, bt := range tr.blocks {
+		p := bt.c.pol
+		a := aggs[p]
+		if a == nil || bt.fate == fateNotReached {
+			continue
+		}
+		a.reached = true
+		switch bt.fate {
+		case fateWhenFalse, fateWhenFailed:
+			if a.whenFalse == nil {
+				a.whenFalse = map[string]bool{}
+			}
+			a.whenFalse[bt.c.where()] = true
+			continue
+		case fateAtomicLost:
+			for _, w := range winnersOf(tr, bt.c) {
+				a.lose(w, bt.c.where())
+			}
+			continue
+		}
+		for _, f := range bt.fields {
+			switch {
+			case f.won:
+				a.won++
+			case f.by != nil && f.by.pol == p:
+				// Lost to another entry of the same policy: the author's own
+				// choice, neither enforced nor overridden by someone else.
+			case f.by != nil:
+				a.lose(policyName(f.by.pol), bt.c.where()+" "+f.path)
+			}
+		}
+		for _, u := range bt.unsets {
+			if u.ignored {
+				if a.ignored == nil {
+					a.ignored = map[string]bool{}
+				}
+				a.ignored["unset "+u.path+" ignored: "+u.by.name()+" overrides it"] = true
+			}
+		}
+	}
+}
+
+// winnersOf names the policies whose blocks are in the final conf, for a
+// block discarded as a whole.
+func winnersOf(tr *trace, loser *contribution) []string {
+	var out []string
+	for _, c := range tr.final.contributions() {
+		if c.pol != loser.pol {
+			out = append(out, policyName(c.pol))
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func policyName(p *policy) string {
+	return p.desc.Name + " " + qualified(p.res.Namespace, p.res.Name)
+}
+
+func (s *MeshSnapshot) statusOf(p *policy, a *policyAgg) *PolicyStatus {
+	if !a.selected {
+		return &PolicyStatus{Conditions: []Condition{{Type: CondAccepted, Status: conditionFalse, Reason: ReasonTargetNotFound,
+			Message: fmt.Sprintf("Policy target %s was not found: it selects no Dataplane in zone %q", describeRef(p.top), s.zone)}}}
+	}
+	if !a.reached {
+		return &PolicyStatus{Conditions: []Condition{{Type: CondAccepted, Status: conditionFalse, Reason: ReasonTargetNotFound,
+			Message: "Policy target was not found: no inbound, outbound or route of the Dataplanes it selects matches its entries"}}}
+	}
+	accepted := Condition{Type: CondAccepted, Status: conditionTrue, Reason: ReasonAccepted, Message: "Policy has been accepted"}
+	return &PolicyStatus{Conditions: []Condition{accepted, enforced(a)}}
+}
+
+func enforced(a *policyAgg) Condition {
+	var lost []string
+	var winners []string
+	for _, w := range sortedKeys(a.lostTo) {
+		paths := sortedKeys(a.lostTo[w])
+		winners = append(winners, w)
+		lost = append(lost, fmt.Sprintf("%s overridden by %s", limitList(paths), w))
+	}
+	lost = append(lost, sortedKeys(a.ignored)...)
+	switch {
+	case len(lost) == 0:
+		msg := "Policy has been successfully enforced"
+		if a.won == 0 && len(a.whenFalse) > 0 {
+			msg += "; its when conditions were false wherever it applies (" + limitList(sortedKeys(a.whenFalse)) + "), so it changed nothing"
+		}
+		return Condition{Type: CondEnforced, Status: conditionTrue, Reason: ReasonEnforced, Message: msg}
+	case a.won > 0:
+		return Condition{Type: CondEnforced, Status: conditionTrue, Reason: ReasonPartially,
+			Message: "Policy has been partially enforced: " + strings.Join(limit(lost), "; ")}
+	case len(winners) == 0:
+		// Nothing of it is in effect and only unsets were ignored.
+		return Condition{Type: CondEnforced, Status: conditionTrue, Reason: ReasonPartially,
+			Message: "Policy has been partially enforced: " + strings.Join(limit(lost), "; ")}
+	default:
+		return Condition{Type: CondEnforced, Status: conditionFalse, Reason: ReasonOverridden,
+			Message: "Policy has been overridden by " + limitList(winners) + ": " + strings.Join(limit(lost), "; ")}
+	}
+}
+
+func limit(items []string) []string {
+	if len(items) <= maxStatusMessageItems {
+		return items
+	}
+	return append(items[:maxStatusMessageItems:maxStatusMessageItems], fmt.Sprintf("and %d more", len(items)-maxStatusMessageItems))
+}
+
+func limitList(items []string) string { return strings.Join(limit(items), ", ") }
+
+func describeRef(ref targetRef) string {
+	switch {
+	case ref.Name != "":
+		return ref.Kind + " " + qualified(ref.Namespace, ref.Name)
+	case len(ref.Tags) > 0:
+		var tags []string
+		for _, k := range sortedKeys(ref.Tags) {
+			tags = append(tags, k+"="+ref.Tags[k])
+		}
+		return ref.Kind + " {" + strings.Join(tags, ", ") + "}"
+	}
+	return ref.Kind
+}
+
+// legacyStatuses: a legacy policy is enforced where it is the one selected
+// (seed 000), else it lost to a more specific or newer one.
+func (s *MeshSnapshot) legacyStatuses(t *typeIndex, byName map[nsName]*PolicyStatus) {
+	for _, p := range t.policies {
+		applies := false
+		for _, dp := range s.dpList {
+			if s.applies(t, p, dp) {
+				applies = true
+				break
+			}
+		}
+		accepted := Condition{Type: CondAccepted, Status: conditionTrue, Reason: ReasonAccepted, Message: "Policy has been accepted"}
+		enf := Condition{Type: CondEnforced, Status: conditionTrue, Reason: ReasonEnforced, Message: "Policy has been successfully enforced"}
+		if !applies {
+			enf = Condition{Type: CondEnforced, Status: conditionFalse, Reason: ReasonOverridden,
+				Message: "Policy has been overridden: a more specific (or, at equal rank, newer) policy is selected wherever it matches, or it matches nothing"}
+		}
+		byName[nsName{s.normNS(p.res.Namespace), p.res.Name}] = &PolicyStatus{Conditions: []Condition{accepted, enf}}
+	}
+}

@@ -1,0 +1,249 @@
+package policy
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Provenance (SPEC 3.6.3). A trace runs the same fold functions as the
+// views (fill, then override) over one target's blocks, remembering what
+// happened to each block; every field of the result names the block that
+// set it (node.by). `_explain` renders a trace, and policy status
+// aggregates the traces of every target a policy reaches, so both say
+// exactly what the config computation did.
+
+// blockFate is what happened to one block as a whole.
+type blockFate uint8
+
+const (
+	fateApplied      blockFate = iota // folded in (some of its fields may still have lost)
+	fateNoEffect                      // applied but changed nothing
+	fateWhenFalse                     // its when was false
+	fateWhenFailed                    // its when failed to evaluate (counted as false)
+	fateAtomicLost                    // an atomic default, discarded because a more specific default set the conf
+	fateNotReached                    // a default block with no conf and no unset
+)
+
+// blockTrace is one block's part in a target's conf.
+type blockTrace struct {
+	c       *contribution
+	fate    blockFate
+	whenErr error
+	// fields are the block's leaf paths (dotted) with what became of each.
+	fields []fieldFate
+	// unsets are the block's unset paths with what became of each.
+	unsets []unsetFate
+}
+
+// fieldFate: won is true when the block's value is the one in effect;
+// otherwise by is the block that decided the field (nil for a block that
+// did not apply as a whole) and reason says how.
+type fieldFate struct {
+	path   string
+	value  any
+	won    bool
+	by     *contribution
+	reason string
+}
+
+// unsetFate: ignored when an override sets the field anyway.
+type unsetFate struct {
+	path    string
+	ignored bool
+	by      *contribution // the override that set it, when ignored
+}
+
+// trace is the outcome of one target's fold.
+type trace struct {
+	final  foldState
+	blocks []*blockTrace // defaults in apply order, then overrides in their order
+}
+
+// traceFold folds defaults (apply order) and overrides (the overrides pass's
+// order) like foldEntries, recording each block's fate.
+func traceFold(m merger, defaults, overrides []*contribution) *trace {
+	tr := &trace{}
+	var st foldState
+	byC := map[*contribution]*blockTrace{}
+	for i := len(defaults) - 1; i >= 0; i-- {
+		c := defaults[i]
+		bt := &blockTrace{c: c}
+		byC[c] = bt
+		if !c.active() {
+			bt.fate = fateNotReached
+			continue
+		}
+		bt.fate = preFate(c, st)
+		if c.when != nil && bt.fate != fateApplied {
+			bt.whenErr = whenError(c, st)
+		}
+		atomicLost := bt.fate == fateApplied && c.conf != nil && c.atomic && hasContent(st.root)
+		var changed bool
+		st, changed = m.fill(st, c)
+		switch {
+		case atomicLost:
+			bt.fate = fateAtomicLost // its unset paths may still have applied
+		case bt.fate == fateApplied && !changed:
+			bt.fate = fateNoEffect
+		}
+	}
+	for _, c := range defaults {
+		tr.blocks = append(tr.blocks, byC[c])
+	}
+	for _, c := range overrides {
+		bt := &blockTrace{c: c, fate: preFate(c, st)}
+		if c.when != nil && bt.fate != fateApplied {
+			bt.whenErr = whenError(c, st)
+		}
+		st, _ = m.override(st, c)
+		tr.blocks = append(tr.blocks, bt)
+	}
+	tr.final = st
+	for _, bt := range tr.blocks {
+		tr.judge(bt)
+	}
+	return tr
+}
+
+// preFate evaluates a block's when against the state it is about to patch.
+func preFate(c *contribution, st foldState) blockFate {
+	if c.when == nil {
+		return fateApplied
+	}
+	ok, err := c.when.Eval(st.value())
+	switch {
+	case err != nil:
+		return fateWhenFailed
+	case !ok:
+		return fateWhenFalse
+	}
+	return fateApplied
+}
+
+func whenError(c *contribution, st foldState) error {
+	_, err := c.when.Eval(st.value())
+	return err
+}
+
+// judge decides, for every leaf of bt's conf, whether its value is in
+// effect and, if not, which block decided otherwise.
+func (tr *trace) judge(bt *blockTrace) {
+	c := bt.c
+	if c.patch != nil && c.conf != nil {
+		leafPaths(c.patch, nil, func(path []string, p *patch) {
+			ff := fieldFate{path: strings.Join(path, "."), value: patchValue(p)}
+			switch bt.fate {
+			case fateWhenFalse:
+				ff.reason = "when false: " + c.when.Source()
+			case fateWhenFailed:
+				ff.reason = fmt.Sprintf("when failed, counted as false: %v", bt.whenErr)
+			case fateAtomicLost:
+				ff.reason = "atomic default discarded: a more specific default already set the conf"
+			default:
+				ff.won, ff.by, ff.reason = tr.decide(c, path)
+			}
+			bt.fields = append(bt.fields, ff)
+		})
+	}
+	for _, u := range c.unset {
+		n, depth := locate(tr.final.root, u)
+		uf := unsetFate{path: strings.Join(u, ".")}
+		if depth == len(u) && n != nil && n.by != nil && n.by.block == blockOverride && visible(n) {
+			uf.ignored, uf.by = true, n.by
+		}
+		bt.unsets = append(bt.unsets, uf)
+	}
+}
+
+// decide says whether c's value at path is in effect, else who set what is.
+func (tr *trace) decide(c *contribution, path []string) (won bool, by *contribution, reason string) {
+	n, depth := locate(tr.final.root, path)
+	if n == nil {
+		return false, nil, "not in the effective conf"
+	}
+	if depth == len(path) {
+		switch {
+		case n.kind == nodeList && slices.Contains(n.listBy, c):
+			return true, c, ""
+		case n.by == c:
+			return true, c, ""
+		case n.kind == nodeDeleted && n.unset:
+			return false, n.by, "unset by " + n.by.name()
+		case n.kind == nodeDeleted:
+			return false, n.by, "deleted (null) by " + n.by.name()
+		}
+	}
+	if n.by == nil || n.by == c {
+		return false, n.by, "not in the effective conf"
+	}
+	if n.by.block == blockOverride {
+		return false, n.by, "overridden by " + n.by.name()
+	}
+	return false, n.by, "overridden by more specific default " + n.by.name()
+}
+
+// name identifies a block in messages: "MeshTimeout g-timeouts to[0].override".
+func (c *contribution) name() string {
+	if c.pol == nil {
+		return c.where()
+	}
+	return c.pol.desc.Name + " " + qualified(c.pol.res.Namespace, c.pol.res.Name) + " " + c.where()
+}
+
+// locate walks path from root; it returns the node at path (depth ==
+// len(path)) or the deepest node on the way (a value, or an object lacking
+// the next key).
+func locate(root *node, path []string) (*node, int) {
+	n := root
+	for depth, key := range path {
+		if n == nil || n.kind != nodeObject {
+			return n, depth
+		}
+		kid := n.kids[key]
+		if kid == nil {
+			return n, depth
+		}
+		n = kid
+	}
+	return n, len(path)
+}
+
+func visible(n *node) bool {
+	return n != nil && n.kind != nodeDeleted && (!n.virtual || hasContent(n))
+}
+
+// leafPaths calls fn for every leaf of p: a non-object value or an empty
+// object.
+func leafPaths(p *patch, prefix []string, fn func([]string, *patch)) {
+	if !p.isObj || len(p.fields) == 0 {
+		fn(slices.Clone(prefix), p)
+		return
+	}
+	for _, f := range p.fields {
+		leafPaths(f.patch, append(prefix, f.key), fn)
+	}
+}
+
+func patchValue(p *patch) any {
+	if !p.isObj {
+		return p.value
+	}
+	obj := make(map[string]any, len(p.fields))
+	for _, f := range p.fields {
+		obj[f.key] = patchValue(f.patch)
+	}
+	return obj
+}
+
+// won counts the block's fields in effect; lost lists the others.
+func (bt *blockTrace) won() (won int, lost []fieldFate) {
+	for _, f := range bt.fields {
+		if f.won {
+			won++
+		} else {
+			lost = append(lost, f)
+		}
+	}
+	return won, lost
+}
