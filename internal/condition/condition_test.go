@@ -51,10 +51,10 @@ func TestCompileRejects(t *testing.T) {
 		t.Fatal(err)
 	}
 	for expr, want := range map[string]string{
-		"self.a >":                  "Syntax error",
-		"'text'":                    "must evaluate to a boolean",
-		"1 + 2":                     "must evaluate to a boolean",
-		"other == 1":                "undeclared reference",
+		"self.a >":                               "Syntax error",
+		"'text'":                                 "must evaluate to a boolean",
+		"1 + 2":                                  "must evaluate to a boolean",
+		"other == 1":                             "undeclared reference",
 		strings.Repeat("true && ", 400) + "true": "bytes, at most",
 		"self.a.all(x, self.b.all(y, self.c.all(z, z == x)))": "estimated cost",
 	} {

@@ -61,9 +61,9 @@ type policy struct {
 type entry struct {
 	pol   *policy
 	index int
-	ref   targetRef // from entries: Mesh when absent
-	kind  int       // rank of ref.Kind
-	pos   int       // position in its type's sorted to/from list
+	ref   targetRef     // from entries: Mesh when absent
+	kind  int           // rank of ref.Kind
+	pos   int           // position in its type's sorted to/from list
 	c     *contribution // the default block (may carry only unset)
 	o     *contribution // the override block; nil when there is none
 

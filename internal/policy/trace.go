@@ -17,12 +17,12 @@ import (
 type blockFate uint8
 
 const (
-	fateApplied      blockFate = iota // folded in (some of its fields may still have lost)
-	fateNoEffect                      // applied but changed nothing
-	fateWhenFalse                     // its when was false
-	fateWhenFailed                    // its when failed to evaluate (counted as false)
-	fateAtomicLost                    // an atomic default, discarded because a more specific default set the conf
-	fateNotReached                    // a default block with no conf and no unset
+	fateApplied    blockFate = iota // folded in (some of its fields may still have lost)
+	fateNoEffect                    // applied but changed nothing
+	fateWhenFalse                   // its when was false
+	fateWhenFailed                  // its when failed to evaluate (counted as false)
+	fateAtomicLost                  // an atomic default, discarded because a more specific default set the conf
+	fateNotReached                  // a default block with no conf and no unset
 )
 
 // blockTrace is one block's part in a target's conf.
