@@ -169,6 +169,28 @@ type listItem struct {
 	Namespace        string    `json:"namespace"`
 	Version          uint64    `json:"version"`
 	ModificationTime time.Time `json:"modificationTime"`
+	Status           struct {
+		Conditions []struct {
+			Type   string `json:"type"`
+			Status string `json:"status"`
+			Reason string `json:"reason"`
+		} `json:"conditions"`
+	} `json:"status"`
+}
+
+// statusColumn summarizes a zone policy's conditions: the Accepted reason
+// when it is not accepted, else the Enforced reason; "-" without status.
+func (it listItem) statusColumn() string {
+	reason := "-"
+	for _, c := range it.Status.Conditions {
+		switch {
+		case c.Type == "Accepted" && c.Status != "True":
+			return c.Reason
+		case c.Type == "Enforced":
+			reason = c.Reason
+		}
+	}
+	return reason
 }
 
 type listResponse struct {
@@ -237,14 +259,26 @@ func (a *app) printRaw(body []byte, output string) error {
 }
 
 func (a *app) printTable(items []listItem) error {
+	withStatus := false
+	for _, it := range items {
+		withStatus = withStatus || len(it.Status.Conditions) > 0
+	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 3, ' ', 0)
-	fmt.Fprintln(tw, "MESH\tNAME\tNAMESPACE\tTYPE\tVERSION\tAGE")
+	header := "MESH\tNAME\tNAMESPACE\tTYPE\tVERSION\tAGE"
+	if withStatus {
+		header += "\tSTATUS"
+	}
+	fmt.Fprintln(tw, header)
 	for _, it := range items {
 		age := "-"
 		if !it.ModificationTime.IsZero() {
 			age = time.Since(it.ModificationTime).Round(time.Second).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", dash(it.Mesh), it.Name, dash(it.Namespace), it.Type, it.Version, age)
+		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%s", dash(it.Mesh), it.Name, dash(it.Namespace), it.Type, it.Version, age)
+		if withStatus {
+			line += "\t" + it.statusColumn()
+		}
+		fmt.Fprintln(tw, line)
 	}
 	return tw.Flush()
 }

@@ -21,13 +21,24 @@ func (a *app) inspectCommand() *cobra.Command {
 func (a *app) inspectDataplaneCommand() *cobra.Command {
 	var mesh, namespace, output string
 	var rules, config bool
+	var ex explainFlags
 	cmd := &cobra.Command{
-		Use:   "dataplane NAME [--rules|--config]",
-		Short: "Show a proxy's policy rules or effective config (zone control plane)",
+		Use:   "dataplane NAME [--rules|--config|--explain --type T (--outbound S | --inbound P --client k:v,...)]",
+		Short: "Show a proxy's policy rules, effective config, or why a field has its value (zone control plane)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if rules && config {
-				return fmt.Errorf("--rules and --config exclude each other")
+			if (rules && config) || (ex.explain && (rules || config)) {
+				return fmt.Errorf("--rules, --config and --explain exclude each other")
+			}
+			q := url.Values{}
+			if namespace != "" {
+				q.Set("namespace", namespace)
+			}
+			if ex.explain {
+				return a.explain(cmd, mesh, args[0], q, ex, output)
+			}
+			if output == "" {
+				output = "json"
 			}
 			if output != "json" && output != "yaml" {
 				return fmt.Errorf("--output: want json or yaml, got %q", output)
@@ -35,10 +46,6 @@ func (a *app) inspectDataplaneCommand() *cobra.Command {
 			view := "_rules"
 			if config {
 				view = "_config"
-			}
-			q := url.Values{}
-			if namespace != "" {
-				q.Set("namespace", namespace)
 			}
 			path := "/meshes/" + url.PathEscape(mesh) + "/dataplanes/" + url.PathEscape(args[0]) + "/" + view
 			body, _, err := a.client.do(cmd.Context(), "GET", path, q, nil, "")
@@ -52,6 +59,11 @@ func (a *app) inspectDataplaneCommand() *cobra.Command {
 	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "namespace of the Dataplane")
 	cmd.Flags().BoolVar(&rules, "rules", false, "show the rules per policy type (default)")
 	cmd.Flags().BoolVar(&config, "config", false, "show the effective config per inbound and outbound, with RBAC")
-	cmd.Flags().StringVarP(&output, "output", "o", "json", "output format: json or yaml")
+	cmd.Flags().BoolVar(&ex.explain, "explain", false, "explain one policy type's effective conf field by field: who set each field, who lost and why")
+	cmd.Flags().StringVar(&ex.typ, "type", "", "with --explain: the policy type, e.g. MeshTimeout")
+	cmd.Flags().StringVar(&ex.outbound, "outbound", "", "with --explain: the outbound's service")
+	cmd.Flags().IntVar(&ex.inbound, "inbound", 0, "with --explain: the inbound's port")
+	cmd.Flags().StringVar(&ex.client, "client", "", "with --explain --inbound: the client's tags, k:v,k2:v2")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: json or yaml (--explain: table, json or yaml; default table)")
 	return cmd
 }

@@ -19,6 +19,7 @@ func (s *Server) registerInspect() {
 	s.mux.HandleFunc("GET /meshes/{mesh}/dataplanes/{name}/_rules", s.handleRules)
 	s.mux.HandleFunc("GET /meshes/{mesh}/dataplanes/{name}/_config", s.handleConfig)
 	s.mux.HandleFunc("GET /meshes/{mesh}/dataplanes/{name}/_evaluate", s.handleEvaluate)
+	s.mux.HandleFunc("GET /meshes/{mesh}/dataplanes/{name}/_explain", s.handleExplain)
 	s.mux.HandleFunc("GET /meshes/{mesh}/{plural}/{name}/_resources/dataplanes", s.handlePolicyDataplanes)
 }
 
@@ -76,6 +77,52 @@ func (s *Server) handleEvaluate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := snap.EvaluateInbound(name, ns, port, client)
+	s.writeResult(w, r, res, err)
+}
+
+// handleExplain answers ?type=T&outbound=S, ?type=T&inbound=PORT&client=k:v,...
+// or ?type=T alone for a proxy-wide type (SPEC 3.6.3).
+func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	typ := q.Get("type")
+	if typ == "" {
+		s.writeError(w, r, fieldError("type", "must be set to a policy type, e.g. ?type=MeshTimeout"))
+		return
+	}
+	d, ok := s.reg.Resolve(typ)
+	if !ok || !d.IsPolicy() {
+		s.writeError(w, r, fieldError("type", "unknown policy type %q", typ))
+		return
+	}
+	inbound, outbound := q.Get("inbound"), q.Get("outbound")
+	if inbound != "" && outbound != "" {
+		s.writeError(w, r, fieldError("inbound", "give at most one of inbound and outbound"))
+		return
+	}
+	port := 0
+	if inbound != "" {
+		p, err := strconv.Atoi(inbound)
+		if err != nil || p < 1 || p > 65535 {
+			s.writeError(w, r, fieldError("inbound", "must be a port number from 1 to 65535, got %q", inbound))
+			return
+		}
+		port = p
+	}
+	client, err := parseTags(q.Get("client"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if q.Get("client") != "" && port == 0 {
+		s.writeError(w, r, fieldError("client", "is only meaningful with inbound=PORT"))
+		return
+	}
+	snap, err := s.snapshot(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	res, err := snap.Explain(r.PathValue("name"), s.namespaceParam(r), d.Name, outbound, port, client)
 	s.writeResult(w, r, res, err)
 }
 

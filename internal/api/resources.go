@@ -87,7 +87,12 @@ func (s *Server) getAndWrite(w http.ResponseWriter, r *http.Request, key resourc
 		s.writeError(w, r, err)
 		return
 	}
-	s.writeResource(w, r, http.StatusOK, res)
+	statuses, err := s.policyStatuses(r, key.Type, key.Mesh)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeResource(w, r, http.StatusOK, statuses.attach(res))
 }
 
 func (s *Server) writeResource(w http.ResponseWriter, r *http.Request, status int, res *resource.Resource) {
@@ -142,9 +147,14 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, d *resource.TypeDe
 		s.writeError(w, r, err)
 		return
 	}
+	statuses, err := s.policyStatuses(r, d.Name, mesh)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	page := listPage{Total: res.Total, Items: make([]json.RawMessage, 0, len(res.Items))}
 	for _, item := range res.Items {
-		b, err := s.reg.EncodeJSON(item)
+		b, err := s.reg.EncodeJSON(statuses.attach(item))
 		if err != nil {
 			s.writeError(w, r, err)
 			return
