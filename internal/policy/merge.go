@@ -216,26 +216,27 @@ func newMerger(appendFields []string) merger {
 // than everything st already holds (SPEC 3.6 defaults pass): merge fills
 // only what is unset, atomic applies only when nothing is set, unset paths
 // become markers that less specific defaults cannot fill, and a `when` that
-// is false (or fails, with a warning) skips the block. changed is false when
+// is false (or fails, with a warning) skips the block's conf. changed is false when
 // c changes nothing, in which case c provably does not affect the final
 // conf; the returned state may still carry a new warning.
 func (m merger) fill(st foldState, c *contribution) (foldState, bool) {
 	if !c.active() {
 		return st, false
 	}
-	if c.when != nil {
+	apply := c.conf != nil && (!c.atomic || !hasContent(st.root))
+	if apply && c.when != nil {
 		ok, err := c.when.Eval(st.value())
 		if err != nil {
-			return st.warn(c, err), false
+			st = st.warn(c, err)
 		}
-		if !ok {
-			return st, false
-		}
+		apply = ok && err == nil
 	}
 	root, changed := st.root, false
-	if c.conf != nil && (!c.atomic || !hasContent(st.root)) {
+	if apply {
 		root, changed = m.fillNode(st.root, c.patch, "", c)
 	}
+	// unset belongs to the entry, not to its default block: it applies
+	// whatever the block's when says.
 	for _, path := range c.unset {
 		var marked bool
 		root, marked = markUnset(root, path, c)
@@ -327,14 +328,19 @@ func markUnset(n *node, path []string, c *contribution) (*node, bool) {
 		kid, _ := markUnset(nil, path[1:], c)
 		return &node{kind: nodeObject, virtual: true, kids: map[string]*node{path[0]: kid}, by: c}, true
 	}
-	if n.kind != nodeObject || n.sealed {
-		return n, false // settled: a value, a deletion, or an object lower defaults no longer reach
-	}
 	if len(path) == 0 {
-		if n.virtual {
+		switch {
+		case n.sealed || n.kind == nodeLeaf || n.kind == nodeDeleted:
+			return n, false // settled by something more specific
+		case n.kind == nodeObject && n.virtual && !hasContent(n):
 			return &node{kind: nodeDeleted, unset: true, by: c}, true
 		}
-		return n, false
+		// An object or append list that more specific contributions started:
+		// less specific defaults may no longer add to it.
+		return sealed(n), true
+	}
+	if n.kind != nodeObject || n.sealed {
+		return n, false // settled: a value, a deletion, or an object lower defaults no longer reach
 	}
 	kid, changed := markUnset(n.kids[path[0]], path[1:], c)
 	if !changed {
@@ -391,8 +397,9 @@ func (m merger) fillNode(n *node, p *patch, path string, c *contribution) (*node
 		return sealed(n), true
 	}
 	var out *node
-	if n.virtual {
-		// A real object now exists here (even an empty one shows).
+	if n.virtual && len(p.fields) == 0 {
+		// An explicit {} makes the object real (it shows even when empty);
+		// otherwise it shows only once a real value lands inside.
 		out = copyObject(n)
 		out.virtual, out.by = false, c
 	}
@@ -405,6 +412,9 @@ func (m merger) fillNode(n *node, p *patch, path string, c *contribution) (*node
 			out = copyObject(n)
 		}
 		out.kids[f.key] = kid
+		if out.virtual && hasContent(kid) {
+			out.virtual, out.by = false, c // a real value landed inside
+		}
 	}
 	if out == nil {
 		return n, false
