@@ -227,3 +227,60 @@ func BenchmarkRecompute1000Dataplanes(b *testing.B) {
 		prev = s
 	}
 }
+
+// tenThousandWithOverrides: tenThousandTimeouts where every tenth policy is
+// a global one whose entries carry an override (merge) beside the default,
+// and every hundredth a `when` constraint: the second pass of SPEC 3.6 on
+// every outbound and client subset.
+func tenThousandWithOverrides() []*resource.Resource {
+	rs := tenThousandTimeouts()
+	for i := 0; i < len(rs); i += 10 {
+		when := ""
+		if i%100 == 0 {
+			when = `,"when":{"override":"has(self.idleTimeout)"}`
+		}
+		rs[i] = res("MeshTimeout", rs[i].Name, fmt.Sprintf(`{"targetRef":{"kind":"Mesh"},`+
+			`"to":[{"targetRef":{"kind":"Mesh"},"default":{"connectionTimeout":"%ds"},"override":{"idleTimeout":"%ds"}%s}],`+
+			`"from":[{"targetRef":{"kind":"Mesh"},"override":{"http":{"requestTimeout":"%ds"}}}]}`, i%60+1, i%30+1, when, i%90+1))
+		rs[i].Labels = map[string]string{resource.LabelOrigin: resource.OriginGlobal}
+	}
+	return rs
+}
+
+// BenchmarkRules10000MeshTimeoutsWithOverrides: BenchmarkRules10000MeshTimeouts
+// with 1,000 override blocks among the 10,000 policies; the difference is
+// the cost of the overrides pass. statuses measures computing the status of
+// every policy of the snapshot (done once per snapshot, on first use).
+func BenchmarkRules10000MeshTimeoutsWithOverrides(b *testing.B) {
+	rs := append(tenThousandWithOverrides(), mtpItems("mtp", 70, 2), benchDataplane("dp", 10, 0))
+	s := benchSnapshot(b, rs)
+	b.Run("rules", func(b *testing.B) { benchQuery(b, s, rulesQuery(s, "dp")) })
+	b.Run("explain", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s.Explain("dp", "", "MeshTimeout", "svc-3", 0, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("statuses", func(b *testing.B) {
+		for b.Loop() {
+			forgetMemos(s)
+			_ = s.computeStatuses()
+		}
+	})
+}
+
+// BenchmarkStatuses1000Dataplanes: the status of every policy (100
+// policies and a 70-item MeshTrafficPermission) over 1,000 Dataplanes with
+// 20 outbounds each, computed once per snapshot on first use.
+func BenchmarkStatuses1000Dataplanes(b *testing.B) {
+	rs := append(hundredPolicies(), mtpItems("mtp", 70, 2))
+	for i := 0; i < 1000; i++ {
+		rs = append(rs, benchDataplane(fmt.Sprintf("dp-%04d", i), 20, i*20))
+	}
+	s := benchSnapshot(b, rs)
+	for b.Loop() {
+		forgetMemos(s)
+		_ = s.computeStatuses()
+	}
+}

@@ -1,4 +1,4 @@
-// Package policy is Meridian's pure policy engine (SPEC 3.1-3.5, 3.7): it
+// Package policy is Meridian's pure policy engine (SPEC 3.1-3.7): it
 // computes what policies give each proxy of one mesh in one zone. It reads
 // resource envelopes and the type registry from internal/resource and
 // nothing else: no store, no network, no goroutines.
@@ -15,6 +15,8 @@
 //	in, err := s.EvaluateInbound("web-1", "web-ns", 8080, client) // …/_evaluate?inbound=
 //	out, err := s.EvaluateOutbound("web-1", "web-ns", "backend")  // …/_evaluate?outbound=
 //	dps, err := s.MatchedDataplanes("MeshTimeout", "t", "web-ns") // …/_resources/dataplanes
+//	ex, err := s.Explain("web-1", "web-ns", "MeshTimeout", "backend", 0, nil) // …/_explain
+//	st, err := s.PolicyStatus("MeshTimeout", "t", "web-ns")       // status.conditions
 //
 // Unknown Dataplanes, inbounds, outbounds and policies are errors wrapping
 // ErrNotFound. Problems inside resources (undecodable specs, mixed roles,
@@ -36,13 +38,21 @@
 //     kuma.io/zone and k8s.kuma.io/namespace), to-entry resolution through
 //     MeshService resources (a synced copy is found by display name and
 //     labels) with a fallback to kuma.io/service and namespace tags.
-//   - merge.go: every conf block is a contribution; one fold merges them
-//     (RFC 7396 with append fields) and records provenance. It folds from the
-//     most specific contribution down, filling only what is unset, which is
-//     SPEC 3.6's defaults pass; overrides, unset and atomic strategies plug in
-//     there.
+//   - merge.go: every default or override block is a contribution. The
+//     defaults pass folds defaults from the most specific down, filling only
+//     what is unset (RFC 7396 with append fields, equal to SPEC 3.3 forward
+//     merging), with atomic defaults, unset markers and `when` (CEL, see
+//     internal/condition); the overrides pass then patches the result
+//     forward in the order of order.go's compareOverrides. Every node
+//     records the block that set it (provenance).
+//   - trace.go, explain.go, status.go: a trace re-runs the same folds for one
+//     target and records each block's fate and each field's winner;
+//     `_explain` renders one trace, policy status aggregates the traces of
+//     every target of every Dataplane (once per snapshot).
 //   - fromrules.go: the from-rule view as a decision tree over entries that
-//     prunes entries that cannot change the conf (no 2^n enumeration).
+//     prunes entries that cannot change the conf (no 2^n enumeration); an
+//     entry with an override always splits, and each leaf runs the overrides
+//     pass over the overrides of its entries.
 //   - rbac.go: MeshTrafficPermission rules to Envoy RBAC proto JSON.
 //   - legacy.go: seed 000's single most specific source/destination policy.
 //   - views.go: the `_rules`, `_config`, `_evaluate` and matched-dataplanes

@@ -79,10 +79,81 @@ func exercise(t *testing.T, s *MeshSnapshot, rs []*resource.Resource) {
 		for _, o := range dp.outbounds {
 			encode(s.EvaluateOutbound(m.Name, m.Namespace, o.service))
 		}
+		for _, typ := range s.typeNames {
+			encode(s.Explain(m.Name, m.Namespace, typ, "", 0, nil))
+			for _, in := range dp.inbounds {
+				encode(s.Explain(m.Name, m.Namespace, typ, "", in.port, in.tags))
+			}
+			for _, o := range dp.outbounds {
+				encode(s.Explain(m.Name, m.Namespace, typ, o.service, 0, nil))
+			}
+		}
 	}
 	for _, r := range rs {
 		encode(s.MatchedDataplanes(r.Type, r.Name, r.Namespace))
+		encode(s.PolicyStatus(r.Type, r.Name, r.Namespace))
 	}
+}
+
+// FuzzDefaultsOverrides drives TestPropertyDefaultsOverrides* from fuzzer
+// input: the bytes seed the generator of policies and clients.
+func FuzzDefaultsOverrides(f *testing.F) {
+	for _, seed := range []uint64{1, 2, 3, 42, 1 << 40} {
+		f.Add(seed, seed*7+1)
+	}
+	reg := resource.NewDefaultRegistry()
+	f.Fuzz(func(t *testing.T, a, b uint64) {
+		r := rand.New(rand.NewPCG(a, b))
+		list := "to"
+		if a%2 == 1 {
+			list = "from"
+		}
+		rs, entries := doCase(r, list)
+		snap := doSnapshot(t, reg, rs)
+		if list == "to" {
+			ev, err := snap.EvaluateOutbound("backend-1", "", "backend")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got any
+			if op, ok := ev.Policies["MeshTimeout"]; ok {
+				got = normalizeJSON(op.Conf)
+			}
+			if want := reference(t, reg.Conditions(), entries); !reflect.DeepEqual(got, want) {
+				t.Fatalf("engine %s, reference %s\npolicies:\n%s", compact(got), compact(want), specsOf(rs))
+			}
+			return
+		}
+		for c := 0; c < 10; c++ {
+			client := randomClient(r)
+			var matching []*doEntry
+			for _, e := range entries {
+				if subsetOf(e.tags, client) {
+					matching = append(matching, e)
+				}
+			}
+			ev, err := snap.EvaluateInbound("backend-1", "", 8080, client)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got any
+			if ap, ok := ev.Policies["MeshTimeout"]; ok {
+				got = normalizeJSON(ap.Conf)
+			}
+			if want := reference(t, reg.Conditions(), matching); !reflect.DeepEqual(got, want) {
+				t.Fatalf("client %v: engine %s, reference %s\npolicies:\n%s", client, compact(got), compact(want), specsOf(rs))
+			}
+		}
+	})
+}
+
+func subsetOf(tags, client map[string]string) bool {
+	for k, v := range tags {
+		if client[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // FuzzFromRules drives the property of TestPropertyMeshTrafficPermission
