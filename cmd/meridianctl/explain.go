@@ -95,15 +95,24 @@ type explanation struct {
 
 type blockRef struct {
 	Policy struct {
-		Name      string `json:"name"`
-		Namespace string `json:"namespace"`
+		Name      string            `json:"name"`
+		Namespace string            `json:"namespace"`
+		Labels    map[string]string `json:"labels"`
 	} `json:"policy"`
 	Entry *int   `json:"entry"`
 	Block string `json:"block"`
 }
 
+// String names the block by the policy's display name (a synced copy's
+// hashed name is what `get` lists; -o json shows both).
 func (b blockRef) String() string {
 	name := b.Policy.Name
+	if d := b.Policy.Labels["kuma.io/display-name"]; d != "" {
+		name = d
+		if b.Policy.Labels["kuma.io/origin"] == "global" {
+			name += " (global)"
+		}
+	}
 	if b.Policy.Namespace != "" {
 		name = b.Policy.Namespace + "/" + name
 	}

@@ -254,10 +254,6 @@ func winnersOf(tr *trace, loser *contribution) []string {
 	return slices.Compact(out)
 }
 
-func policyName(p *policy) string {
-	return p.desc.Name + " " + qualified(p.res.Namespace, p.res.Name)
-}
-
 func (s *MeshSnapshot) statusOf(p *policy, a *policyAgg) *PolicyStatus {
 	if !a.selected {
 		return &PolicyStatus{Conditions: []Condition{{Type: CondAccepted, Status: conditionFalse, Reason: ReasonTargetNotFound,

@@ -188,7 +188,21 @@ func (c *contribution) name() string {
 	if c.pol == nil {
 		return c.where()
 	}
-	return c.pol.desc.Name + " " + qualified(c.pol.res.Namespace, c.pol.res.Name) + " " + c.where()
+	return policyName(c.pol) + " " + c.where()
+}
+
+// policyName names a policy in messages by the name its author gave it: a
+// synced copy by its display name and where it came from ("MeshTimeout
+// guardrail (global)"); the exact stored name is in every META.
+func policyName(p *policy) string {
+	name := p.desc.Name + " " + qualified(p.ownNS, p.res.DisplayName())
+	switch {
+	case p.origin == originGlobal && p.res.DisplayName() != p.res.Name:
+		name += " (global)"
+	case p.res.DisplayName() != p.res.Name && p.zone != "":
+		name += " (zone " + p.zone + ")"
+	}
+	return name
 }
 
 // locate walks path from root; it returns the node at path (depth ==
