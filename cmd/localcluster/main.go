@@ -191,6 +191,7 @@ func (c *cluster) demo(ctx context.Context) error {
 	}
 	err := run([]step{
 		{"global", []string{"apply", "-f", "examples/global-policies.yaml"}, false, "fleet-wide policies on the global"},
+		{"global", []string{"apply", "-f", "examples/global-guardrails.yaml"}, false, "a guardrail: an override that zones cannot undo"},
 		{"zone-1", []string{"apply", "-f", "examples/zone-1-resources.yaml"}, false, "proxies and a producer policy in zone-1"},
 		{"global", []string{"apply", "-f", "examples/invalid-policy.yaml"}, true, "invalid policies are rejected with field paths"},
 	})
@@ -200,12 +201,15 @@ func (c *cluster) demo(ctx context.Context) error {
 	// Sync is asynchronous (milliseconds); wait until zone-2 has the
 	// producer policy relayed from zone-1, the last thing to arrive.
 	c.waitFor(ctx, "zone-2", "/meshes/default/meshtimeouts?filter[labels.kuma.io/display-name]=backend-timeouts")
+	c.waitFor(ctx, "zone-1", "/meshes/default/meshtimeouts?filter[labels.kuma.io/display-name]=idle-timeout-cap")
 	return run([]step{
 		{"global", []string{"inspect", "zones"}, false, "the zones, as the global sees them"},
 		{"global", []string{"get", "meshtimeouts"}, false, "what the global holds: its own policies and zone-1's producer policy"},
 		{"zone-1", []string{"get", "meshtimeouts"}, false, "what zone-1 sees: the global's policies (hashed names) and its own"},
 		{"zone-2", []string{"get", "meshtimeouts"}, false, "what zone-2 sees: the global's policies and zone-1's producer policy"},
 		{"zone-1", []string{"inspect", "dataplane", "web-1", "-n", "web-ns", "--config", "-o", "yaml"}, false, "web-1's effective config in zone-1"},
+		{"zone-1", []string{"inspect", "dataplane", "web-1", "-n", "web-ns", "--explain", "--type", "MeshTimeout", "--outbound", "backend"},
+			false, "why web-1's timeouts to backend are what they are: who set each field, who lost"},
 	})
 }
 
