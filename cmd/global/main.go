@@ -37,6 +37,7 @@ func newCommand() *cobra.Command {
 				Version:            version.Version,
 				Logger:             logger,
 				TombstoneRetention: common.TombstoneRetention,
+				LocalhostIsAdmin:   common.LocalhostIsAdmin,
 				KDSAddress:         kdsAddress,
 				TLSCertFile:        tlsCert,
 				TLSKeyFile:         tlsKey,

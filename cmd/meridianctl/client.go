@@ -15,11 +15,12 @@ import (
 
 // client talks to one control plane's REST API.
 type client struct {
-	base *url.URL
-	http *http.Client
+	base  *url.URL
+	http  *http.Client
+	token string
 }
 
-func newClient(address string) (*client, error) {
+func newClient(address, token string) (*client, error) {
 	if !strings.Contains(address, "://") {
 		address = "http://" + address
 	}
@@ -27,7 +28,7 @@ func newClient(address string) (*client, error) {
 	if err != nil || u.Host == "" {
 		return nil, fmt.Errorf("--api-address %q: want http://HOST:PORT", address)
 	}
-	return &client{base: u, http: &http.Client{Timeout: 30 * time.Second}}, nil
+	return &client{base: u, http: &http.Client{Timeout: 30 * time.Second}, token: token}, nil
 }
 
 // apiError is the server's error body.
@@ -64,6 +65,9 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 	}
 	if accept != "" {
 		req.Header.Set("Accept", accept)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

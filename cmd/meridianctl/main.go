@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -39,10 +40,34 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 type app struct {
 	reg        *resource.Registry
 	apiAddress string
+	token      string
+	tokenFile  string
 	client     *client
 	stdin      io.Reader
 	stdout     io.Writer
 	stderr     io.Writer
+}
+
+// userToken is --token, or the content of --token-file; "" sends none.
+func (a *app) userToken() (string, error) {
+	if a.token == "" && a.tokenFile == "" {
+		a.token, a.tokenFile = os.Getenv("MERIDIAN_API_TOKEN"), os.Getenv("MERIDIAN_API_TOKEN_FILE")
+	}
+	if a.token != "" && a.tokenFile != "" {
+		return "", fmt.Errorf("--token and --token-file exclude each other")
+	}
+	if a.tokenFile == "" {
+		return strings.TrimSpace(a.token), nil
+	}
+	data, err := os.ReadFile(a.tokenFile)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	token := strings.TrimSpace(string(data))
+	if token == "" {
+		return "", fmt.Errorf("--token-file %s is empty", a.tokenFile)
+	}
+	return token, nil
 }
 
 func (a *app) rootCommand() *cobra.Command {
@@ -55,7 +80,11 @@ func (a *app) rootCommand() *cobra.Command {
 			if err := flagconfig.Apply(cmd.Flags(), flagconfig.Source{EnvPrefix: "MERIDIAN", Skip: []string{"help"}}); err != nil {
 				return err
 			}
-			c, err := newClient(a.apiAddress)
+			token, err := a.userToken()
+			if err != nil {
+				return err
+			}
+			c, err := newClient(a.apiAddress, token)
 			if err != nil {
 				return err
 			}
@@ -65,6 +94,8 @@ func (a *app) rootCommand() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&a.apiAddress, "api-address", "http://127.0.0.1:5681",
 		"control plane REST API (env MERIDIAN_API_ADDRESS)")
+	root.PersistentFlags().StringVar(&a.token, "token", "", "user token sent as Authorization: Bearer (env MERIDIAN_API_TOKEN)")
+	root.PersistentFlags().StringVar(&a.tokenFile, "token-file", "", "file holding the user token, e.g. DATA_DIR/admin-token (env MERIDIAN_API_TOKEN_FILE)")
 	root.AddCommand(a.applyCommand(), a.getCommand(), a.deleteCommand(), a.inspectCommand(), a.generateCommand())
 	return root
 }

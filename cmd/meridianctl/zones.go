@@ -11,7 +11,7 @@ import (
 
 func (a *app) generateCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "generate", Short: "Generate credentials"}
-	cmd.AddCommand(a.generateZoneTokenCommand())
+	cmd.AddCommand(a.generateZoneTokenCommand(), a.generateUserTokenCommand())
 	return cmd
 }
 
@@ -49,6 +49,49 @@ func (a *app) generateZoneTokenCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&zone, "zone", "", "zone name the token is bound to (required)")
+	cmd.Flags().StringVar(&validFor, "valid-for", "24h", "how long the token is valid")
+	return cmd
+}
+
+// generateUserTokenCommand asks a control plane for a user token.
+func (a *app) generateUserTokenCommand() *cobra.Command {
+	var name, validFor string
+	var groups, meshes []string
+	cmd := &cobra.Command{
+		Use:   "user-token --name NAME --group mesh-system:admin|mesh-system:viewer [--mesh M]... [--valid-for 24h]",
+		Short: "Issue a user token for the REST API (admin only)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if name == "" {
+				return fmt.Errorf("--name is required")
+			}
+			if len(groups) == 0 {
+				return fmt.Errorf("--group is required (mesh-system:admin or mesh-system:viewer)")
+			}
+			if _, err := time.ParseDuration(validFor); err != nil {
+				return fmt.Errorf("--valid-for: %w", err)
+			}
+			body, err := json.Marshal(map[string]any{"name": name, "groups": groups, "meshes": meshes, "validFor": validFor})
+			if err != nil {
+				return err
+			}
+			resp, _, err := a.client.do(cmd.Context(), "POST", "/tokens/user", nil, body, "")
+			if err != nil {
+				return err
+			}
+			var out struct {
+				Token string `json:"token"`
+			}
+			if err := json.Unmarshal(resp, &out); err != nil || out.Token == "" {
+				return fmt.Errorf("unexpected response: %s", resp)
+			}
+			fmt.Fprintln(a.stdout, out.Token)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&name, "name", "", "who the token is for (required)")
+	cmd.Flags().StringSliceVar(&groups, "group", nil, "group: mesh-system:admin or mesh-system:viewer (repeatable)")
+	cmd.Flags().StringSliceVar(&meshes, "mesh", nil, "confine the token to this mesh (repeatable; none = all meshes)")
 	cmd.Flags().StringVar(&validFor, "valid-for", "24h", "how long the token is valid")
 	return cmd
 }

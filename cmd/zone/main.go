@@ -46,6 +46,7 @@ func newCommand() *cobra.Command {
 				Version:            version.Version,
 				Logger:             logger.With("zone", zone),
 				TombstoneRetention: common.TombstoneRetention,
+				LocalhostIsAdmin:   common.LocalhostIsAdmin,
 				GlobalAddress:      globalAddress,
 				ZoneTokenFile:      tokenFile,
 				KDSCAFile:          caFile,

@@ -30,7 +30,7 @@ func newFixture(t testing.TB, mode api.Mode) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	cfg := api.Config{Registry: resource.NewDefaultRegistry(), Store: store, Mode: mode, MaxBodyBytes: 64 << 10}
+	cfg := api.Config{Registry: resource.NewDefaultRegistry(), Store: store, Mode: mode, MaxBodyBytes: 64 << 10, LocalhostIsAdmin: true}
 	if mode == api.ModeZone {
 		cfg.Zone, cfg.Environment = "zone-1", "kubernetes"
 		view, err := policyview.New(policyview.Config{Registry: cfg.Registry, Store: store, Zone: cfg.Zone})

@@ -137,6 +137,10 @@ type listPage struct {
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request, d *resource.TypeDescriptor, mesh string) {
+	if p := PrincipalFrom(r.Context()); p != nil && p.Meshes != nil && d.Name == "Mesh" {
+		s.listOwnMeshes(w, r, p)
+		return
+	}
 	opts, err := s.listOptions(r, d, mesh)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -165,6 +169,30 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, d *resource.TypeDe
 		next := nextURL(r, end, opts.Limit)
 		page.Next = &next
 	}
+	s.writeValue(w, r, http.StatusOK, page)
+}
+
+// listOwnMeshes lists the meshes a mesh-scoped principal may see (a short
+// list: at most the meshes its token names), unpaginated.
+func (s *Server) listOwnMeshes(w http.ResponseWriter, r *http.Request, p *Principal) {
+	page := listPage{Items: []json.RawMessage{}}
+	for _, m := range p.Meshes {
+		res, err := s.store.Get(r.Context(), resource.Key{Type: "Mesh", Name: m})
+		if errors.Is(err, storage.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		b, err := s.reg.EncodeJSON(res)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		page.Items = append(page.Items, b)
+	}
+	page.Total = len(page.Items)
 	s.writeValue(w, r, http.StatusOK, page)
 }
 

@@ -62,6 +62,13 @@ type Config struct {
 	SyncStatus func() any
 	// Metrics, when set, is served at GET /metrics.
 	Metrics http.Handler
+	// Users verifies the user tokens callers send and issues new ones
+	// (POST /tokens/user). Without it only loopback callers (with
+	// LocalhostIsAdmin) get in.
+	Users UserTokens
+	// LocalhostIsAdmin makes every loopback caller without a token an admin
+	// (Kuma's default); remote callers always need a token.
+	LocalhostIsAdmin bool
 }
 
 // Server is the HTTP handler. It is safe for concurrent use.
@@ -125,6 +132,10 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("PUT /meshes/{mesh}/{plural}/{name}", s.handlePut)
 	s.mux.HandleFunc("DELETE /meshes/{mesh}/{plural}/{name}", s.handleDelete)
 
+	if s.cfg.Users != nil {
+		s.mux.HandleFunc("POST /tokens/user", s.handleUserToken)
+	}
+
 	if s.cfg.Mode == ModeZone {
 		s.registerInspect()
 	} else {
@@ -145,6 +156,10 @@ func (s *Server) routes() {
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	r, ok := s.authenticated(w, r)
+	if !ok {
+		return
+	}
 	if r.Body != nil {
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	}

@@ -42,7 +42,7 @@ func newGlobal(t *testing.T, issuer *fakeIssuer, zones fakeZones) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	h, err := api.New(api.Config{Registry: resource.NewDefaultRegistry(), Store: store, Mode: api.ModeGlobal, Tokens: issuer, Zones: zones})
+	h, err := api.New(api.Config{Registry: resource.NewDefaultRegistry(), Store: store, Mode: api.ModeGlobal, Tokens: issuer, Zones: zones, LocalhostIsAdmin: true})
 	if err != nil {
 		t.Fatal(err)
 	}

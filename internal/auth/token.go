@@ -130,9 +130,7 @@ func (t *ZoneTokens) Issue(zone string, validFor time.Duration) (string, error) 
 	if err != nil {
 		return "", fmt.Errorf("issue zone token: %w", err)
 	}
-	payload := base64.RawURLEncoding.EncodeToString(body)
-	sig := ed25519.Sign(t.key, []byte(signingContext+payload))
-	return payload + "." + base64.RawURLEncoding.EncodeToString(sig), nil
+	return signToken(t.key, signingContext, body), nil
 }
 
 // Verify checks token's signature, validity window and zone. The error
@@ -162,22 +160,9 @@ func (t *ZoneTokens) Authenticate(zone, token string) error {
 }
 
 func (t *ZoneTokens) parse(token string) (Claims, error) {
-	payload, sigText, ok := strings.Cut(token, ".")
-	if !ok || payload == "" || sigText == "" {
-		return Claims{}, fmt.Errorf("%w: want two dot-separated parts", ErrMalformed)
-	}
-	sig, err := base64.RawURLEncoding.DecodeString(sigText)
-	if err != nil || len(sig) != ed25519.SignatureSize {
-		return Claims{}, fmt.Errorf("%w: signature is not %d base64url bytes", ErrMalformed, ed25519.SignatureSize)
-	}
-	body, err := base64.RawURLEncoding.DecodeString(payload)
+	body, err := openToken(t.pub, signingContext, token, ErrMalformed, ErrBadSignature)
 	if err != nil {
-		return Claims{}, fmt.Errorf("%w: claims are not base64url: %v", ErrMalformed, err)
-	}
-	// The signature is checked before the claims are trusted or even
-	// interpreted beyond the encoding.
-	if !ed25519.Verify(t.pub, []byte(signingContext+payload), sig) {
-		return Claims{}, ErrBadSignature
+		return Claims{}, err
 	}
 	var claims Claims
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -192,6 +177,42 @@ func (t *ZoneTokens) parse(token string) (Claims, error) {
 		return Claims{}, fmt.Errorf("%w: zone, iat and exp are required", ErrMalformed)
 	}
 	return claims, nil
+}
+
+// signToken returns base64url(body) "." base64url(signature over context +
+// payload). The context keeps a signature made for one kind of token from
+// ever passing as another.
+func signToken(key ed25519.PrivateKey, context string, body []byte) string {
+	payload := base64.RawURLEncoding.EncodeToString(body)
+	sig := ed25519.Sign(key, []byte(context+payload))
+	return payload + "." + base64.RawURLEncoding.EncodeToString(sig)
+}
+
+// openToken checks a token's form and signature and returns its claims'
+// bytes; errors wrap malformed or badSignature and never quote the token.
+func openToken(pub ed25519.PublicKey, context, token string, malformed, badSignature error) ([]byte, error) {
+	token = strings.TrimSpace(token)
+	if token == "" {
+		return nil, fmt.Errorf("%w: the token is empty", malformed)
+	}
+	payload, sigText, ok := strings.Cut(token, ".")
+	if !ok || payload == "" || sigText == "" {
+		return nil, fmt.Errorf("%w: want two dot-separated parts", malformed)
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(sigText)
+	if err != nil || len(sig) != ed25519.SignatureSize {
+		return nil, fmt.Errorf("%w: signature is not %d base64url bytes", malformed, ed25519.SignatureSize)
+	}
+	body, err := base64.RawURLEncoding.DecodeString(payload)
+	if err != nil {
+		return nil, fmt.Errorf("%w: claims are not base64url: %v", malformed, err)
+	}
+	// The signature is checked before the claims are trusted or even
+	// interpreted beyond the encoding.
+	if !ed25519.Verify(pub, []byte(context+payload), sig) {
+		return nil, badSignature
+	}
+	return body, nil
 }
 
 // LoadOrCreateSigningKey reads the PEM (PKCS #8) Ed25519 key at path, or

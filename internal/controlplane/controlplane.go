@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meridian-mesh/meridian/internal/api"
+	"github.com/meridian-mesh/meridian/internal/auth"
 	"github.com/meridian-mesh/meridian/internal/policyview"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
@@ -54,6 +55,8 @@ type Config struct {
 	KDSSkipVerify bool
 	// SyncStream tunes heartbeats and batching (zero = defaults).
 	SyncStream meridiansync.StreamConfig
+	// LocalhostIsAdmin: loopback API callers without a token are admin.
+	LocalhostIsAdmin bool
 	// Listening, when set, receives the API's bound address once serving (for
 	// tests that listen on port 0).
 	Listening func(apiAddr string)
@@ -109,10 +112,14 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	metrics, metricsHandler := newMetrics()
+	users, err := userTokens(cfg)
+	if err != nil {
+		return err
+	}
 	apiCfg := api.Config{
 		Registry: reg, Store: store, Logger: cfg.Logger.Named("api"), Mode: cfg.Mode,
 		Zone: cfg.Zone, Environment: cfg.Environment, SystemNamespace: cfg.SystemNamespace, Version: cfg.Version,
-		Metrics: metricsHandler,
+		Metrics: metricsHandler, Users: users, LocalhostIsAdmin: cfg.LocalhostIsAdmin,
 	}
 	// Background components stop before the store closes (deferred earlier).
 	ctx, cancel := context.WithCancel(ctx)
@@ -142,6 +149,42 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("api address %s: %w", cfg.APIAddress, err)
 	}
 	return serve(ctx, cfg, ln, handler, failed)
+}
+
+// userTokens loads the API's user token key and writes the admin token on
+// first start; it warns when loopback callers are trusted on an API that is
+// reachable from elsewhere.
+func userTokens(cfg Config) (*auth.UserTokens, error) {
+	users, err := auth.LoadOrCreateUserTokens(cfg.DataDir, nil)
+	if err != nil {
+		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
+	}
+	path, created, err := users.EnsureAdminToken(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
+	}
+	if created {
+		cfg.Logger.Info("admin user token written", "file", path)
+	}
+	if cfg.LocalhostIsAdmin && !loopbackOnly(cfg.APIAddress) {
+		cfg.Logger.Warn("--api-localhost-is-admin is on and the API listens beyond loopback: any process on this "+
+			"machine (or a proxy forwarding to it) is admin without a token; turn it off in production",
+			"api", cfg.APIAddress)
+	}
+	return users, nil
+}
+
+// loopbackOnly reports whether addr (HOST:PORT) binds only loopback.
+func loopbackOnly(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // startZone starts the zone's policy view and, with a global address, its

@@ -27,6 +27,7 @@ type CommonFlags struct {
 	LogLevel           string
 	LogFormat          string
 	TombstoneRetention time.Duration
+	LocalhostIsAdmin   bool
 }
 
 // Register adds the common flags to cmd.
@@ -38,6 +39,7 @@ func (f *CommonFlags) Register(cmd *cobra.Command, defaultAPI string) {
 	fs.StringVar(&f.LogLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	fs.StringVar(&f.LogFormat, "log-format", "text", "log format: text or json")
 	fs.DurationVar(&f.TombstoneRetention, "tombstone-retention", 24*time.Hour, "how long deletions are kept for resuming peers")
+	fs.BoolVar(&f.LocalhostIsAdmin, "api-localhost-is-admin", true, "treat API callers on loopback without a token as admin (remote callers always need a token)")
 }
 
 // ApplySources fills unset flags from the environment and the config file.

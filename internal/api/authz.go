@@ -1,0 +1,183 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/meridian-mesh/meridian/internal/auth"
+)
+
+// Authentication and authorization (SPEC 5). Every request except the open
+// ones (GET /, /healthz, /readyz) needs a principal: a user token sent as
+// `Authorization: Bearer`, or, with LocalhostIsAdmin, a loopback caller
+// (admin, as in Kuma). A principal's groups decide what it may do (viewer:
+// read; admin: everything) and its meshes, when set, confine it to those
+// meshes' resources. This file is the one place that decides who may call
+// what; handlers read the principal from the request context when they need
+// it (mesh lists, audit logs).
+
+// UserTokens verifies and issues user tokens (internal/auth.UserTokens).
+type UserTokens interface {
+	Verify(token string) (auth.UserClaims, error)
+	Issue(req auth.UserTokenRequest) (string, auth.UserClaims, error)
+}
+
+// Principal is an authenticated caller.
+type Principal struct {
+	Name   string
+	Admin  bool
+	Viewer bool
+	// Meshes confines the principal to these meshes; nil means all.
+	Meshes []string
+	// Via says how it was authenticated: "token" or "localhost".
+	Via string
+}
+
+func (p *Principal) String() string {
+	if p.Via == "localhost" {
+		return "localhost caller (admin)"
+	}
+	return fmt.Sprintf("user %q", p.Name)
+}
+
+// inMesh reports whether the principal may act on mesh m.
+func (p *Principal) inMesh(m string) bool { return p.Meshes == nil || slices.Contains(p.Meshes, m) }
+
+type principalKey struct{}
+
+// PrincipalFrom returns the request's principal (nil on open paths).
+func PrincipalFrom(ctx context.Context) *Principal {
+	p, _ := ctx.Value(principalKey{}).(*Principal)
+	return p
+}
+
+// right is what a request needs.
+type right int
+
+const (
+	rightOpen  right = iota // anyone
+	rightRead               // viewer or admin
+	rightWrite              // admin
+	rightToken              // admin, unscoped: token issuance and revocation
+)
+
+// access classifies a request: the right it needs and the mesh it acts on
+// ("" for cluster-wide paths).
+func access(r *http.Request) (right, string) {
+	path := strings.TrimSuffix(r.URL.Path, "/")
+	parts := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	read := r.Method == http.MethodGet || r.Method == http.MethodHead
+	need := rightWrite
+	if read {
+		need = rightRead
+	}
+	switch {
+	case path == "" || path == "/healthz" || path == "/readyz":
+		if read {
+			return rightOpen, ""
+		}
+	case parts[0] == "tokens":
+		return rightToken, ""
+	case parts[0] == "meshes" && len(parts) >= 2:
+		return need, parts[1]
+	}
+	return need, ""
+}
+
+func (s *Server) authenticate(r *http.Request) (*Principal, *Error) {
+	h := r.Header.Get("Authorization")
+	if h != "" {
+		scheme, token, _ := strings.Cut(h, " ")
+		if !strings.EqualFold(scheme, "Bearer") {
+			return nil, unauthenticated(`the Authorization header must be "Bearer <user token>"`)
+		}
+		if s.cfg.Users == nil {
+			return nil, unauthenticated("this control plane does not accept user tokens")
+		}
+		claims, err := s.cfg.Users.Verify(token)
+		if err != nil {
+			return nil, unauthenticated("%v", err)
+		}
+		p := &Principal{Name: claims.Name, Admin: claims.HasGroup(auth.GroupAdmin), Viewer: claims.HasGroup(auth.GroupViewer), Via: "token"}
+		if len(claims.Meshes) > 0 {
+			p.Meshes = claims.Meshes
+		}
+		return p, nil
+	}
+	if s.cfg.LocalhostIsAdmin && isLoopback(r.RemoteAddr) {
+		return &Principal{Name: "localhost", Admin: true, Via: "localhost"}, nil
+	}
+	return nil, unauthenticated("send Authorization: Bearer <user token> (meridianctl --token-file FILE; " +
+		"the admin token is the file admin-token in the control plane's data dir)")
+}
+
+func isLoopback(remoteAddr string) bool {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// authorize checks p against what r needs.
+func authorize(p *Principal, r *http.Request) *Error {
+	need, mesh := access(r)
+	switch need {
+	case rightToken:
+		if !p.Admin || p.Meshes != nil {
+			return forbidden("%s lacks %s without a mesh restriction, which %s %s needs", p, auth.GroupAdmin, r.Method, r.URL.Path)
+		}
+		return nil
+	case rightWrite:
+		if !p.Admin {
+			return forbidden("%s lacks %s, which %s %s needs (a viewer may only read)", p, auth.GroupAdmin, r.Method, r.URL.Path)
+		}
+	case rightRead:
+		if !p.Admin && !p.Viewer {
+			return forbidden("%s has neither %s nor %s", p, auth.GroupViewer, auth.GroupAdmin)
+		}
+	}
+	if p.Meshes == nil {
+		return nil
+	}
+	if mesh == "" {
+		if r.URL.Path == "/meshes" && need == rightRead {
+			return nil // the list is filtered to the principal's meshes
+		}
+		return forbidden("%s is confined to meshes %s; %s %s is not mesh-scoped", p, strings.Join(p.Meshes, ", "), r.Method, r.URL.Path)
+	}
+	if !p.inMesh(mesh) {
+		return forbidden("%s is confined to meshes %s, not %q", p, strings.Join(p.Meshes, ", "), mesh)
+	}
+	return nil
+}
+
+func unauthenticated(format string, args ...any) *Error {
+	return newError(http.StatusUnauthorized, "Unauthenticated", format, args...)
+}
+
+// authenticated wraps the mux: it authenticates, authorizes and puts the
+// principal in the request context.
+func (s *Server) authenticated(w http.ResponseWriter, r *http.Request) (*http.Request, bool) {
+	if need, _ := access(r); need == rightOpen {
+		return r, true
+	}
+	p, e := s.authenticate(r)
+	if e != nil {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="meridian"`)
+		s.logger.Debug("request refused", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "reason", e.Details)
+		s.writeError(w, r, e)
+		return nil, false
+	}
+	if e := authorize(p, r); e != nil {
+		s.logger.Debug("request forbidden", "method", r.Method, "path", r.URL.Path, "principal", p.Name, "reason", e.Details)
+		s.writeError(w, r, e)
+		return nil, false
+	}
+	return r.WithContext(context.WithValue(r.Context(), principalKey{}, p)), true
+}

@@ -1,0 +1,59 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/meridian-mesh/meridian/internal/auth"
+)
+
+type userTokenRequest struct {
+	Name     string   `json:"name"`
+	Groups   []string `json:"groups"`
+	Meshes   []string `json:"meshes"`
+	ValidFor string   `json:"validFor"`
+}
+
+// handleUserToken issues a user token: POST /tokens/user {"name", "groups",
+// "meshes"?, "validFor"} → {"token"}. Admin only (authorize). Issuance is
+// logged with the token's id, never the token.
+func (s *Server) handleUserToken(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var req userTokenRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		s.writeError(w, r, badRequest(`want {"name": NAME, "groups": [%q|%q], "meshes": [MESH...], "validFor": "24h"}: %v`,
+			auth.GroupAdmin, auth.GroupViewer, err))
+		return
+	}
+	validFor, err := time.ParseDuration(req.ValidFor)
+	if err != nil {
+		s.writeError(w, r, fieldError("validFor", "want a duration such as 24h, got %q", req.ValidFor))
+		return
+	}
+	token, claims, err := s.cfg.Users.Issue(auth.UserTokenRequest{Name: req.Name, Groups: req.Groups, Meshes: req.Meshes, ValidFor: validFor})
+	if errors.Is(err, auth.ErrInvalidUserTokenRequest) {
+		s.writeError(w, r, badRequest("%v", err))
+		return
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	by := "-"
+	if p := PrincipalFrom(r.Context()); p != nil {
+		by = p.String()
+	}
+	s.logger.Info("user token issued", "name", claims.Name, "groups", claims.Groups, "meshes", claims.Meshes,
+		"id", claims.ID, "expires", time.Unix(claims.ExpiresAt, 0).UTC(), "by", by)
+	s.writeValue(w, r, http.StatusOK, map[string]string{"token": token})
+}
