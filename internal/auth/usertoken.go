@@ -39,7 +39,7 @@ const (
 	userTokenVersion   = 1
 	userSigningContext = "meridian-user-token.v1."
 	// maxUserTokenField bounds names and mesh names in a token.
-	maxUserTokenField = 253
+	maxUserTokenField  = 253
 	maxUserTokenMeshes = 100
 )
 
