@@ -125,13 +125,33 @@ type Batch struct {
 	Deletes []resource.Key
 	// Meta entries are stored in the same transaction.
 	Meta map[string][]byte
+	// Check, when set, runs inside the batch's transaction before anything
+	// is written, reading the state the batch will apply to (including
+	// writes committed just before it in the same group). It may veto the
+	// batch (its error is returned, wrapped, and nothing is written) or
+	// extend it with more deletions, applied after Deletes: a precondition
+	// or a cascade that must see the same state as the write, with no
+	// check-then-write race. It may run more than once (a retried group)
+	// and must be a pure function of what it reads.
+	Check func(tx TxReader) (moreDeletes []resource.Key, err error)
+}
+
+// TxReader reads inside a write transaction (Batch.Check).
+type TxReader interface {
+	// Get returns the stored resource or an error wrapping ErrNotFound.
+	Get(key resource.Key) (*resource.Resource, error)
+	// List is Store.List inside the transaction.
+	List(opts ListOptions) (*ListResult, error)
 }
 
 // BatchResult reports what a batch did.
 type BatchResult struct {
 	Revision uint64
 	Outcomes []Outcome // one per Put, in order
-	Deleted  int
+	// Stored are the resources as stored, one per Put (for an Unchanged put,
+	// the resource already stored).
+	Stored  []*resource.Resource
+	Deleted int
 }
 
 // EventKind tells a put from a delete.

@@ -2,10 +2,12 @@ package boltstore
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -208,20 +210,33 @@ func (w *writeTx) deleteResource(key resource.Key, version uint64, rev uint64, i
 // order of its parts. A failing put may come after earlier puts were
 // written: the committer then rolls the transaction back.
 func (w *writeTx) apply(b storage.Batch) (*storage.BatchResult, error) {
+	deletes := b.Deletes
+	if b.Check != nil {
+		more, err := b.Check(w)
+		if err != nil {
+			return nil, err // before any write: a clean failure
+		}
+		for i, k := range more {
+			if err := validateKey(k); err != nil {
+				return nil, fmt.Errorf("batch check delete %d: %w", i, err)
+			}
+		}
+		deletes = append(slices.Clone(deletes), more...)
+	}
 	rev := w.rev + 1
 	var idx uint32
-	res := &storage.BatchResult{Outcomes: make([]storage.Outcome, len(b.Puts))}
+	res := &storage.BatchResult{Outcomes: make([]storage.Outcome, len(b.Puts)), Stored: make([]*resource.Resource, len(b.Puts))}
 	for i, p := range b.Puts {
-		_, outcome, err := w.writeResource(p, modePut, rev, idx)
+		stored, outcome, err := w.writeResource(p, modePut, rev, idx)
 		if err != nil {
 			return nil, fmt.Errorf("batch put %d: %w", i, err)
 		}
-		res.Outcomes[i] = outcome
+		res.Outcomes[i], res.Stored[i] = outcome, stored
 		if outcome != storage.Unchanged {
 			idx++
 		}
 	}
-	for _, key := range b.Deletes {
+	for _, key := range deletes {
 		err := w.deleteResource(key, 0, rev, idx)
 		if errors.Is(err, storage.ErrNotFound) {
 			continue
@@ -242,6 +257,29 @@ func (w *writeTx) apply(b storage.Batch) (*storage.BatchResult, error) {
 	}
 	res.Revision = w.rev
 	return res, nil
+}
+
+// Get implements storage.TxReader.
+func (w *writeTx) Get(key resource.Key) (*resource.Resource, error) {
+	if err := validateKey(key); err != nil {
+		return nil, err
+	}
+	rec, err := loadRecord(w.resources, encodeKey(key))
+	if err != nil {
+		return nil, err
+	}
+	if rec == nil {
+		return nil, fmt.Errorf("%s: %w", key, storage.ErrNotFound)
+	}
+	return rec.res, nil
+}
+
+// List implements storage.TxReader.
+func (w *writeTx) List(opts storage.ListOptions) (*storage.ListResult, error) {
+	if err := validateList(opts); err != nil {
+		return nil, err
+	}
+	return scan(context.Background(), w.resources, opts)
 }
 
 func validateResource(r *resource.Resource) error {

@@ -1,6 +1,7 @@
 package storagetest
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -167,4 +168,58 @@ func testMeta(t *testing.T, f Factory) {
 	if r := h.rev(); r != 1 {
 		t.Errorf("revision %d after meta-only batches and one put, want 1", r)
 	}
+}
+
+// testBatchCheck: Batch.Check runs in the write's transaction, sees what is
+// committed, vetoes cleanly, and extends the batch with deletions.
+func testBatchCheck(t *testing.T, f Factory) {
+	h := newHarness(t, f)
+	h.create(mk("MeshRetry/default//a", `{"v":1}`))
+	h.create(mk("MeshRetry/default//b", `{"v":1}`))
+	h.create(mk("MeshRetry/other//c", `{"v":1}`))
+	before := h.snapshot("MeshRetry")
+
+	veto := errors.New("vetoed")
+	_, err := h.s.Apply(h.ctx, storage.Batch{
+		Puts: []*resource.Resource{mk("MeshRetry/default//new", `{}`)},
+		Check: func(tx storage.TxReader) ([]resource.Key, error) {
+			if _, err := tx.Get(key("MeshRetry/default//a")); err != nil {
+				return nil, err
+			}
+			if _, err := tx.Get(key("MeshRetry/default//absent")); !errors.Is(err, storage.ErrNotFound) {
+				t.Errorf("check: get of an absent key: %v, want ErrNotFound", err)
+			}
+			return nil, veto
+		},
+	})
+	checkErr(t, "vetoed batch", err, veto)
+	checkSnapshot(t, "vetoed batch", h.snapshot("MeshRetry"), before)
+
+	// A cascade computed inside the transaction: delete every MeshRetry of
+	// mesh default, and put one.
+	res, err := h.s.Apply(h.ctx, storage.Batch{
+		Puts: []*resource.Resource{mk("MeshRetry/other//d", `{"v":1}`)},
+		Check: func(tx storage.TxReader) ([]resource.Key, error) {
+			list, err := tx.List(storage.ListOptions{Type: "MeshRetry", Mesh: "default"})
+			if err != nil {
+				return nil, err
+			}
+			var keys []resource.Key
+			for _, r := range list.Items {
+				keys = append(keys, r.Key())
+			}
+			return keys, nil
+		},
+	})
+	if err != nil {
+		t.Fatalf("cascade: %v", err)
+	}
+	if res.Deleted != 2 || len(res.Stored) != 1 || res.Stored[0].Name != "d" || res.Stored[0].Version != 1 {
+		t.Errorf("cascade: result %+v (stored %v), want 2 deleted and d stored at version 1", res, res.Stored)
+	}
+	for _, k := range []string{"MeshRetry/default//a", "MeshRetry/default//b"} {
+		_, err := h.s.Get(h.ctx, key(k))
+		checkErr(t, "cascade deleted "+k, err, storage.ErrNotFound)
+	}
+	h.get(key("MeshRetry/other//c"))
 }

@@ -86,6 +86,7 @@ func Run(t *testing.T, f Factory) {
 		{"ListPagination", testListPagination, false},
 		{"Apply", testApply, false},
 		{"ApplyAtomic", testApplyAtomic, false},
+		{"BatchCheck", testBatchCheck, false},
 		{"Meta", testMeta, false},
 		{"WatchExact", testWatchExact, false},
 		{"WatchEveryRevision", testWatchEveryRevision, false},
