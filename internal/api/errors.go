@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
+	"github.com/meridian-mesh/meridian/internal/admission"
 	"github.com/meridian-mesh/meridian/internal/policy"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
@@ -67,6 +69,12 @@ func toAPIError(err error) *Error {
 			"request body exceeds %d bytes", maxErr.Limit)
 	}
 	switch {
+	case errors.Is(err, admission.ErrForbidden):
+		return forbidden("%s", trimSentinel(err, admission.ErrForbidden))
+	case errors.Is(err, admission.ErrOwned):
+		return conflict("%s", trimSentinel(err, admission.ErrOwned))
+	case errors.Is(err, admission.ErrMeshMissing):
+		return fieldError("mesh", "%s", trimSentinel(err, admission.ErrMeshMissing))
 	case errors.Is(err, storage.ErrNotFound), errors.Is(err, policy.ErrNotFound):
 		return notFound("%v", err)
 	case errors.Is(err, storage.ErrConflict):
@@ -75,6 +83,12 @@ func toAPIError(err error) *Error {
 		return conflict("%v", err)
 	}
 	return newError(http.StatusInternalServerError, "Internal Server Error", "%v", err)
+}
+
+// trimSentinel drops the "<sentinel>: " prefix admission puts first, so the
+// message reads as a sentence under its title.
+func trimSentinel(err, sentinel error) string {
+	return strings.TrimPrefix(err.Error(), sentinel.Error()+": ")
 }
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {

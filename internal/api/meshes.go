@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"net/http"
+	"strconv"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
@@ -12,46 +13,51 @@ func (s *Server) meshKey(r *http.Request) resource.Key {
 	return resource.Key{Type: "Mesh", Name: r.PathValue("mesh")}
 }
 
+// meshKeyChecked is meshKey with the key's length checked (400).
+func (s *Server) meshKeyChecked(w http.ResponseWriter, r *http.Request) (resource.Key, bool) {
+	key := s.meshKey(r)
+	if err := checkKey(key); err != nil {
+		s.writeError(w, r, err)
+		return key, false
+	}
+	return key, true
+}
+
 func (s *Server) handleGetMesh(w http.ResponseWriter, r *http.Request) {
-	s.getAndWrite(w, r, s.meshKey(r))
+	if key, ok := s.meshKeyChecked(w, r); ok {
+		s.getAndWrite(w, r, key)
+	}
 }
 
 func (s *Server) handlePutMesh(w http.ResponseWriter, r *http.Request) {
 	d, _ := s.reg.Lookup("Mesh")
-	s.put(w, r, d, s.meshKey(r))
+	if key, ok := s.meshKeyChecked(w, r); ok {
+		s.put(w, r, d, key)
+	}
 }
 
-// handleDeleteMesh deletes the mesh and every resource in it in one batch, so
-// that no policy outlives its mesh.
+// handleDeleteMesh deletes the mesh and every resource in it in one
+// transaction (admission.DeleteMesh), so that no policy outlives its mesh.
 func (s *Server) handleDeleteMesh(w http.ResponseWriter, r *http.Request) {
-	key := s.meshKey(r)
-	if err := s.checkOwnership(r, key); err != nil {
-		s.writeError(w, r, err)
+	key, ok := s.meshKeyChecked(w, r)
+	if !ok {
 		return
 	}
-	if _, err := s.store.Get(r.Context(), key); errors.Is(err, storage.ErrNotFound) {
-		s.writeError(w, r, notFound("%s not found", key))
-		return
-	} else if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	batch := storage.Batch{Deletes: []resource.Key{key}}
-	for _, name := range s.reg.Names() {
-		d, _ := s.reg.Lookup(name)
-		if d.Scope != resource.ScopeMesh {
-			continue
-		}
-		res, err := s.store.List(r.Context(), storage.ListOptions{Type: name, Mesh: key.Name})
+	var version uint64
+	if v := r.URL.Query().Get("version"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
-			s.writeError(w, r, err)
+			s.writeError(w, r, fieldError("version", "must be a non-negative integer, got %q", v))
 			return
 		}
-		for _, item := range res.Items {
-			batch.Deletes = append(batch.Deletes, item.Key())
-		}
+		version = n
 	}
-	if _, err := s.store.Apply(r.Context(), batch); err != nil {
+	_, err := s.store.Apply(r.Context(), s.adm.DeleteMesh(key.Name, version))
+	if errors.Is(err, storage.ErrNotFound) {
+		s.writeError(w, r, notFound("%s not found", key))
+		return
+	}
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -63,7 +69,8 @@ func (s *Server) globalKey(r *http.Request) (*resource.TypeDescriptor, resource.
 	if err != nil {
 		return nil, resource.Key{}, err
 	}
-	return d, resource.Key{Type: d.Name, Name: r.PathValue("name")}, nil
+	key := resource.Key{Type: d.Name, Name: r.PathValue("name")}
+	return d, key, checkKey(key)
 }
 
 func (s *Server) handleGetGlobalScoped(w http.ResponseWriter, r *http.Request) {

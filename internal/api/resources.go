@@ -65,7 +65,28 @@ func (s *Server) meshScopedKey(r *http.Request) (*resource.TypeDescriptor, resou
 	if err != nil {
 		return nil, resource.Key{}, err
 	}
-	return d, resource.Key{Type: d.Name, Mesh: r.PathValue("mesh"), Namespace: s.namespaceParam(r), Name: r.PathValue("name")}, nil
+	key := resource.Key{Type: d.Name, Mesh: r.PathValue("mesh"), Namespace: s.namespaceParam(r), Name: r.PathValue("name")}
+	if err := checkKey(key); err != nil {
+		return nil, resource.Key{}, err
+	}
+	return d, key, nil
+}
+
+// maxKeyPart bounds every part of a resource key in a URL: no valid name
+// (DNS-1123 subdomain), mesh or namespace is longer, so a longer one is the
+// caller's mistake (400), never a storage error.
+const maxKeyPart = 253
+
+func checkKey(key resource.Key) error {
+	for _, part := range []struct{ field, value string }{{"mesh", key.Mesh}, {"namespace", key.Namespace}, {"name", key.Name}} {
+		if len(part.value) > maxKeyPart {
+			return fieldError(part.field, "%d characters; at most %d", len(part.value), maxKeyPart)
+		}
+		if strings.IndexByte(part.value, 0) >= 0 {
+			return fieldError(part.field, "must not contain a NUL byte")
+		}
+	}
+	return nil
 }
 
 func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
@@ -284,15 +305,12 @@ func (s *Server) put(w http.ResponseWriter, r *http.Request, d *resource.TypeDes
 		s.writeError(w, r, err)
 		return
 	}
-	if err := s.checkWriteAllowed(r, res); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	stored, outcome, err := s.store.Put(r.Context(), res)
+	result, err := s.store.Apply(r.Context(), s.adm.Put(res))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
+	stored, outcome := result.Stored[0], result.Outcomes[0]
 	w.Header().Set(OutcomeHeader, outcome.String())
 	status := http.StatusOK
 	if outcome == storage.Created {
@@ -311,6 +329,9 @@ func (s *Server) decodeBody(r *http.Request, d *resource.TypeDescriptor, key res
 	if len(strings.TrimSpace(string(body))) == 0 {
 		return nil, badRequest("request body is empty: send the resource as JSON or YAML")
 	}
+	if docs, err := resource.SplitDocuments(body); err == nil && len(docs) > 1 {
+		return nil, badRequest("the body holds %d documents; PUT takes exactly one resource (meridianctl apply splits multi-document files)", len(docs))
+	}
 	res, err := s.reg.Decode(body)
 	if err != nil {
 		var verr *resource.ValidationError
@@ -322,11 +343,7 @@ func (s *Server) decodeBody(r *http.Request, d *resource.TypeDescriptor, key res
 	if err := matchURL(res, key, r.URL.Query().Has("namespace")); err != nil {
 		return nil, err
 	}
-	s.reg.Normalize(res, s.cfg.SystemNamespace)
-	if err := s.setSystemLabels(res, d); err != nil {
-		return nil, err
-	}
-	if err := s.reg.Validate(res, s.validateOptions()); err != nil {
+	if err := s.adm.Prepare(res); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -357,94 +374,6 @@ func matchURL(res *resource.Resource, key resource.Key, urlHasNamespace bool) er
 	return nil
 }
 
-func (s *Server) validateOptions() resource.ValidateOptions {
-	opts := resource.ValidateOptions{Mode: resource.ModeGlobal, SystemNamespace: s.cfg.SystemNamespace}
-	if s.cfg.Mode == ModeZone {
-		opts.Mode = resource.ModeZone
-		opts.Environment = s.cfg.Environment
-	}
-	return opts
-}
-
-// setSystemLabels sets the labels the control plane owns (SPEC section 2):
-// origin, zone, namespace and policy role. A caller may not claim another
-// origin than the control plane it writes to.
-func (s *Server) setSystemLabels(res *resource.Resource, d *resource.TypeDescriptor) error {
-	origin := resource.OriginGlobal
-	if s.cfg.Mode == ModeZone {
-		origin = resource.OriginZone
-	}
-	if claimed := res.Labels[resource.LabelOrigin]; claimed != "" && claimed != origin {
-		return forbidden("the %s control plane accepts only resources of origin %q, not %q (label %s)",
-			s.cfg.Mode, origin, claimed, resource.LabelOrigin)
-	}
-	if res.Labels == nil {
-		res.Labels = map[string]string{}
-	}
-	res.Labels[resource.LabelOrigin] = origin
-	if s.cfg.Mode == ModeZone {
-		if z := res.Labels[resource.LabelZone]; z != "" && z != s.cfg.Zone {
-			return forbidden("zone %q cannot write resources of zone %q (label %s)", s.cfg.Zone, z, resource.LabelZone)
-		}
-		res.Labels[resource.LabelZone] = s.cfg.Zone
-		if res.Namespace != "" {
-			res.Labels[resource.LabelNamespace] = res.Namespace
-		}
-	}
-	if d.Shape == resource.ShapeTargetRef {
-		role, err := resource.PolicyRole(res, d, s.cfg.SystemNamespace)
-		if err != nil {
-			return err
-		}
-		res.Labels[resource.LabelPolicyRole] = role
-	}
-	return nil
-}
-
-// checkWriteAllowed enforces authority over existing resources: a zone does
-// not edit what the global sent it, and a resource's mesh must exist.
-func (s *Server) checkWriteAllowed(r *http.Request, res *resource.Resource) error {
-	if err := s.checkOwnership(r, res.Key()); err != nil {
-		return err
-	}
-	if res.Mesh == "" {
-		return nil
-	}
-	_, err := s.store.Get(r.Context(), resource.Key{Type: "Mesh", Name: res.Mesh})
-	if errors.Is(err, storage.ErrNotFound) {
-		return fieldError("mesh", "mesh %q does not exist", res.Mesh)
-	}
-	return err
-}
-
-// checkOwnership refuses writes to resources this control plane did not
-// originate: on a zone, what the global (or another zone) sent; on the
-// global, what a zone synced up.
-func (s *Server) checkOwnership(r *http.Request, key resource.Key) error {
-	existing, err := s.store.Get(r.Context(), key)
-	if errors.Is(err, storage.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	origin := existing.Labels[resource.LabelOrigin]
-	if s.cfg.Mode == ModeGlobal {
-		if origin == resource.OriginZone {
-			return conflict("%s has origin %q (zone %q): change it in that zone, not on the global",
-				key, origin, existing.Labels[resource.LabelZone])
-		}
-		return nil
-	}
-	if origin != "" && origin != resource.OriginZone {
-		return conflict("%s has origin %q: change it on the global control plane, not in zone %q", key, origin, s.cfg.Zone)
-	}
-	if z := existing.Labels[resource.LabelZone]; z != "" && z != s.cfg.Zone {
-		return conflict("%s belongs to zone %q, not %q", key, z, s.cfg.Zone)
-	}
-	return nil
-}
-
 func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
 	_, key, err := s.meshScopedKey(r)
 	if err != nil {
@@ -464,11 +393,7 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request, key resource.Key
 		}
 		version = n
 	}
-	if err := s.checkOwnership(r, key); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	err := s.store.Delete(r.Context(), key, version)
+	_, err := s.store.Apply(r.Context(), s.adm.Delete(key, version))
 	if errors.Is(err, storage.ErrNotFound) {
 		s.writeError(w, r, notFound("%s not found", key))
 		return

@@ -13,16 +13,17 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/meridian-mesh/meridian/internal/admission"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
 )
 
-// Mode says which control plane serves the API.
-type Mode string
+// Mode says which control plane serves the API (admission owns it).
+type Mode = admission.Mode
 
 const (
-	ModeGlobal Mode = "global"
-	ModeZone   Mode = "zone"
+	ModeGlobal = admission.Global
+	ModeZone   = admission.Zone
 )
 
 // DefaultMaxBodyBytes bounds request bodies; a resource larger than this is a
@@ -66,6 +67,8 @@ type Config struct {
 	// (POST /tokens/user). Without it only loopback callers (with
 	// LocalhostIsAdmin) get in.
 	Users UserTokens
+	// Federated is a zone connected to a global (it creates no meshes).
+	Federated bool
 	// LocalhostIsAdmin makes every loopback caller without a token an admin
 	// (Kuma's default); remote callers always need a token.
 	LocalhostIsAdmin bool
@@ -74,6 +77,7 @@ type Config struct {
 // Server is the HTTP handler. It is safe for concurrent use.
 type Server struct {
 	cfg    Config
+	adm    *admission.Controller
 	reg    *resource.Registry
 	store  Store
 	logger hclog.Logger
@@ -112,7 +116,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
-	s := &Server{cfg: cfg, reg: cfg.Registry, store: cfg.Store, logger: cfg.Logger, mux: http.NewServeMux()}
+	adm, err := admission.New(admission.Config{Registry: cfg.Registry, Mode: cfg.Mode, Zone: cfg.Zone,
+		Environment: cfg.Environment, SystemNamespace: cfg.SystemNamespace, Federated: cfg.Federated})
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, adm: adm, reg: cfg.Registry, store: cfg.Store, logger: cfg.Logger, mux: http.NewServeMux()}
 	s.routes()
 	return s, nil
 }

@@ -120,6 +120,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Registry: reg, Store: store, Logger: cfg.Logger.Named("api"), Mode: cfg.Mode,
 		Zone: cfg.Zone, Environment: cfg.Environment, SystemNamespace: cfg.SystemNamespace, Version: cfg.Version,
 		Metrics: metricsHandler, Users: users, LocalhostIsAdmin: cfg.LocalhostIsAdmin,
+		Federated: cfg.Mode == api.ModeZone && cfg.GlobalAddress != "",
 	}
 	// Background components stop before the store closes (deferred earlier).
 	ctx, cancel := context.WithCancel(ctx)

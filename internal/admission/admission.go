@@ -1,0 +1,284 @@
+// Package admission owns every rule about who may write what through a
+// control plane's API (SPEC 2, 4.3, 5): the labels the control plane owns,
+// which plane and zone own an existing resource, mesh existence, which plane
+// creates meshes, and what a mesh delete takes with it. The REST handlers
+// call it for every write. Its preconditions run inside the store
+// transaction of the write (storage.Batch.Check), so no write slips between
+// a check and the write it guards.
+//
+// Sync keeps its own per-resource authority (internal/sync/mapping: a zone
+// writes only its own zone's resources, never global ones), which it checks
+// on every received resource.
+package admission
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/meridian-mesh/meridian/internal/resource"
+	"github.com/meridian-mesh/meridian/internal/storage"
+)
+
+// Mode says which control plane runs.
+type Mode string
+
+const (
+	Global Mode = "global"
+	Zone   Mode = "zone"
+)
+
+// Errors of admission; the API maps them to status codes with errors.Is.
+var (
+	// ErrForbidden: the caller may never write this (a label the control
+	// plane owns, a mesh a zone does not create): 403.
+	ErrForbidden = errors.New("forbidden")
+	// ErrOwned: the resource exists and belongs to another plane or zone, or
+	// a mesh still holds what another plane owns: 409.
+	ErrOwned = errors.New("owned elsewhere")
+	// ErrMeshMissing: the resource's mesh does not exist: 400 on field mesh.
+	ErrMeshMissing = errors.New("mesh does not exist")
+)
+
+// Config describes the control plane.
+type Config struct {
+	Registry        *resource.Registry
+	Mode            Mode
+	Zone            string // zone mode
+	Environment     string // zone mode: kubernetes | universal
+	SystemNamespace string
+	// Federated is a zone connected to a global: its meshes come from the
+	// global, so it creates none.
+	Federated bool
+}
+
+// Controller applies the rules. Immutable; safe for concurrent use.
+type Controller struct {
+	cfg Config
+}
+
+// New checks cfg.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Registry == nil {
+		return nil, errors.New("admission: Registry is required")
+	}
+	switch cfg.Mode {
+	case Global:
+	case Zone:
+		if cfg.Zone == "" {
+			return nil, errors.New("admission: Zone is required in zone mode")
+		}
+	default:
+		return nil, fmt.Errorf("admission: unknown mode %q", cfg.Mode)
+	}
+	if cfg.SystemNamespace == "" {
+		cfg.SystemNamespace = resource.DefaultSystemNamespace
+	}
+	return &Controller{cfg: cfg}, nil
+}
+
+func (c *Controller) origin() string {
+	if c.cfg.Mode == Zone {
+		return resource.OriginZone
+	}
+	return resource.OriginGlobal
+}
+
+// ValidateOptions are the options resources written here validate with.
+func (c *Controller) ValidateOptions() resource.ValidateOptions {
+	opts := resource.ValidateOptions{Mode: resource.ModeGlobal, SystemNamespace: c.cfg.SystemNamespace}
+	if c.cfg.Mode == Zone {
+		opts.Mode, opts.Environment = resource.ModeZone, c.cfg.Environment
+	}
+	return opts
+}
+
+// Prepare turns a decoded resource into what this plane stores: a status
+// sent by the client is dropped (status is the control plane's), the labels
+// the control plane owns are set (and a caller claiming other values is
+// refused), then the resource is normalized and validated.
+func (c *Controller) Prepare(res *resource.Resource) error {
+	d, ok := c.cfg.Registry.Lookup(res.Type)
+	if !ok {
+		return fmt.Errorf("%w: unknown type %q", ErrForbidden, res.Type)
+	}
+	res.Status = nil
+	c.cfg.Registry.Normalize(res, c.cfg.SystemNamespace)
+	if err := c.systemLabels(res, d); err != nil {
+		return err
+	}
+	return c.cfg.Registry.Validate(res, c.ValidateOptions())
+}
+
+// systemLabels sets origin, zone, namespace and policy role (SPEC 2).
+func (c *Controller) systemLabels(res *resource.Resource, d *resource.TypeDescriptor) error {
+	origin := c.origin()
+	if claimed := res.Labels[resource.LabelOrigin]; claimed != "" && claimed != origin {
+		return fmt.Errorf("%w: the %s control plane accepts only resources of origin %q, not %q (label %s)",
+			ErrForbidden, c.cfg.Mode, origin, claimed, resource.LabelOrigin)
+	}
+	if res.Labels == nil {
+		res.Labels = map[string]string{}
+	}
+	res.Labels[resource.LabelOrigin] = origin
+	switch c.cfg.Mode {
+	case Global:
+		// Only sync writes zone labels on the global: a resource written
+		// here claiming a zone or a namespace would replace that zone's
+		// synced copies in other zones.
+		for _, l := range []string{resource.LabelZone, resource.LabelNamespace} {
+			if v, ok := res.Labels[l]; ok {
+				return fmt.Errorf("%w: label %s=%q is set by the control plane on resources synced from zones; "+
+					"the global does not accept it on its own resources", ErrForbidden, l, v)
+			}
+		}
+	case Zone:
+		if z := res.Labels[resource.LabelZone]; z != "" && z != c.cfg.Zone {
+			return fmt.Errorf("%w: zone %q cannot write resources of zone %q (label %s)", ErrForbidden, c.cfg.Zone, z, resource.LabelZone)
+		}
+		res.Labels[resource.LabelZone] = c.cfg.Zone
+		ns := res.Namespace
+		if ns == c.cfg.SystemNamespace {
+			ns = ""
+		}
+		if v, ok := res.Labels[resource.LabelNamespace]; ok && v != ns {
+			return fmt.Errorf("%w: label %s=%q does not match the resource's namespace %q; the control plane sets it",
+				ErrForbidden, resource.LabelNamespace, v, res.Namespace)
+		}
+		if ns != "" {
+			res.Labels[resource.LabelNamespace] = ns
+		}
+	}
+	if d.Shape == resource.ShapeTargetRef {
+		role, err := resource.PolicyRole(res, d, c.cfg.SystemNamespace)
+		if err != nil {
+			return err
+		}
+		res.Labels[resource.LabelPolicyRole] = role
+	}
+	return nil
+}
+
+// Put is the batch that stores a prepared resource, with its
+// preconditions: whoever owns an existing resource keeps it, the mesh
+// exists, and a federated zone creates no mesh.
+func (c *Controller) Put(res *resource.Resource) storage.Batch {
+	return storage.Batch{Puts: []*resource.Resource{res}, Check: func(tx storage.TxReader) ([]resource.Key, error) {
+		existing, err := getOrNil(tx, res.Key())
+		if err != nil {
+			return nil, err
+		}
+		if err := c.owns(res.Key(), existing); err != nil {
+			return nil, err
+		}
+		if res.Type == "Mesh" && existing == nil && c.cfg.Mode == Zone && c.cfg.Federated {
+			return nil, fmt.Errorf("%w: zone %q is connected to a global control plane: create meshes there, "+
+				"they reach every zone", ErrForbidden, c.cfg.Zone)
+		}
+		if res.Mesh != "" {
+			if _, err := tx.Get(resource.Key{Type: "Mesh", Name: res.Mesh}); errors.Is(err, storage.ErrNotFound) {
+				return nil, fmt.Errorf("%w: mesh %q does not exist", ErrMeshMissing, res.Mesh)
+			} else if err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
+	}}
+}
+
+// Delete is the batch that deletes key, failing when it does not exist
+// (storage.ErrNotFound), has another version than version (unless 0:
+// storage.ErrConflict) or is owned elsewhere.
+func (c *Controller) Delete(key resource.Key, version uint64) storage.Batch {
+	return storage.Batch{Check: func(tx storage.TxReader) ([]resource.Key, error) {
+		existing, err := c.existing(tx, key, version)
+		if err != nil {
+			return nil, err
+		}
+		return []resource.Key{existing.Key()}, nil
+	}}
+}
+
+// DeleteMesh is the batch that deletes a mesh and everything in it, in one
+// transaction. On the global a mesh that still holds resources synced from
+// zones (or their Dataplanes) cannot be deleted: the zones keep theirs and
+// would resend them into a mesh that no longer exists (Kuma refuses too).
+func (c *Controller) DeleteMesh(name string, version uint64) storage.Batch {
+	key := resource.Key{Type: "Mesh", Name: name}
+	return storage.Batch{Check: func(tx storage.TxReader) ([]resource.Key, error) {
+		if _, err := c.existing(tx, key, version); err != nil {
+			return nil, err
+		}
+		deletes := []resource.Key{key}
+		var zoneOwned []string
+		for _, typ := range c.cfg.Registry.Names() {
+			d, _ := c.cfg.Registry.Lookup(typ)
+			if d.Scope != resource.ScopeMesh {
+				continue
+			}
+			list, err := tx.List(storage.ListOptions{Type: typ, Mesh: name})
+			if err != nil {
+				return nil, err
+			}
+			for _, r := range list.Items {
+				if c.cfg.Mode == Global && r.Labels[resource.LabelOrigin] == resource.OriginZone {
+					zoneOwned = append(zoneOwned, fmt.Sprintf("%s %s (zone %s)", r.Type, r.Name, r.Labels[resource.LabelZone]))
+				}
+				deletes = append(deletes, r.Key())
+			}
+		}
+		if len(zoneOwned) > 0 {
+			shown := zoneOwned
+			if len(shown) > 10 {
+				shown = append(shown[:10:10], fmt.Sprintf("and %d more", len(zoneOwned)-10))
+			}
+			return nil, fmt.Errorf("%w: unable to delete mesh %q, zones still have resources in it (delete them in "+
+				"their zones first): %s", ErrOwned, name, strings.Join(shown, ", "))
+		}
+		return deletes, nil
+	}}
+}
+
+// existing loads key for a delete and checks version and ownership.
+func (c *Controller) existing(tx storage.TxReader, key resource.Key, version uint64) (*resource.Resource, error) {
+	r, err := tx.Get(key)
+	if err != nil {
+		return nil, err
+	}
+	if version != 0 && r.Version != version {
+		return nil, fmt.Errorf("delete %s: version %d given, stored %d: %w", key, version, r.Version, storage.ErrConflict)
+	}
+	return r, c.owns(key, r)
+}
+
+// owns refuses changes to resources this plane did not originate: on a
+// zone, what the global (or another zone) sent; on the global, what a zone
+// synced up. A nil existing resource is free.
+func (c *Controller) owns(key resource.Key, existing *resource.Resource) error {
+	if existing == nil {
+		return nil
+	}
+	origin := existing.Labels[resource.LabelOrigin]
+	if c.cfg.Mode == Global {
+		if origin == resource.OriginZone {
+			return fmt.Errorf("%w: %s has origin %q (zone %q): change it in that zone, not on the global",
+				ErrOwned, key, origin, existing.Labels[resource.LabelZone])
+		}
+		return nil
+	}
+	if origin != "" && origin != resource.OriginZone {
+		return fmt.Errorf("%w: %s has origin %q: change it on the global control plane, not in zone %q", ErrOwned, key, origin, c.cfg.Zone)
+	}
+	if z := existing.Labels[resource.LabelZone]; z != "" && z != c.cfg.Zone {
+		return fmt.Errorf("%w: %s belongs to zone %q, not %q", ErrOwned, key, z, c.cfg.Zone)
+	}
+	return nil
+}
+
+func getOrNil(tx storage.TxReader, key resource.Key) (*resource.Resource, error) {
+	r, err := tx.Get(key)
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil, nil
+	}
+	return r, err
+}

@@ -1,0 +1,210 @@
+package admission_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/meridian-mesh/meridian/internal/admission"
+	"github.com/meridian-mesh/meridian/internal/resource"
+	"github.com/meridian-mesh/meridian/internal/storage"
+	"github.com/meridian-mesh/meridian/internal/storage/boltstore"
+)
+
+func newStore(t *testing.T) *boltstore.Store {
+	t.Helper()
+	s, err := boltstore.Open(boltstore.Config{Path: filepath.Join(t.TempDir(), "db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func controller(t *testing.T, mode admission.Mode, federated bool) *admission.Controller {
+	t.Helper()
+	cfg := admission.Config{Registry: resource.NewDefaultRegistry(), Mode: mode, Federated: federated}
+	if mode == admission.Zone {
+		cfg.Zone, cfg.Environment = "zone-1", "kubernetes"
+	}
+	c, err := admission.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func timeout(mesh, name string, labels map[string]string) *resource.Resource {
+	return &resource.Resource{Type: "MeshTimeout", Mesh: mesh, Name: name, Labels: labels,
+		Spec: []byte(`{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"1s"}}]}`)}
+}
+
+func put(t *testing.T, s storage.Store, c *admission.Controller, r *resource.Resource) error {
+	t.Helper()
+	if err := c.Prepare(r); err != nil {
+		return err
+	}
+	_, err := s.Apply(context.Background(), c.Put(r))
+	return err
+}
+
+func seed(t *testing.T, s storage.Store, rs ...*resource.Resource) {
+	t.Helper()
+	if _, err := s.Apply(context.Background(), storage.Batch{Puts: rs}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mesh(name string, labels map[string]string) *resource.Resource {
+	return &resource.Resource{Type: "Mesh", Name: name, Labels: labels, Spec: []byte(`{}`)}
+}
+
+func TestPrepareAndPut(t *testing.T) {
+	global := controller(t, admission.Global, false)
+	zone := controller(t, admission.Zone, false)
+	federated := controller(t, admission.Zone, true)
+	tests := []struct {
+		name string
+		c    *admission.Controller
+		seed []*resource.Resource
+		res  *resource.Resource
+		want error
+		msg  string
+	}{
+		{name: "global refuses a zone label", c: global, seed: []*resource.Resource{mesh("default", nil)},
+			res: timeout("default", "t", map[string]string{resource.LabelZone: "zone-1"}), want: admission.ErrForbidden, msg: "kuma.io/zone"},
+		{name: "global refuses a namespace label", c: global, seed: []*resource.Resource{mesh("default", nil)},
+			res: timeout("default", "t", map[string]string{resource.LabelNamespace: "pay"}), want: admission.ErrForbidden, msg: "k8s.kuma.io/namespace"},
+		{name: "global refuses another origin", c: global, seed: []*resource.Resource{mesh("default", nil)},
+			res: timeout("default", "t", map[string]string{resource.LabelOrigin: "zone"}), want: admission.ErrForbidden, msg: "origin"},
+		{name: "zone refuses another zone", c: zone, seed: []*resource.Resource{mesh("default", nil)},
+			res: timeout("default", "t", map[string]string{resource.LabelZone: "zone-2"}), want: admission.ErrForbidden, msg: "zone-2"},
+		{name: "zone refuses a namespace label that is not the namespace", c: zone, seed: []*resource.Resource{mesh("default", nil)},
+			res: timeout("default", "t", map[string]string{resource.LabelNamespace: "pay"}), want: admission.ErrForbidden, msg: "does not match"},
+		{name: "mesh must exist", c: global, res: timeout("nope", "t", nil), want: admission.ErrMeshMissing, msg: `mesh "nope"`},
+		{name: "federated zone creates no mesh", c: federated, res: mesh("new", nil), want: admission.ErrForbidden, msg: "create meshes there"},
+		{name: "standalone zone creates meshes", c: zone, res: mesh("new", nil)},
+		{name: "zone does not edit the global's policy", c: zone,
+			seed: []*resource.Resource{mesh("default", nil), timeout("default", "t", map[string]string{resource.LabelOrigin: "global"})},
+			res:  timeout("default", "t", nil), want: admission.ErrOwned, msg: "change it on the global"},
+		{name: "global does not edit a zone's copy", c: global,
+			seed: []*resource.Resource{mesh("default", nil), timeout("default", "t", map[string]string{resource.LabelOrigin: "zone", resource.LabelZone: "zone-1"})},
+			res:  timeout("default", "t", nil), want: admission.ErrOwned, msg: "change it in that zone"},
+		{name: "global writes its own", c: global, seed: []*resource.Resource{mesh("default", nil)}, res: timeout("default", "t", nil)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newStore(t)
+			if len(tt.seed) > 0 {
+				seed(t, s, tt.seed...)
+			}
+			err := put(t, s, tt.c, tt.res)
+			if !errors.Is(err, tt.want) || (tt.want != nil && !strings.Contains(err.Error(), tt.msg)) {
+				t.Fatalf("err %v, want %v containing %q", err, tt.want, tt.msg)
+			}
+		})
+	}
+}
+
+func TestClientStatusIsDropped(t *testing.T) {
+	c := controller(t, admission.Global, false)
+	r := timeout("default", "t", nil)
+	r.Status = []byte(`{"conditions":[{"type":"Enforced","status":"True"}]}`)
+	if err := c.Prepare(r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != nil {
+		t.Errorf("status %s kept", r.Status)
+	}
+}
+
+func TestDeleteMeshOnGlobal(t *testing.T) {
+	c := controller(t, admission.Global, false)
+	s := newStore(t)
+	ctx := context.Background()
+	seed(t, s, mesh("default", nil), timeout("default", "own", map[string]string{resource.LabelOrigin: "global"}),
+		timeout("default", "from-zone", map[string]string{resource.LabelOrigin: "zone", resource.LabelZone: "zone-1"}))
+	_, err := s.Apply(ctx, c.DeleteMesh("default", 0))
+	if !errors.Is(err, admission.ErrOwned) || !strings.Contains(err.Error(), "MeshTimeout from-zone (zone zone-1)") {
+		t.Fatalf("delete of a mesh with zone resources: %v", err)
+	}
+	if _, err := s.Get(ctx, resource.Key{Type: "Mesh", Name: "default"}); err != nil {
+		t.Fatalf("mesh gone after a refused delete: %v", err)
+	}
+	if _, err := s.Apply(ctx, storage.Batch{Deletes: []resource.Key{{Type: "MeshTimeout", Mesh: "default", Name: "from-zone"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(ctx, c.DeleteMesh("default", 0)); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	list, err := s.List(ctx, storage.ListOptions{Type: "MeshTimeout", Mesh: "default"})
+	if err != nil || list.Total != 0 {
+		t.Fatalf("cascade left %v (%v)", list, err)
+	}
+	if _, err := s.Apply(ctx, c.DeleteMesh("default", 0)); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("second delete: %v", err)
+	}
+}
+
+// TestNoOrphanAfterRacingMeshDelete: writes into a mesh racing with the
+// mesh's delete never leave a resource in a mesh that does not exist (the
+// mesh check and the cascade run in the write's transaction).
+func TestNoOrphanAfterRacingMeshDelete(t *testing.T) {
+	c := controller(t, admission.Global, false)
+	s := newStore(t)
+	ctx := context.Background()
+	for round := 0; round < 20; round++ {
+		seed(t, s, mesh("m", nil))
+		var wg sync.WaitGroup
+		for i := 0; i < 8; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := put(t, s, c, timeout("m", fmt.Sprintf("t-%d-%d", round, i), nil))
+				if err != nil && !errors.Is(err, admission.ErrMeshMissing) {
+					t.Errorf("put: %v", err)
+				}
+			}()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := s.Apply(ctx, c.DeleteMesh("m", 0)); err != nil {
+				t.Errorf("delete mesh: %v", err)
+			}
+		}()
+		wg.Wait()
+		list, err := s.List(ctx, storage.ListOptions{Type: "MeshTimeout", Mesh: "m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if list.Total > 0 {
+			t.Fatalf("round %d: %d resources outlived mesh m", round, list.Total)
+		}
+	}
+}
+
+func TestDeleteChecksVersionAndOwner(t *testing.T) {
+	c := controller(t, admission.Zone, false)
+	s := newStore(t)
+	ctx := context.Background()
+	seed(t, s, mesh("default", nil), timeout("default", "mine", nil),
+		timeout("default", "global", map[string]string{resource.LabelOrigin: "global"}))
+	k := func(n string) resource.Key { return resource.Key{Type: "MeshTimeout", Mesh: "default", Name: n} }
+	if _, err := s.Apply(ctx, c.Delete(k("mine"), 7)); !errors.Is(err, storage.ErrConflict) {
+		t.Errorf("stale version: %v", err)
+	}
+	if _, err := s.Apply(ctx, c.Delete(k("global"), 0)); !errors.Is(err, admission.ErrOwned) {
+		t.Errorf("global's policy: %v", err)
+	}
+	if _, err := s.Apply(ctx, c.Delete(k("absent"), 0)); !errors.Is(err, storage.ErrNotFound) {
+		t.Errorf("absent: %v", err)
+	}
+	if _, err := s.Apply(ctx, c.Delete(k("mine"), 1)); err != nil {
+		t.Errorf("delete: %v", err)
+	}
+}
