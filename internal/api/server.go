@@ -59,6 +59,8 @@ type Config struct {
 	// Zones and Tokens serve GET /zones... and POST /tokens/zone (global).
 	Zones  ZoneStatuses
 	Tokens TokenIssuer
+	// ZoneTokenAdmin serves DELETE /tokens/zone/{id} (global).
+	ZoneTokenAdmin ZoneTokenAdmin
 	// SyncStatus, on a zone, reports its connection to the global in GET /.
 	SyncStatus func() any
 	// Metrics, when set, is served at GET /metrics.

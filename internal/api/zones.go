@@ -2,13 +2,17 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"time"
 
+	"github.com/meridian-mesh/meridian/internal/auth"
 	"github.com/meridian-mesh/meridian/internal/resource"
+	"github.com/meridian-mesh/meridian/internal/storage"
 	meridiansync "github.com/meridian-mesh/meridian/internal/sync"
 )
 
@@ -20,7 +24,13 @@ type ZoneStatuses interface {
 
 // TokenIssuer issues zone tokens (internal/auth.ZoneTokens).
 type TokenIssuer interface {
-	Issue(zone string, validFor time.Duration) (string, error)
+	IssueToken(zone string, validFor time.Duration) (string, auth.Claims, error)
+}
+
+// ZoneTokenAdmin revokes zone tokens by id, ending their live streams
+// (internal/controlplane's zone access).
+type ZoneTokenAdmin interface {
+	Revoke(ctx context.Context, id string) (streamsEnded int, err error)
 }
 
 // maxTokenValidity bounds POST /tokens/zone's validFor.
@@ -33,6 +43,9 @@ func (s *Server) registerGlobal() {
 	}
 	if s.cfg.Tokens != nil {
 		s.mux.HandleFunc("POST /tokens/zone", s.handleZoneToken)
+	}
+	if s.cfg.ZoneTokenAdmin != nil {
+		s.mux.HandleFunc("DELETE /tokens/zone/{id}", s.handleRevokeZoneToken)
 	}
 }
 
@@ -96,10 +109,37 @@ func (s *Server) handleZoneToken(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	token, err := s.cfg.Tokens.Issue(req.Zone, validFor)
+	token, claims, err := s.cfg.Tokens.IssueToken(req.Zone, validFor)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	s.writeValue(w, r, http.StatusOK, map[string]string{"token": token})
+	s.logger.Info("zone token issued", "zone", claims.Zone, "id", claims.ID,
+		"expires", time.Unix(claims.ExpiresAt, 0).UTC(), "by", principalName(r))
+	s.writeValue(w, r, http.StatusOK, map[string]any{"token": token, "id": claims.ID,
+		"expiresAt": time.Unix(claims.ExpiresAt, 0).UTC().Format(time.RFC3339)})
+}
+
+// handleRevokeZoneToken revokes one zone token by id (persisted); the
+// zone's live streams with it end at once.
+func (s *Server) handleRevokeZoneToken(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	ended, err := s.cfg.ZoneTokenAdmin.Revoke(r.Context(), id)
+	if errors.Is(err, storage.ErrInvalid) {
+		s.writeError(w, r, fieldError("id", "%v", err))
+		return
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.logger.Info("zone token revocation requested", "id", id, "streams_ended", ended, "by", principalName(r))
+	s.writeValue(w, r, http.StatusOK, map[string]any{"revoked": id, "streamsEnded": ended})
+}
+
+func principalName(r *http.Request) string {
+	if p := PrincipalFrom(r.Context()); p != nil {
+		return p.String()
+	}
+	return "-"
 }

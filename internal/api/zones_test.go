@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/meridian-mesh/meridian/internal/api"
+	"github.com/meridian-mesh/meridian/internal/auth"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage/boltstore"
 	meridiansync "github.com/meridian-mesh/meridian/internal/sync"
@@ -18,9 +19,9 @@ import (
 // fakeIssuer records what it was asked to issue.
 type fakeIssuer struct{ zone, validFor string }
 
-func (f *fakeIssuer) Issue(zone string, validFor time.Duration) (string, error) {
+func (f *fakeIssuer) IssueToken(zone string, validFor time.Duration) (string, auth.Claims, error) {
 	f.zone, f.validFor = zone, validFor.String()
-	return "token-for-" + zone, nil
+	return "token-for-" + zone, auth.Claims{Zone: zone, ID: "id-1", ExpiresAt: time.Now().Add(validFor).Unix()}, nil
 }
 
 type fakeZones struct{ statuses []meridiansync.ZoneStatus }

@@ -147,7 +147,7 @@ func TestSigningKeyPersists(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Authenticate("zone-1", tok); err != nil {
+	if _, err := b.Verify(tok, "zone-1"); err != nil {
 		t.Errorf("token of the first start rejected after restart: %v", err)
 	}
 	if err := os.Chmod(filepath.Join(dir, SigningKeyFileName), 0o644); err != nil {

@@ -113,24 +113,31 @@ func LoadOrCreateZoneTokens(dataDir string, clock Clock) (*ZoneTokens, error) {
 
 // Issue signs a token for zone valid for validFor from now.
 func (t *ZoneTokens) Issue(zone string, validFor time.Duration) (string, error) {
+	token, _, err := t.IssueToken(zone, validFor)
+	return token, err
+}
+
+// IssueToken is Issue returning the token's claims too (its id, for
+// revocation, and its expiry).
+func (t *ZoneTokens) IssueToken(zone string, validFor time.Duration) (string, Claims, error) {
 	if zone == "" {
-		return "", errors.New("issue zone token: zone name is required")
+		return "", Claims{}, errors.New("issue zone token: zone name is required")
 	}
 	if validFor <= 0 || validFor > MaxValidity {
-		return "", fmt.Errorf("issue zone token: validity %s must be positive and at most %s", validFor, MaxValidity)
+		return "", Claims{}, fmt.Errorf("issue zone token: validity %s must be positive and at most %s", validFor, MaxValidity)
 	}
 	var id [8]byte
 	if _, err := rand.Read(id[:]); err != nil {
-		return "", fmt.Errorf("issue zone token: %w", err)
+		return "", Claims{}, fmt.Errorf("issue zone token: %w", err)
 	}
 	now := t.clock.Now()
 	claims := Claims{Version: tokenVersion, Zone: zone, IssuedAt: now.Unix(),
 		ExpiresAt: now.Add(validFor).Unix(), ID: hex.EncodeToString(id[:])}
 	body, err := json.Marshal(claims)
 	if err != nil {
-		return "", fmt.Errorf("issue zone token: %w", err)
+		return "", Claims{}, fmt.Errorf("issue zone token: %w", err)
 	}
-	return signToken(t.key, signingContext, body), nil
+	return signToken(t.key, signingContext, body), claims, nil
 }
 
 // Verify checks token's signature, validity window and zone. The error
@@ -151,12 +158,6 @@ func (t *ZoneTokens) Verify(token, zone string) (Claims, error) {
 		return Claims{}, fmt.Errorf("%w: token is for zone %q, not %q", ErrWrongZone, claims.Zone, zone)
 	}
 	return claims, nil
-}
-
-// Authenticate adapts Verify to internal/sync's ZoneAuthenticator.
-func (t *ZoneTokens) Authenticate(zone, token string) error {
-	_, err := t.Verify(token, zone)
-	return err
 }
 
 func (t *ZoneTokens) parse(token string) (Claims, error) {

@@ -136,8 +136,9 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		defer kds.stop(cfg.ShutdownTimeout / 2)
-		apiCfg.Zones, apiCfg.Tokens = kds.server, kds.tokens
+		apiCfg.Zones, apiCfg.Tokens, apiCfg.ZoneTokenAdmin = kds.server, kds.tokens, kds.access
 		runBackground(ctx, &background, failed, func(context.Context) error { return kds.serve() })
+		runBackground(ctx, &background, failed, kds.access.watchZones)
 	} else if err := startZone(ctx, cfg, reg, store, metrics, &apiCfg, &background, failed); err != nil {
 		return err
 	}

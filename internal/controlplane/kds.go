@@ -25,8 +25,10 @@ import (
 	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
 
-// maxKDSMessageBytes leaves headroom over the sync's 1 MiB batch limit.
-const maxKDSMessageBytes = 16 << 20
+// maxKDSMessageBytes leaves headroom over the sync's 1 MiB batch limit and
+// the API's 4 MiB resource limit (a resource larger than a chunk travels
+// alone). Zones authenticate before any message is read (sync.Server).
+const maxKDSMessageBytes = 6 << 20
 
 // newMetrics returns a process-local Prometheus registry (never the default
 // global one) and its HTTP handler.
@@ -42,6 +44,7 @@ type globalKDS struct {
 	grpc   *grpc.Server
 	ln     net.Listener
 	tokens *auth.ZoneTokens
+	access *zoneAccess
 }
 
 func startGlobalKDS(cfg Config, reg *resource.Registry, store storage.Store, metrics prometheus.Registerer) (*globalKDS, error) {
@@ -53,8 +56,12 @@ func startGlobalKDS(cfg Config, reg *resource.Registry, store storage.Store, met
 	if err != nil {
 		return nil, fmt.Errorf("kds tls: %w", err)
 	}
+	access, err := newZoneAccess(context.Background(), tokens, store, cfg.Logger.Named("kds"))
+	if err != nil {
+		return nil, err
+	}
 	srv, err := meridiansync.NewServer(meridiansync.ServerConfig{
-		Store: store, Registry: reg, Authenticator: tokens, Logger: cfg.Logger.Named("kds"),
+		Store: store, Registry: reg, Authenticator: access, Logger: cfg.Logger.Named("kds"),
 		SoftwareVersion: cfg.Version, SystemNamespace: cfg.SystemNamespace, Metrics: metrics, Stream: cfg.SyncStream,
 	})
 	if err != nil {
@@ -71,7 +78,8 @@ func startGlobalKDS(cfg Config, reg *resource.Registry, store storage.Store, met
 	)
 	syncv1.RegisterSyncServiceServer(g, srv)
 	cfg.Logger.Info("kds listening", "address", ln.Addr().String(), "cert", tlsMat.CertFile, "generated_cert", tlsMat.Generated)
-	return &globalKDS{server: srv, grpc: g, ln: ln, tokens: tokens}, nil
+	access.attach(srv)
+	return &globalKDS{server: srv, grpc: g, ln: ln, tokens: tokens, access: access}, nil
 }
 
 // serve blocks until the gRPC server stops.

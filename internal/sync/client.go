@@ -10,6 +10,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
@@ -198,6 +201,7 @@ func (c *Client) connectOnce(ctx context.Context, rpc syncv1.SyncServiceClient) 
 	// Cancelling sctx ends the stream, which unblocks its Recv and Send.
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	sctx = metadata.AppendToOutgoingContext(sctx, MetadataZone, c.cfg.Zone, MetadataAuthorization, "Bearer "+token)
 	stream, err := rpc.Stream(sctx)
 	if err != nil {
 		return false, fmt.Errorf("open stream: %w", err)
@@ -218,6 +222,9 @@ func (c *Client) handshake(ctx context.Context, ws wireStream, token string, res
 		return nil, fmt.Errorf("send handshake: %w", err)
 	}
 	m, err := recvFirst(ctx, ws, c.cfg.Clock, c.cfg.Stream.HandshakeTimeout)
+	if status.Code(err) == codes.Unauthenticated {
+		return nil, fmt.Errorf("%w: the global refused zone %s: %s", ErrRefused, c.cfg.Zone, status.Convert(err).Message())
+	}
 	if err != nil {
 		return nil, fmt.Errorf("receive handshake response: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
@@ -364,38 +365,45 @@ func TestWrongTokenRefused(t *testing.T) {
 			if exists(z.store, "Mesh", "", "default") {
 				t.Error("a refused zone received resources")
 			}
-			// The raw stream sees the refusal and Unauthenticated.
-			code, resp := rawHandshake(t, c, "zone-1", tc.token)
-			if code != codes.Unauthenticated || resp.GetAccepted() || !strings.Contains(resp.GetError(), tc.want) {
-				t.Errorf("raw handshake: code %v response %v", code, resp)
+			// The raw stream is refused with Unauthenticated before its
+			// handshake is read, saying why.
+			code, msg := rawHandshake(t, c, "zone-1", tc.token)
+			if code != codes.Unauthenticated || !strings.Contains(msg, tc.want) {
+				t.Errorf("raw handshake: code %v, %q", code, msg)
 			}
 		})
 	}
 }
 
-// rawHandshake opens a stream, handshakes and returns the final status code
-// and the handshake response.
-func rawHandshake(t *testing.T, c *cluster, zone, token string) (codes.Code, *syncv1.HandshakeResponse) {
+// rawHandshake opens a stream as zone with token, handshakes and returns
+// the final status code and why the stream ended (the refusal).
+func rawHandshake(t *testing.T, c *cluster, zone, token string) (codes.Code, string) {
 	t.Helper()
-	stream, cancel := rawStream(t, c)
+	stream, cancel := rawStream(t, c, zone, token)
 	defer cancel()
-	sendRaw(t, stream, &syncv1.Message{Kind: &syncv1.Message_Handshake{Handshake: &syncv1.Handshake{
-		Zone: zone, ZoneToken: token, Environment: syncv1.Environment_ENVIRONMENT_KUBERNETES}}})
-	resp, err := stream.Recv()
-	if err != nil {
-		t.Fatalf("no handshake response: %v", err)
+	_ = stream.Send(&syncv1.StreamRequest{Message: &syncv1.Message{Kind: &syncv1.Message_Handshake{Handshake: &syncv1.Handshake{
+		Zone: zone, ZoneToken: token, Environment: syncv1.Environment_ENVIRONMENT_KUBERNETES}}}})
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return status.Code(err), status.Convert(err).Message()
+		}
+		if hr := resp.GetMessage().GetHandshakeResponse(); hr != nil && !hr.GetAccepted() {
+			_, err = stream.Recv()
+			return status.Code(err), hr.GetError()
+		}
 	}
-	_, err = stream.Recv()
-	return status.Code(err), resp.GetMessage().GetHandshakeResponse()
 }
 
-func rawStream(t *testing.T, c *cluster) (syncv1.SyncService_StreamClient, context.CancelFunc) {
+// rawStream opens a stream authenticated (in metadata) as zone with token.
+func rawStream(t *testing.T, c *cluster, zone, token string) (syncv1.SyncService_StreamClient, context.CancelFunc) {
 	t.Helper()
 	conn, err := grpcClient(c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	ctx = metadata.AppendToOutgoingContext(ctx, MetadataZone, zone, MetadataAuthorization, "Bearer "+token)
 	stream, err := syncv1.NewSyncServiceClient(conn).Stream(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -424,7 +432,7 @@ func TestZoneCannotOverwriteOthers(t *testing.T) {
 	squat := mapping.HashedName("default", "squat", "zone-1")
 	writeGlobal(t, c.global, timeout(squat, "", ""))
 
-	stream, cancel := rawStream(t, c)
+	stream, cancel := rawStream(t, c, "zone-1", c.token("zone-1"))
 	defer cancel()
 	sendRaw(t, stream, &syncv1.Message{Kind: &syncv1.Message_Handshake{Handshake: &syncv1.Handshake{
 		Zone: "zone-1", ZoneToken: c.token("zone-1"), Environment: syncv1.Environment_ENVIRONMENT_UNIVERSAL}}})
@@ -549,7 +557,7 @@ func TestClientReconnectsAfterGlobalRestart(t *testing.T) {
 	writeGlobal(t, c.global, timeout("while-down", "", ""))
 	time.Sleep(100 * time.Millisecond) // a few failed attempts
 
-	srv, err := NewServer(ServerConfig{Store: c.global, Registry: testRegistry, Authenticator: c.tokens,
+	srv, err := NewServer(ServerConfig{Store: c.global, Registry: testRegistry, Authenticator: tokenAuth{c.tokens},
 		Logger: c.logger("global-2"), Stream: c.stream})
 	if err != nil {
 		t.Fatal(err)

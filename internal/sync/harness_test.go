@@ -319,7 +319,7 @@ func newCluster(t testing.TB, o clusterOpts) *cluster {
 		t.Fatal(err)
 	}
 	c.tokens = tokens
-	c.server, err = NewServer(ServerConfig{Store: c.global, Registry: testRegistry, Authenticator: tokens,
+	c.server, err = NewServer(ServerConfig{Store: c.global, Registry: testRegistry, Authenticator: tokenAuth{tokens},
 		Logger: c.logger("global"), SoftwareVersion: "test-global", Stream: o.stream, Metrics: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ type Metrics struct {
 	connectedG    *prometheus.GaugeVec
 	lag           *prometheus.HistogramVec
 	refused       prometheus.Counter
+	unauth        prometheus.Counter
 }
 
 // NewMetrics creates the collectors and registers them on reg. Collectors
@@ -78,6 +79,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		func() error {
 			m.refused, err = register(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_sync_handshakes_refused_total",
 				Help: "Zone handshakes the global refused (bad token or handshake)."}))
+			return err
+		},
+		func() error {
+			m.unauth, err = register(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_sync_streams_unauthenticated_total",
+				Help: "Zone streams refused before their handshake: no, invalid, expired or revoked zone token."}))
 			return err
 		},
 	}
@@ -162,6 +168,12 @@ func (m *Metrics) connected(zone string, up bool) {
 		v = 1
 	}
 	m.connectedG.WithLabelValues(zone).Set(v)
+}
+
+func (m *Metrics) handshakeUnauthenticated() {
+	if m != nil {
+		m.unauth.Inc()
+	}
 }
 
 func (m *Metrics) handshakeRefused() {

@@ -5,13 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	gosync "sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
@@ -19,11 +23,33 @@ import (
 	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
 
-// ZoneAuthenticator checks a zone's token (auth.ZoneTokens implements it).
-// The error says why a token is refused; it is shown to the zone.
+// ZoneAuthenticator checks a zone's token (auth.ZoneTokens implements it):
+// signature, validity window, zone binding, revocation. The error says why
+// a token is refused; it is shown to the zone.
 type ZoneAuthenticator interface {
-	Authenticate(zone, token string) error
+	Authenticate(zone, token string) (ZoneCredential, error)
 }
+
+// ZoneCredential is what a verified zone token says. A stream lives at most
+// until ExpiresAt, and ends when its token is revoked (EndStreams).
+type ZoneCredential struct {
+	TokenID   string
+	ExpiresAt time.Time
+}
+
+// Metadata a zone sends when it opens a stream: its name and its token as
+// "Bearer <token>". The server authenticates them before it reads any
+// message, so an unauthenticated peer never makes it decode one.
+const (
+	MetadataZone          = "meridian-zone"
+	MetadataAuthorization = "authorization"
+)
+
+// MaxHandshakeBytes bounds the handshake message.
+const MaxHandshakeBytes = 64 << 10
+
+// ErrStreamRevoked ends the streams of a revoked token or a disabled zone.
+var ErrStreamRevoked = errors.New("zone access revoked")
 
 // ServerConfig configures the global's sync server.
 type ServerConfig struct {
@@ -69,13 +95,15 @@ type Server struct {
 }
 
 type activeStream struct {
-	cancel context.CancelCauseFunc
+	cancel  context.CancelCauseFunc
+	tokenID string
 }
 
 // Causes of a stream's end the server itself decides.
 var (
-	errReplaced = errors.New("replaced by a newer stream of the same zone")
-	errShutdown = errors.New("global control plane shutting down")
+	errReplaced     = errors.New("replaced by a newer stream of the same zone")
+	errShutdown     = errors.New("global control plane shutting down")
+	errTokenExpired = errors.New("the zone token expired: issue a new one (meridianctl generate zone-token) and update the zone's token file")
 )
 
 // NewServer checks cfg and returns the server.
@@ -135,31 +163,112 @@ func (s *Server) Shutdown() {
 // or Shutdown. Errors become gRPC statuses here and nowhere else.
 func (s *Server) Stream(stream syncv1.SyncService_StreamServer) error {
 	ctx := stream.Context()
+	zone, cred, err := s.authenticate(ctx)
+	if err != nil {
+		// Never recorded in the zone's status: anyone can send this.
+		s.metrics.handshakeUnauthenticated()
+		s.log.Warn("zone stream refused before its handshake", "zone", zone, "peer", peerAddr(ctx), "error", err)
+		return toStatus(err)
+	}
 	ws := newWire(stream, func(m *syncv1.Message) *syncv1.StreamResponse { return &syncv1.StreamResponse{Message: m} })
 	hs, err := recvHandshake(ctx, ws, s.cfg.Clock, s.cfg.Stream.HandshakeTimeout)
 	if err != nil {
 		s.metrics.handshakeRefused()
 		return toStatus(err)
 	}
-	z, err := s.admit(hs)
+	z, err := s.admit(hs, zone)
 	if err != nil {
-		s.refuse(ws, hs.GetZone(), err)
+		s.refuse(ws, zone, err)
 		return toStatus(err)
 	}
 	log := s.log.With("zone", z.Name)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	a, err := s.register(z.Name, cancel)
+	a, err := s.register(z.Name, cred.TokenID, cancel)
 	if err != nil {
 		return toStatus(err)
 	}
 	defer s.unregister(z.Name, a)
+	stopExpiry := s.endAtExpiry(ctx, cred, cancel)
+	defer stopExpiry()
 	err = s.serve(ctx, ws, hs, z, log)
 	if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
 		err = cause
 	}
 	log.Info("zone stream ended", "reason", err)
 	return toStatus(err)
+}
+
+// authenticate reads the zone and token from the stream's metadata.
+func (s *Server) authenticate(ctx context.Context) (string, ZoneCredential, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	zone := first(md.Get(MetadataZone))
+	if err := checkZoneName(zone); err != nil {
+		return truncate(zone, 64), ZoneCredential{}, fmt.Errorf("%w: metadata %s: %v", errUnauthenticated, MetadataZone, err)
+	}
+	scheme, token, _ := strings.Cut(first(md.Get(MetadataAuthorization)), " ")
+	if !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return zone, ZoneCredential{}, fmt.Errorf("%w for zone %q: metadata %s must be \"Bearer <zone token>\"", errUnauthenticated, zone, MetadataAuthorization)
+	}
+	cred, err := s.cfg.Authenticator.Authenticate(zone, token)
+	if err != nil {
+		return zone, ZoneCredential{}, fmt.Errorf("%w for zone %q: %w", errUnauthenticated, zone, err)
+	}
+	return zone, cred, nil
+}
+
+// endAtExpiry ends the stream when its token expires.
+func (s *Server) endAtExpiry(ctx context.Context, cred ZoneCredential, cancel context.CancelCauseFunc) func() {
+	if cred.ExpiresAt.IsZero() {
+		return func() {}
+	}
+	t := s.cfg.Clock.NewTimer(cred.ExpiresAt.Sub(s.cfg.Clock.Now()))
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-t.C():
+			cancel(errTokenExpired)
+		case <-done:
+		case <-ctx.Done():
+		}
+	}()
+	return func() { t.Stop(); close(done) }
+}
+
+// EndStreams ends every live stream for which match(zone, tokenID) holds,
+// with cause (a revoked token, a disabled zone); it returns how many.
+func (s *Server) EndStreams(match func(zone, tokenID string) bool, cause error) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for zone, a := range s.active {
+		if match(zone, a.tokenID) {
+			a.cancel(cause)
+			n++
+		}
+	}
+	return n
+}
+
+func first(v []string) string {
+	if len(v) == 0 {
+		return ""
+	}
+	return v[0]
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
 }
 
 // serve answers an admitted handshake and runs the session.
@@ -200,11 +309,14 @@ var (
 	errBadHandshake    = errors.New("invalid handshake")
 )
 
-// admit checks the handshake and the zone's token.
-func (s *Server) admit(hs *syncv1.Handshake) (mapping.Zone, error) {
+// admit checks the handshake of a stream authenticated as zone.
+func (s *Server) admit(hs *syncv1.Handshake, zone string) (mapping.Zone, error) {
 	name := hs.GetZone()
-	if err := checkZoneName(name); err != nil {
-		return mapping.Zone{}, fmt.Errorf("%w: %v", errBadHandshake, err)
+	if size := proto.Size(hs); size > MaxHandshakeBytes {
+		return mapping.Zone{}, fmt.Errorf("%w: %d bytes, at most %d", errBadHandshake, size, MaxHandshakeBytes)
+	}
+	if name != zone {
+		return mapping.Zone{}, fmt.Errorf("%w: handshake for zone %q on a stream authenticated as %q", errBadHandshake, name, zone)
 	}
 	env, err := envFromWire(hs.GetEnvironment())
 	if err != nil {
@@ -212,9 +324,6 @@ func (s *Server) admit(hs *syncv1.Handshake) (mapping.Zone, error) {
 	}
 	if ns := hs.GetSystemNamespace(); ns != "" && !isDNSLabel(ns) {
 		return mapping.Zone{}, fmt.Errorf("%w: system namespace %q is not an RFC 1123 label", errBadHandshake, ns)
-	}
-	if err := s.cfg.Authenticator.Authenticate(name, hs.GetZoneToken()); err != nil {
-		return mapping.Zone{}, fmt.Errorf("%w for zone %q: %w", errUnauthenticated, name, err)
 	}
 	return mapping.Zone{Name: name, Environment: env, SystemNamespace: hs.GetSystemNamespace()}, nil
 }
@@ -239,10 +348,11 @@ func isDNSLabel(s string) bool {
 	return ok
 }
 
-// refuse answers a refused handshake so the zone can show why.
+// refuse answers a refused handshake so the zone can show why. The zone's
+// status is not touched: its stream is authenticated, but the status shows
+// what the zone's real streams did, and the zone logs the refusal itself.
 func (s *Server) refuse(ws wireStream, zone string, err error) {
 	s.metrics.handshakeRefused()
-	s.tracker.refused(zone, err.Error())
 	s.log.Warn("zone refused", "zone", zone, "error", err)
 	resp := &syncv1.HandshakeResponse{Accepted: false, Error: err.Error(), SoftwareVersion: s.cfg.SoftwareVersion}
 	_ = ws.Send(&syncv1.Message{Kind: &syncv1.Message_HandshakeResponse{HandshakeResponse: resp}})
@@ -251,7 +361,7 @@ func (s *Server) refuse(ws wireStream, zone string, err error) {
 // register makes this stream the zone's current one, ending an older
 // stream of the same zone (after a network split the zone redials before
 // the global notices the old stream is dead).
-func (s *Server) register(zone string, cancel context.CancelCauseFunc) (*activeStream, error) {
+func (s *Server) register(zone, tokenID string, cancel context.CancelCauseFunc) (*activeStream, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -260,7 +370,7 @@ func (s *Server) register(zone string, cancel context.CancelCauseFunc) (*activeS
 	if old := s.active[zone]; old != nil {
 		old.cancel(errReplaced)
 	}
-	a := &activeStream{cancel: cancel}
+	a := &activeStream{cancel: cancel, tokenID: tokenID}
 	s.active[zone] = a
 	return a, nil
 }
@@ -284,7 +394,7 @@ func toStatus(err error) error {
 	}
 	code := codes.Internal
 	switch {
-	case errors.Is(err, errUnauthenticated):
+	case errors.Is(err, errUnauthenticated), errors.Is(err, errTokenExpired), errors.Is(err, ErrStreamRevoked):
 		code = codes.Unauthenticated
 	case errors.Is(err, errBadHandshake), errors.Is(err, errProtocol):
 		code = codes.InvalidArgument

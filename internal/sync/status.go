@@ -301,14 +301,6 @@ func (t *tracker) disconnected(zone string, id uint64, reason string) {
 
 // refused records a refused handshake for a zone already known (unknown
 // names are only logged: an unauthenticated caller must not grow the map).
-func (t *tracker) refused(zone, reason string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if e := t.zones[zone]; e != nil {
-		e.st.LastError = reason
-	}
-}
-
 func (t *tracker) heartbeat(zone string, id uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -38,7 +38,7 @@ func TestOverTLSWithGzip(t *testing.T) {
 		t.Fatal(err)
 	}
 	greg := prometheus.NewRegistry()
-	srv, err := NewServer(ServerConfig{Store: global, Registry: testRegistry, Authenticator: tokens,
+	srv, err := NewServer(ServerConfig{Store: global, Registry: testRegistry, Authenticator: tokenAuth{tokens},
 		Logger: testLogger(t, "global"), Metrics: greg, SoftwareVersion: "g"})
 	if err != nil {
 		t.Fatal(err)
@@ -181,11 +181,11 @@ func TestConfigChecks(t *testing.T) {
 	if _, err := NewServer(ServerConfig{Store: store, Registry: testRegistry}); err == nil {
 		t.Error("server without authenticator")
 	}
-	if _, err := NewServer(ServerConfig{Store: store, Registry: testRegistry, Authenticator: tokens,
+	if _, err := NewServer(ServerConfig{Store: store, Registry: testRegistry, Authenticator: tokenAuth{tokens},
 		Stream: StreamConfig{HeartbeatInterval: time.Minute, HeartbeatTimeout: time.Second}}); err == nil {
 		t.Error("heartbeat timeout below interval")
 	}
-	if _, err := NewServer(ServerConfig{Store: store, Registry: testRegistry, Authenticator: tokens,
+	if _, err := NewServer(ServerConfig{Store: store, Registry: testRegistry, Authenticator: tokenAuth{tokens},
 		Stream: StreamConfig{MaxBatchBytes: 10}}); err == nil {
 		t.Error("tiny MaxBatchBytes")
 	}

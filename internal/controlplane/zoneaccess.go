@@ -1,0 +1,168 @@
+package controlplane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	gosync "sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meridian-mesh/meridian/internal/auth"
+	"github.com/meridian-mesh/meridian/internal/resource"
+	"github.com/meridian-mesh/meridian/internal/storage"
+	meridiansync "github.com/meridian-mesh/meridian/internal/sync"
+)
+
+// zoneAccess decides which zones may stream (SPEC 5, issue 13): a zone
+// token must verify (signature, expiry, zone), must not be revoked, and the
+// zone's Zone resource must not say `enabled: false`. Revocations are kept
+// in the store (meta key metaRevokedZoneTokens, until each token's own
+// expiry) so they survive restarts; revoking a token or disabling a zone ends
+// its live streams at once. It implements sync.ZoneAuthenticator and the
+// API's ZoneTokenAdmin.
+type zoneAccess struct {
+	tokens *auth.ZoneTokens
+	store  storage.Store
+	log    hclog.Logger
+	clock  func() time.Time
+
+	mu      gosync.RWMutex
+	revoked map[string]int64 // token id → its expiry (Unix s): kept until then
+	server  *meridiansync.Server
+}
+
+const metaRevokedZoneTokens = "auth/revoked-zone-tokens"
+
+func newZoneAccess(ctx context.Context, tokens *auth.ZoneTokens, store storage.Store, log hclog.Logger) (*zoneAccess, error) {
+	z := &zoneAccess{tokens: tokens, store: store, log: log, clock: time.Now, revoked: map[string]int64{}}
+	raw, err := store.Meta(ctx, metaRevokedZoneTokens)
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+	case err != nil:
+		return nil, fmt.Errorf("read revoked zone tokens: %w", err)
+	default:
+		if err := json.Unmarshal(raw, &z.revoked); err != nil {
+			return nil, fmt.Errorf("read revoked zone tokens: %w", err)
+		}
+	}
+	return z, nil
+}
+
+// attach gives the access the server whose streams it ends.
+func (z *zoneAccess) attach(s *meridiansync.Server) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	z.server = s
+}
+
+// Authenticate implements sync.ZoneAuthenticator.
+func (z *zoneAccess) Authenticate(zone, token string) (meridiansync.ZoneCredential, error) {
+	claims, err := z.tokens.Verify(token, zone)
+	if err != nil {
+		return meridiansync.ZoneCredential{}, err
+	}
+	z.mu.RLock()
+	_, revoked := z.revoked[claims.ID]
+	z.mu.RUnlock()
+	if revoked {
+		return meridiansync.ZoneCredential{}, fmt.Errorf("zone token %s was revoked", claims.ID)
+	}
+	if disabled, err := z.zoneDisabled(zone); err != nil {
+		return meridiansync.ZoneCredential{}, err
+	} else if disabled {
+		return meridiansync.ZoneCredential{}, fmt.Errorf("zone %q is disabled (its Zone resource says enabled: false)", zone)
+	}
+	return meridiansync.ZoneCredential{TokenID: claims.ID, ExpiresAt: time.Unix(claims.ExpiresAt, 0)}, nil
+}
+
+func (z *zoneAccess) zoneDisabled(zone string) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := z.store.Get(ctx, resource.Key{Type: "Zone", Name: zone})
+	if errors.Is(err, storage.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read Zone %q: %w", zone, err)
+	}
+	return !zoneEnabled(r), nil
+}
+
+func zoneEnabled(r *resource.Resource) bool {
+	var spec struct {
+		Enabled *bool `json:"enabled"`
+	}
+	_ = json.Unmarshal(r.Spec, &spec) // validated on write; unreadable = enabled, as absent
+	return spec.Enabled == nil || *spec.Enabled
+}
+
+// Revoke revokes the zone token with id, persistently, and ends its live
+// streams. expiresAt (Unix s) bounds how long the id is remembered; 0
+// remembers it for the longest validity a token can have.
+func (z *zoneAccess) Revoke(ctx context.Context, id string) (int, error) {
+	if id == "" || len(id) > 64 {
+		return 0, fmt.Errorf("%w: a zone token id is 1 to 64 characters", storage.ErrInvalid)
+	}
+	z.mu.Lock()
+	next := make(map[string]int64, len(z.revoked)+1)
+	now := z.clock().Unix()
+	for k, exp := range z.revoked {
+		if exp > now { // expired tokens need no revocation any more
+			next[k] = exp
+		}
+	}
+	next[id] = z.clock().Add(auth.MaxValidity).Unix()
+	raw, err := json.Marshal(next)
+	if err == nil {
+		_, err = z.store.Apply(ctx, storage.Batch{Meta: map[string][]byte{metaRevokedZoneTokens: raw}})
+	}
+	if err != nil {
+		z.mu.Unlock()
+		return 0, fmt.Errorf("persist revocation of zone token %s: %w", id, err)
+	}
+	z.revoked = next
+	server := z.server
+	z.mu.Unlock()
+	ended := 0
+	if server != nil {
+		ended = server.EndStreams(func(_, tokenID string) bool { return tokenID == id },
+			fmt.Errorf("%w: zone token %s was revoked", meridiansync.ErrStreamRevoked, id))
+	}
+	z.log.Info("zone token revoked", "id", id, "streams_ended", ended)
+	return ended, nil
+}
+
+// watchZones ends the streams of a zone whose Zone resource is set to
+// enabled: false, as soon as the write commits (whoever wrote it).
+func (z *zoneAccess) watchZones(ctx context.Context) error {
+	rev, err := z.store.Revision(ctx)
+	if err != nil {
+		return err
+	}
+	events, err := z.store.Watch(ctx, rev)
+	if err != nil {
+		return err
+	}
+	for ev := range events {
+		if ev.Resource == nil || ev.Resource.Type != "Zone" || ev.Kind != storage.EventPut || zoneEnabled(ev.Resource) {
+			continue
+		}
+		name := ev.Resource.Name
+		z.mu.RLock()
+		server := z.server
+		z.mu.RUnlock()
+		if server == nil {
+			continue
+		}
+		n := server.EndStreams(func(zone, _ string) bool { return zone == name },
+			fmt.Errorf("%w: zone %q was disabled (enabled: false)", meridiansync.ErrStreamRevoked, name))
+		z.log.Info("zone disabled", "zone", name, "streams_ended", n)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil
+	}
+	return errors.New("zone watch closed")
+}
