@@ -38,6 +38,7 @@ func newCommand() *cobra.Command {
 				Logger:             logger,
 				TombstoneRetention: common.TombstoneRetention,
 				LocalhostIsAdmin:   common.LocalhostIsAdmin,
+				APIReadTimeout:     common.APIReadTimeout,
 				KDSAddress:         kdsAddress,
 				TLSCertFile:        tlsCert,
 				TLSKeyFile:         tlsKey,

@@ -47,6 +47,7 @@ func newCommand() *cobra.Command {
 				Logger:             logger.With("zone", zone),
 				TombstoneRetention: common.TombstoneRetention,
 				LocalhostIsAdmin:   common.LocalhostIsAdmin,
+				APIReadTimeout:     common.APIReadTimeout,
 				GlobalAddress:      globalAddress,
 				ZoneTokenFile:      tokenFile,
 				KDSCAFile:          caFile,

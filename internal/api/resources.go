@@ -1,6 +1,8 @@
 package api
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,6 +32,56 @@ func jsonToYAML(b []byte) ([]byte, error) {
 		return nil, fmt.Errorf("render yaml: %w", err)
 	}
 	return y, nil
+}
+
+// writeList writes a list page. YAML is rendered one item at a time:
+// converting a 10,000-item document at once costs hundreds of MiB, one item
+// at a time costs one item.
+func (s *Server) writeList(w http.ResponseWriter, r *http.Request, page listPage) {
+	if !wantsYAML(r) {
+		s.writeValue(w, r, http.StatusOK, page)
+		return
+	}
+	w.Header().Set("Content-Type", "application/yaml")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	fmt.Fprintf(bw, "total: %d\n", page.Total)
+	if len(page.Items) == 0 {
+		bw.WriteString("items: []\n")
+	} else {
+		bw.WriteString("items:\n")
+	}
+	for _, item := range page.Items {
+		y, err := jsonToYAML(item)
+		if err != nil {
+			// Headers are gone; the client sees a truncated document.
+			s.logger.Error("rendering a list item as YAML", "path", r.URL.Path, "error", err)
+			return
+		}
+		writeIndentedItem(bw, y)
+	}
+	if page.Next == nil {
+		bw.WriteString("next: null\n")
+	} else {
+		next, _ := json.Marshal(*page.Next) // a JSON string is a YAML string
+		fmt.Fprintf(bw, "next: %s\n", next)
+	}
+	_ = bw.Flush()
+}
+
+// writeIndentedItem writes one YAML document as a list item: "- " before
+// its first line, two spaces before the others.
+func writeIndentedItem(w *bufio.Writer, y []byte) {
+	lines := bytes.Split(bytes.TrimRight(y, "\n"), []byte("\n"))
+	for i, line := range lines {
+		if i == 0 {
+			w.WriteString("- ")
+		} else if len(line) > 0 {
+			w.WriteString("  ")
+		}
+		w.Write(line)
+		w.WriteByte('\n')
+	}
 }
 
 // meshScopedType resolves {plural} to a mesh-scoped descriptor.
@@ -190,7 +242,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, d *resource.TypeDe
 		next := nextURL(r, end, opts.Limit)
 		page.Next = &next
 	}
-	s.writeValue(w, r, http.StatusOK, page)
+	s.writeList(w, r, page)
 }
 
 // listOwnMeshes lists the meshes a mesh-scoped principal may see (a short
@@ -214,7 +266,7 @@ func (s *Server) listOwnMeshes(w http.ResponseWriter, r *http.Request, p *Princi
 		page.Items = append(page.Items, b)
 	}
 	page.Total = len(page.Items)
-	s.writeValue(w, r, http.StatusOK, page)
+	s.writeList(w, r, page)
 }
 
 func (s *Server) listOptions(r *http.Request, d *resource.TypeDescriptor, mesh string) (storage.ListOptions, error) {
@@ -319,12 +371,28 @@ func (s *Server) put(w http.ResponseWriter, r *http.Request, d *resource.TypeDes
 	s.writeResource(w, r, status, stored)
 }
 
+// readBody reads the request body. A body cut short (the client went away
+// or was too slow) is the client's problem: 400, logged at debug. A body
+// over the limit is 413.
+func (s *Server) readBody(r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(r.Body)
+	var maxErr *http.MaxBytesError
+	switch {
+	case err == nil:
+		return body, nil
+	case errors.As(err, &maxErr):
+		return nil, err
+	}
+	s.logger.Debug("request body not received", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "error", err)
+	return nil, badRequest("the request body could not be read: %v", err)
+}
+
 // decodeBody turns a request body into a validated resource whose identity
 // matches the URL, with the labels the control plane owns set.
 func (s *Server) decodeBody(r *http.Request, d *resource.TypeDescriptor, key resource.Key) (*resource.Resource, error) {
-	body, err := io.ReadAll(r.Body)
+	body, err := s.readBody(r)
 	if err != nil {
-		return nil, fmt.Errorf("read body: %w", err)
+		return nil, err
 	}
 	if len(strings.TrimSpace(string(body))) == 0 {
 		return nil, badRequest("request body is empty: send the resource as JSON or YAML")

@@ -1,9 +1,14 @@
 package api_test
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/meridian-mesh/meridian/internal/api"
 )
@@ -33,5 +38,31 @@ func TestSecurityFindings(t *testing.T) {
 	g.mustDo("PUT", "/meshes/default/meshtimeouts/t", withStatus, http.StatusCreated)
 	if resp := g.mustDo("GET", "/meshes/default/meshtimeouts/t", "", http.StatusOK); strings.Contains(string(resp.body), "forged") {
 		t.Errorf("client status stored: %s", resp.body)
+	}
+}
+
+// TestYAMLListIsValidAndEquivalent: the streamed YAML list decodes to the
+// same document as the JSON one.
+func TestYAMLListIsValidAndEquivalent(t *testing.T) {
+	g := newFixture(t, api.ModeGlobal)
+	for i := 0; i < 3; i++ {
+		g.mustDo("PUT", fmt.Sprintf("/meshes/default/meshtimeouts/t%d", i), fmt.Sprintf(`{"type":"MeshTimeout","mesh":"default","name":"t%d","labels":{"a":"b"},"spec":{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"1s","http":{"requestTimeout":"2s"}}}]}}`, i), http.StatusCreated)
+	}
+	for _, path := range []string{"/meshes/default/meshtimeouts?size=2", "/meshes/default/meshretries"} {
+		j := g.mustDo("GET", path, "", http.StatusOK)
+		y := g.do("GET", path, "", "Accept", "application/yaml")
+		if y.status != http.StatusOK {
+			t.Fatalf("%s: %d %s", path, y.status, y.body)
+		}
+		var fromJSON, fromYAML any
+		if err := json.Unmarshal(j.body, &fromJSON); err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(y.body, &fromYAML); err != nil {
+			t.Fatalf("%s: invalid YAML: %v\n%s", path, err, y.body)
+		}
+		if !reflect.DeepEqual(fromJSON, fromYAML) {
+			t.Errorf("%s: YAML %v differs from JSON %v", path, fromYAML, fromJSON)
+		}
 	}
 }

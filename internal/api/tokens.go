@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"time"
 
@@ -22,7 +21,7 @@ type userTokenRequest struct {
 // "meshes"?, "validFor"} → {"token"}. Admin only (authorize). Issuance is
 // logged with the token's id, never the token.
 func (s *Server) handleUserToken(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
+	body, err := s.readBody(r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"net/http"
 	"time"
 
@@ -81,9 +79,9 @@ type tokenRequest struct {
 }
 
 func (s *Server) handleZoneToken(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
+	body, err := s.readBody(r)
 	if err != nil {
-		s.writeError(w, r, fmt.Errorf("read body: %w", err))
+		s.writeError(w, r, err)
 		return
 	}
 	var req tokenRequest

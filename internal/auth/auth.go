@@ -63,6 +63,10 @@ func writeFileExclusive(path string, data []byte) error {
 
 // checkPrivate refuses a secret file that others can read: a signing key
 // readable by every local user lets any of them mint zone tokens.
+// CheckPrivateFile refuses a secret file (a token, a key) that group or
+// others can read, with a message saying how to fix it.
+func CheckPrivateFile(path string) error { return checkPrivate(path) }
+
 func checkPrivate(path string) error {
 	info, err := os.Stat(path)
 	if err != nil {

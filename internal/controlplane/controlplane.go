@@ -57,6 +57,9 @@ type Config struct {
 	SyncStream meridiansync.StreamConfig
 	// LocalhostIsAdmin: loopback API callers without a token are admin.
 	LocalhostIsAdmin bool
+	// APIReadTimeout bounds how long a request (headers and body) may take
+	// to arrive; 0 means 60 s.
+	APIReadTimeout time.Duration
 	// Listening, when set, receives the API's bound address once serving (for
 	// tests that listen on port 0).
 	Listening func(apiAddr string)
@@ -88,6 +91,9 @@ func (c *Config) check() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 4 * time.Second
+	}
+	if c.APIReadTimeout <= 0 {
+		c.APIReadTimeout = 60 * time.Second
 	}
 	return nil
 }
@@ -252,7 +258,12 @@ func ensureDefaultMesh(ctx context.Context, cfg Config, reg *resource.Registry, 
 
 // serve runs the API until ctx ends or a background component fails.
 func serve(ctx context.Context, cfg Config, ln net.Listener, handler http.Handler, failed <-chan error) error {
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	// A client that trickles its request is cut after APIReadTimeout; the
+	// write timeout bounds a client that does not read its response, and
+	// idle keep-alive connections are closed after two minutes.
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: min(10*time.Second, cfg.APIReadTimeout),
+		ReadTimeout: cfg.APIReadTimeout, WriteTimeout: cfg.APIReadTimeout + 2*time.Minute, IdleTimeout: 2 * time.Minute,
+		MaxHeaderBytes: 64 << 10, ErrorLog: cfg.Logger.StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug})}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	cfg.Logger.Info("control plane started", "mode", cfg.Mode, "zone", cfg.Zone, "api", ln.Addr().String(), "data_dir", cfg.DataDir)

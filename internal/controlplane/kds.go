@@ -140,6 +140,9 @@ func readToken(path string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("zone token file: %w", err)
 	}
+	if err := auth.CheckPrivateFile(path); err != nil {
+		return "", fmt.Errorf("zone token file: %w", err)
+	}
 	token := strings.TrimSpace(string(data))
 	if token == "" {
 		return "", fmt.Errorf("zone token file %s is empty", path)

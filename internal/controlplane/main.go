@@ -28,6 +28,7 @@ type CommonFlags struct {
 	LogFormat          string
 	TombstoneRetention time.Duration
 	LocalhostIsAdmin   bool
+	APIReadTimeout     time.Duration
 }
 
 // Register adds the common flags to cmd.
@@ -39,6 +40,7 @@ func (f *CommonFlags) Register(cmd *cobra.Command, defaultAPI string) {
 	fs.StringVar(&f.LogLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	fs.StringVar(&f.LogFormat, "log-format", "text", "log format: text or json")
 	fs.DurationVar(&f.TombstoneRetention, "tombstone-retention", 24*time.Hour, "how long deletions are kept for resuming peers")
+	fs.DurationVar(&f.APIReadTimeout, "api-read-timeout", 60*time.Second, "the longest an API request may take to arrive, body included (a slower upload is cut)")
 	fs.BoolVar(&f.LocalhostIsAdmin, "api-localhost-is-admin", true, "treat API callers on loopback without a token as admin (remote callers always need a token)")
 }
 
