@@ -206,6 +206,10 @@ func TestStartupErrorsAreOneLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	locked := startNode(t, "holder", bins.Global, t.TempDir())
+	openToken := filepath.Join(t.TempDir(), "zone.token")
+	if err := os.WriteFile(openToken, []byte("x.y"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	tests := []struct {
 		name string
@@ -218,6 +222,8 @@ func TestStartupErrorsAreOneLine(t *testing.T) {
 		{"data dir in use", bins.Global, []string{"--data-dir", locked.dataDir, "--api-address", "127.0.0.1:0"}, "data dir"},
 		{"bad config key", bins.Global, []string{"--config", badConfig, "--data-dir", t.TempDir()}, `unknown key "data-dri"`},
 		{"zone without name", bins.Zone, []string{"--data-dir", t.TempDir(), "--api-address", "127.0.0.1:0"}, "--zone is required"},
+		{"zone token file readable by others", bins.Zone, []string{"--zone", "z", "--data-dir", t.TempDir(), "--api-address", "127.0.0.1:0",
+			"--global-address", "127.0.0.1:1", "--zone-token-file", openToken, "--kds-skip-verify"}, "has mode 0644"},
 		{"bad environment", bins.Zone, []string{"--zone", "z", "--environment", "mars", "--data-dir", t.TempDir(), "--api-address", "127.0.0.1:0"}, "--environment"},
 	}
 	for _, tc := range tests {
