@@ -349,3 +349,67 @@ func TestSlowUploadIsCut(t *testing.T) {
 		t.Errorf("an aborted upload logged an error:\n%s", g.log.String())
 	}
 }
+
+func TestZoneTokenKeyRotation(t *testing.T) {
+	kds := freeAddress(t)
+	g := startNode(t, "global", bins.Global, t.TempDir(), "--kds-address", kds)
+	tokenFile := filepath.Join(t.TempDir(), "zone-1.token")
+	zoneTokenWithID(t, g, "zone-1", tokenFile)
+	startNode(t, "zone-1", bins.Zone, t.TempDir(), "--zone", "zone-1", "--environment", "universal",
+		"--global-address", kds, "--zone-token-file", tokenFile, "--kds-ca-file", filepath.Join(g.dataDir, "kds-server.crt"))
+	connected := func(want bool) func() error {
+		return func() error {
+			if zoneConnected(t, g, "zone-1") != want {
+				return fmt.Errorf("zone-1 connected is not %v", want)
+			}
+			return nil
+		}
+	}
+	eventually(t, 15*time.Second, connected(true))
+
+	out, code := g.ctl("", "rotate", "zone-token-key", "--overlap", "3s")
+	if code != 0 || !strings.Contains(out, "verifies until") {
+		t.Fatalf("rotate: %s", out)
+	}
+	if out, code := g.ctl("", "inspect", "zone-token-keys"); code != 0 || strings.Count(out, "\n") != 3 || !strings.Contains(out, "current") {
+		t.Errorf("inspect zone-token-keys:\n%s", out)
+	}
+	// During the overlap the old token keeps the zone connected.
+	time.Sleep(time.Second)
+	if !zoneConnected(t, g, "zone-1") {
+		t.Fatal("the zone dropped during the overlap")
+	}
+	// When the old key retires, its stream ends and the old token is refused.
+	eventually(t, 6*time.Second, connected(false))
+	time.Sleep(time.Second)
+	if zoneConnected(t, g, "zone-1") {
+		t.Fatal("a token of a retired key reconnected")
+	}
+	// A token of the new key brings it back.
+	zoneTokenWithID(t, g, "zone-1", tokenFile)
+	eventually(t, 40*time.Second, connected(true))
+
+	// Retiring a key explicitly ends its streams at once.
+	out, code = g.ctl("", "rotate", "zone-token-key", "--overlap", "1h")
+	if code != 0 {
+		t.Fatalf("rotate: %s", out)
+	}
+	var keys struct {
+		Items []struct {
+			KID     string `json:"kid"`
+			Current bool   `json:"current"`
+		} `json:"items"`
+	}
+	_, body := g.request("GET", "/tokens/zone/signing-keys", "")
+	if err := json.Unmarshal(body, &keys); err != nil || len(keys.Items) != 2 {
+		t.Fatalf("keys: %s", body)
+	}
+	old := keys.Items[1].KID
+	if out, code := g.ctl("", "retire", "zone-token-key", old); code != 0 {
+		t.Fatalf("retire: %s", out)
+	}
+	eventually(t, 2*time.Second, connected(false))
+	if out, code := g.ctl("", "retire", "zone-token-key", keys.Items[0].KID); code == 0 || !strings.Contains(out, "current key") {
+		t.Errorf("retiring the current key: exit %d %s", code, out)
+	}
+}

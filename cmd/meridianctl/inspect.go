@@ -12,7 +12,7 @@ func (a *app) inspectCommand() *cobra.Command {
 		Use:   "inspect",
 		Short: "Show what the control plane computed",
 	}
-	cmd.AddCommand(a.inspectDataplaneCommand(), a.inspectZonesCommand())
+	cmd.AddCommand(a.inspectDataplaneCommand(), a.inspectZonesCommand(), a.inspectZoneTokenKeysCommand())
 	return cmd
 }
 

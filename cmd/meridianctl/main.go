@@ -96,6 +96,7 @@ func (a *app) rootCommand() *cobra.Command {
 		"control plane REST API (env MERIDIAN_API_ADDRESS)")
 	root.PersistentFlags().StringVar(&a.token, "token", "", "user token sent as Authorization: Bearer (env MERIDIAN_API_TOKEN)")
 	root.PersistentFlags().StringVar(&a.tokenFile, "token-file", "", "file holding the user token, e.g. DATA_DIR/admin-token (env MERIDIAN_API_TOKEN_FILE)")
-	root.AddCommand(a.applyCommand(), a.getCommand(), a.deleteCommand(), a.inspectCommand(), a.generateCommand())
+	root.AddCommand(a.applyCommand(), a.getCommand(), a.deleteCommand(), a.inspectCommand(), a.generateCommand(),
+		a.revokeCommand(), a.rotateCommand(), a.retireCommand())
 	return root
 }

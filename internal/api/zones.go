@@ -25,10 +25,13 @@ type TokenIssuer interface {
 	IssueToken(zone string, validFor time.Duration) (string, auth.Claims, error)
 }
 
-// ZoneTokenAdmin revokes zone tokens by id, ending their live streams
-// (internal/controlplane's zone access).
+// ZoneTokenAdmin revokes zone tokens by id and manages their signing keys,
+// ending the live streams concerned (internal/controlplane's zone access).
 type ZoneTokenAdmin interface {
 	Revoke(ctx context.Context, id string) (streamsEnded int, err error)
+	Keys() []auth.KeyInfo
+	RotateKey(overlap time.Duration) (newID, oldID string, retireAt time.Time, err error)
+	RetireKey(kid string) (streamsEnded int, err error)
 }
 
 // maxTokenValidity bounds POST /tokens/zone's validFor.
@@ -44,6 +47,9 @@ func (s *Server) registerGlobal() {
 	}
 	if s.cfg.ZoneTokenAdmin != nil {
 		s.mux.HandleFunc("DELETE /tokens/zone/{id}", s.handleRevokeZoneToken)
+		s.mux.HandleFunc("GET /tokens/zone/signing-keys", s.handleSigningKeys)
+		s.mux.HandleFunc("POST /tokens/zone/signing-keys", s.handleRotateSigningKey)
+		s.mux.HandleFunc("DELETE /tokens/zone/signing-keys/{kid}", s.handleRetireSigningKey)
 	}
 }
 
@@ -133,6 +139,62 @@ func (s *Server) handleRevokeZoneToken(w http.ResponseWriter, r *http.Request) {
 	}
 	s.logger.Info("zone token revocation requested", "id", id, "streams_ended", ended, "by", principalName(r))
 	s.writeValue(w, r, http.StatusOK, map[string]any{"revoked": id, "streamsEnded": ended})
+}
+
+func (s *Server) handleSigningKeys(w http.ResponseWriter, r *http.Request) {
+	keys := s.cfg.ZoneTokenAdmin.Keys()
+	s.writeValue(w, r, http.StatusOK, map[string]any{"total": len(keys), "items": keys, "next": nil})
+}
+
+// handleRotateSigningKey: POST {"overlap": "24h"} makes a new signing key;
+// tokens of the old one verify until the overlap ends.
+func (s *Server) handleRotateSigningKey(w http.ResponseWriter, r *http.Request) {
+	body, err := s.readBody(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	req := struct {
+		Overlap string `json:"overlap"`
+	}{Overlap: "24h"}
+	if len(bytes.TrimSpace(body)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			s.writeError(w, r, badRequest(`want {"overlap": "24h"}: %v`, err))
+			return
+		}
+	}
+	overlap, err := time.ParseDuration(req.Overlap)
+	if err != nil || overlap < 0 || overlap > maxTokenValidity {
+		s.writeError(w, r, fieldError("overlap", "want a duration from 0s to %s, got %q", maxTokenValidity, req.Overlap))
+		return
+	}
+	newID, oldID, retireAt, err := s.cfg.ZoneTokenAdmin.RotateKey(overlap)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.logger.Info("zone token signing key rotation requested", "new", newID, "previous", oldID, "by", principalName(r))
+	s.writeValue(w, r, http.StatusOK, map[string]any{"kid": newID, "previous": oldID,
+		"previousRetiresAt": retireAt.UTC().Format(time.RFC3339)})
+}
+
+func (s *Server) handleRetireSigningKey(w http.ResponseWriter, r *http.Request) {
+	kid := r.PathValue("kid")
+	ended, err := s.cfg.ZoneTokenAdmin.RetireKey(kid)
+	switch {
+	case errors.Is(err, auth.ErrUnknownKey):
+		s.writeError(w, r, notFound("%v", err))
+		return
+	case errors.Is(err, auth.ErrKeyInUse):
+		s.writeError(w, r, conflict("%v", err))
+		return
+	case err != nil:
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeValue(w, r, http.StatusOK, map[string]any{"retired": kid, "streamsEnded": ended})
 }
 
 func principalName(r *http.Request) string {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
@@ -58,14 +59,20 @@ type Claims struct {
 	Zone      string `json:"zone"`
 	IssuedAt  int64  `json:"iat"`
 	ExpiresAt int64  `json:"exp"`
-	// ID makes two tokens issued in the same second differ (for audit logs).
+	// ID makes two tokens issued in the same second differ (for audit logs)
+	// and names the token for revocation.
 	ID string `json:"jti"`
+	// KeyID names the signing key (rotation); absent in tokens signed
+	// before rotation existed, which the current key verifies.
+	KeyID string `json:"kid,omitempty"`
 }
 
 // ZoneTokensConfig configures NewZoneTokens.
 type ZoneTokensConfig struct {
 	// Key signs and verifies; required.
 	Key ed25519.PrivateKey
+	// Previous keys still verify until their RetireAt (rotation overlap).
+	Previous []PreviousKey
 	// Clock defaults to the real time.
 	Clock Clock
 	// ClockSkew defaults to DefaultClockSkew; negative is invalid.
@@ -78,10 +85,26 @@ type ZoneTokensConfig struct {
 // Format: base64url(JSON claims) "." base64url(Ed25519 signature), without
 // padding; compact enough for a file, a flag or an HTTP header.
 type ZoneTokens struct {
-	key   ed25519.PrivateKey
-	pub   ed25519.PublicKey
-	clock Clock
-	skew  time.Duration
+	key      ed25519.PrivateKey
+	pub      ed25519.PublicKey
+	kid      string
+	previous []PreviousKey
+	clock    Clock
+	skew     time.Duration
+}
+
+// PreviousKey is a rotated-out signing key that still verifies tokens
+// until RetireAt.
+type PreviousKey struct {
+	Key      ed25519.PrivateKey
+	RetireAt time.Time
+}
+
+// KeyID names a signing key by its public key: 16 hex characters of its
+// SHA-256.
+func KeyID(key ed25519.PrivateKey) string {
+	sum := sha256.Sum256(key.Public().(ed25519.PublicKey))
+	return hex.EncodeToString(sum[:8])
 }
 
 // NewZoneTokens checks cfg and returns the issuer/verifier.
@@ -98,7 +121,35 @@ func NewZoneTokens(cfg ZoneTokensConfig) (*ZoneTokens, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = realClock{}
 	}
-	return &ZoneTokens{key: cfg.Key, pub: cfg.Key.Public().(ed25519.PublicKey), clock: cfg.Clock, skew: cfg.ClockSkew}, nil
+	for i, p := range cfg.Previous {
+		if len(p.Key) != ed25519.PrivateKeySize {
+			return nil, fmt.Errorf("zone tokens: previous key %d is not an Ed25519 private key", i)
+		}
+	}
+	return &ZoneTokens{key: cfg.Key, pub: cfg.Key.Public().(ed25519.PublicKey), kid: KeyID(cfg.Key),
+		previous: cfg.Previous, clock: cfg.Clock, skew: cfg.ClockSkew}, nil
+}
+
+// KeyID is the current signing key's id.
+func (t *ZoneTokens) KeyID() string { return t.kid }
+
+// verifyingKey picks the key a token names: the current key (or no kid, as
+// tokens issued before rotation have), or a previous key not yet retired.
+// retireAt is zero for the current key.
+func (t *ZoneTokens) verifyingKey(kid string) (ed25519.PublicKey, time.Time, error) {
+	if kid == "" || kid == t.kid {
+		return t.pub, time.Time{}, nil
+	}
+	now := t.clock.Now()
+	for _, p := range t.previous {
+		if KeyID(p.Key) == kid {
+			if !now.Before(p.RetireAt) {
+				return nil, time.Time{}, fmt.Errorf("%w: signed by key %s, retired at %s", ErrBadSignature, kid, p.RetireAt.UTC().Format(time.RFC3339))
+			}
+			return p.Key.Public().(ed25519.PublicKey), p.RetireAt, nil
+		}
+	}
+	return nil, time.Time{}, fmt.Errorf("%w: signed by unknown key %s", ErrBadSignature, kid)
 }
 
 // LoadOrCreateZoneTokens loads the signing key from dataDir, generating it
@@ -132,7 +183,7 @@ func (t *ZoneTokens) IssueToken(zone string, validFor time.Duration) (string, Cl
 	}
 	now := t.clock.Now()
 	claims := Claims{Version: tokenVersion, Zone: zone, IssuedAt: now.Unix(),
-		ExpiresAt: now.Add(validFor).Unix(), ID: hex.EncodeToString(id[:])}
+		ExpiresAt: now.Add(validFor).Unix(), ID: hex.EncodeToString(id[:]), KeyID: t.kid}
 	body, err := json.Marshal(claims)
 	if err != nil {
 		return "", Claims{}, fmt.Errorf("issue zone token: %w", err)
@@ -144,10 +195,23 @@ func (t *ZoneTokens) IssueToken(zone string, validFor time.Duration) (string, Cl
 // wraps one of ErrMalformed, ErrBadSignature, ErrExpired, ErrNotYetValid or
 // ErrWrongZone and says what was found, never the token itself.
 func (t *ZoneTokens) Verify(token, zone string) (Claims, error) {
-	claims, err := t.parse(strings.TrimSpace(token))
+	claims, _, err := t.VerifyWithKey(token, zone)
+	return claims, err
+}
+
+// VerifyWithKey is Verify that also says until when the signing key
+// verifies: zero for the current key, else the previous key's retirement
+// (a stream authenticated with it must end then).
+func (t *ZoneTokens) VerifyWithKey(token, zone string) (Claims, time.Time, error) {
+	claims, keyRetireAt, err := t.parse(strings.TrimSpace(token))
 	if err != nil {
-		return Claims{}, err
+		return Claims{}, time.Time{}, err
 	}
+	claims, err = t.checkClaims(claims, zone)
+	return claims, keyRetireAt, err
+}
+
+func (t *ZoneTokens) checkClaims(claims Claims, zone string) (Claims, error) {
 	now := t.clock.Now()
 	switch {
 	case now.Unix() >= claims.ExpiresAt:
@@ -160,24 +224,45 @@ func (t *ZoneTokens) Verify(token, zone string) (Claims, error) {
 	return claims, nil
 }
 
-func (t *ZoneTokens) parse(token string) (Claims, error) {
-	body, err := openToken(t.pub, signingContext, token, ErrMalformed, ErrBadSignature)
+func (t *ZoneTokens) parse(token string) (Claims, time.Time, error) {
+	// The key id selects the key the signature is checked with; nothing
+	// else of the claims is read before the signature verifies.
+	pub, retireAt, err := t.verifyingKey(unverifiedKeyID(token))
 	if err != nil {
-		return Claims{}, err
+		return Claims{}, time.Time{}, err
+	}
+	body, err := openToken(pub, signingContext, token, ErrMalformed, ErrBadSignature)
+	if err != nil {
+		return Claims{}, time.Time{}, err
 	}
 	var claims Claims
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&claims); err != nil {
-		return Claims{}, fmt.Errorf("%w: claims: %v", ErrMalformed, err)
+		return Claims{}, time.Time{}, fmt.Errorf("%w: claims: %v", ErrMalformed, err)
 	}
 	switch {
 	case claims.Version != tokenVersion:
-		return Claims{}, fmt.Errorf("%w: unsupported version %d", ErrMalformed, claims.Version)
+		return Claims{}, time.Time{}, fmt.Errorf("%w: unsupported version %d", ErrMalformed, claims.Version)
 	case claims.Zone == "" || claims.ExpiresAt == 0 || claims.IssuedAt == 0:
-		return Claims{}, fmt.Errorf("%w: zone, iat and exp are required", ErrMalformed)
+		return Claims{}, time.Time{}, fmt.Errorf("%w: zone, iat and exp are required", ErrMalformed)
 	}
-	return claims, nil
+	return claims, retireAt, nil
+}
+
+// unverifiedKeyID reads the kid claim of a token without verifying it ("" when
+// there is none or the token is malformed: openToken then says why).
+func unverifiedKeyID(token string) string {
+	payload, _, _ := strings.Cut(strings.TrimSpace(token), ".")
+	body, err := base64.RawURLEncoding.DecodeString(payload)
+	if err != nil || len(body) > 4096 {
+		return ""
+	}
+	var c struct {
+		KeyID string `json:"kid"`
+	}
+	_ = json.Unmarshal(body, &c)
+	return c.KeyID
 }
 
 // signToken returns base64url(body) "." base64url(signature over context +

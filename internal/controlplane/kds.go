@@ -43,12 +43,12 @@ type globalKDS struct {
 	server *meridiansync.Server
 	grpc   *grpc.Server
 	ln     net.Listener
-	tokens *auth.ZoneTokens
+	tokens *auth.ZoneKeyRing
 	access *zoneAccess
 }
 
 func startGlobalKDS(cfg Config, reg *resource.Registry, store storage.Store, metrics prometheus.Registerer) (*globalKDS, error) {
-	tokens, err := auth.LoadOrCreateZoneTokens(cfg.DataDir, nil)
+	tokens, err := auth.LoadZoneKeyRing(cfg.DataDir, nil)
 	if err != nil {
 		return nil, fmt.Errorf("zone token signing key: %w", err)
 	}

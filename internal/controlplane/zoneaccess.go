@@ -24,7 +24,7 @@ import (
 // its live streams at once. It implements sync.ZoneAuthenticator and the
 // API's ZoneTokenAdmin.
 type zoneAccess struct {
-	tokens *auth.ZoneTokens
+	ring   *auth.ZoneKeyRing
 	store  storage.Store
 	log    hclog.Logger
 	clock  func() time.Time
@@ -36,8 +36,8 @@ type zoneAccess struct {
 
 const metaRevokedZoneTokens = "auth/revoked-zone-tokens"
 
-func newZoneAccess(ctx context.Context, tokens *auth.ZoneTokens, store storage.Store, log hclog.Logger) (*zoneAccess, error) {
-	z := &zoneAccess{tokens: tokens, store: store, log: log, clock: time.Now, revoked: map[string]int64{}}
+func newZoneAccess(ctx context.Context, ring *auth.ZoneKeyRing, store storage.Store, log hclog.Logger) (*zoneAccess, error) {
+	z := &zoneAccess{ring: ring, store: store, log: log, clock: time.Now, revoked: map[string]int64{}}
 	raw, err := store.Meta(ctx, metaRevokedZoneTokens)
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
@@ -60,9 +60,14 @@ func (z *zoneAccess) attach(s *meridiansync.Server) {
 
 // Authenticate implements sync.ZoneAuthenticator.
 func (z *zoneAccess) Authenticate(zone, token string) (meridiansync.ZoneCredential, error) {
-	claims, err := z.tokens.Verify(token, zone)
+	tokens := z.ring.Tokens()
+	claims, keyRetiresAt, err := tokens.VerifyWithKey(token, zone)
 	if err != nil {
 		return meridiansync.ZoneCredential{}, err
+	}
+	kid := claims.KeyID
+	if kid == "" {
+		kid = tokens.KeyID() // issued before rotation existed: the current key verified it
 	}
 	z.mu.RLock()
 	_, revoked := z.revoked[claims.ID]
@@ -75,7 +80,8 @@ func (z *zoneAccess) Authenticate(zone, token string) (meridiansync.ZoneCredenti
 	} else if disabled {
 		return meridiansync.ZoneCredential{}, fmt.Errorf("zone %q is disabled (its Zone resource says enabled: false)", zone)
 	}
-	return meridiansync.ZoneCredential{TokenID: claims.ID, ExpiresAt: time.Unix(claims.ExpiresAt, 0)}, nil
+	return meridiansync.ZoneCredential{TokenID: claims.ID, KeyID: kid, ExpiresAt: time.Unix(claims.ExpiresAt, 0),
+		KeyRetiresAt: keyRetiresAt}, nil
 }
 
 func (z *zoneAccess) zoneDisabled(zone string) (bool, error) {
@@ -128,7 +134,7 @@ func (z *zoneAccess) Revoke(ctx context.Context, id string) (int, error) {
 	z.mu.Unlock()
 	ended := 0
 	if server != nil {
-		ended = server.EndStreams(func(_, tokenID string) bool { return tokenID == id },
+		ended = server.EndStreams(func(s meridiansync.StreamInfo) bool { return s.TokenID == id },
 			fmt.Errorf("%w: zone token %s was revoked", meridiansync.ErrStreamRevoked, id))
 	}
 	z.log.Info("zone token revoked", "id", id, "streams_ended", ended)
@@ -157,7 +163,7 @@ func (z *zoneAccess) watchZones(ctx context.Context) error {
 		if server == nil {
 			continue
 		}
-		n := server.EndStreams(func(zone, _ string) bool { return zone == name },
+		n := server.EndStreams(func(s meridiansync.StreamInfo) bool { return s.Zone == name },
 			fmt.Errorf("%w: zone %q was disabled (enabled: false)", meridiansync.ErrStreamRevoked, name))
 		z.log.Info("zone disabled", "zone", name, "streams_ended", n)
 	}
@@ -165,4 +171,50 @@ func (z *zoneAccess) watchZones(ctx context.Context) error {
 		return nil
 	}
 	return errors.New("zone watch closed")
+}
+
+// Keys lists the zone token signing keys.
+func (z *zoneAccess) Keys() []auth.KeyInfo { return z.ring.Keys() }
+
+// RotateKey makes a new signing key; tokens of the old one keep working for
+// overlap (their streams end when it retires).
+func (z *zoneAccess) RotateKey(overlap time.Duration) (newID, oldID string, retireAt time.Time, err error) {
+	newID, oldID, retireAt, err = z.ring.Rotate(overlap)
+	if err != nil {
+		return "", "", time.Time{}, err
+	}
+	// Streams admitted while the old key was current have no key deadline:
+	// end them when it retires (streams admitted later get it from their
+	// credential).
+	time.AfterFunc(retireAt.Sub(z.clock()), func() {
+		z.mu.RLock()
+		server := z.server
+		z.mu.RUnlock()
+		if server == nil {
+			return
+		}
+		n := server.EndStreams(func(s meridiansync.StreamInfo) bool { return s.KeyID == oldID },
+			fmt.Errorf("%w: signing key %s retired at the end of its rotation overlap", meridiansync.ErrStreamRevoked, oldID))
+		z.log.Info("zone token signing key retired", "kid", oldID, "streams_ended", n)
+	})
+	z.log.Info("zone token signing key rotated", "new", newID, "previous", oldID, "previous_retires", retireAt.UTC())
+	return newID, oldID, retireAt, nil
+}
+
+// RetireKey retires a previous signing key now and ends the streams
+// authenticated with its tokens.
+func (z *zoneAccess) RetireKey(kid string) (int, error) {
+	if err := z.ring.Retire(kid); err != nil {
+		return 0, err
+	}
+	z.mu.RLock()
+	server := z.server
+	z.mu.RUnlock()
+	ended := 0
+	if server != nil {
+		ended = server.EndStreams(func(s meridiansync.StreamInfo) bool { return s.KeyID == kid },
+			fmt.Errorf("%w: signing key %s was retired", meridiansync.ErrStreamRevoked, kid))
+	}
+	z.log.Info("zone token signing key retired", "kid", kid, "streams_ended", ended)
+	return ended, nil
 }

@@ -34,7 +34,16 @@ type ZoneAuthenticator interface {
 // until ExpiresAt, and ends when its token is revoked (EndStreams).
 type ZoneCredential struct {
 	TokenID   string
+	KeyID     string // the signing key (rotation)
 	ExpiresAt time.Time
+	// KeyRetiresAt, when set, is when the signing key stops verifying (a
+	// rotated-out key): the stream ends then too.
+	KeyRetiresAt time.Time
+}
+
+// StreamInfo describes a live stream for EndStreams.
+type StreamInfo struct {
+	Zone, TokenID, KeyID string
 }
 
 // Metadata a zone sends when it opens a stream: its name and its token as
@@ -95,8 +104,8 @@ type Server struct {
 }
 
 type activeStream struct {
-	cancel  context.CancelCauseFunc
-	tokenID string
+	cancel context.CancelCauseFunc
+	info   StreamInfo
 }
 
 // Causes of a stream's end the server itself decides.
@@ -104,6 +113,7 @@ var (
 	errReplaced     = errors.New("replaced by a newer stream of the same zone")
 	errShutdown     = errors.New("global control plane shutting down")
 	errTokenExpired = errors.New("the zone token expired: issue a new one (meridianctl generate zone-token) and update the zone's token file")
+	errKeyRetired   = errors.New("the zone token's signing key was rotated out and has retired: issue a new token")
 )
 
 // NewServer checks cfg and returns the server.
@@ -184,7 +194,7 @@ func (s *Server) Stream(stream syncv1.SyncService_StreamServer) error {
 	log := s.log.With("zone", z.Name)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	a, err := s.register(z.Name, cred.TokenID, cancel)
+	a, err := s.register(StreamInfo{Zone: z.Name, TokenID: cred.TokenID, KeyID: cred.KeyID}, cancel)
 	if err != nil {
 		return toStatus(err)
 	}
@@ -217,17 +227,22 @@ func (s *Server) authenticate(ctx context.Context) (string, ZoneCredential, erro
 	return zone, cred, nil
 }
 
-// endAtExpiry ends the stream when its token expires.
+// endAtExpiry ends the stream when its token expires or its signing key
+// retires, whichever comes first.
 func (s *Server) endAtExpiry(ctx context.Context, cred ZoneCredential, cancel context.CancelCauseFunc) func() {
-	if cred.ExpiresAt.IsZero() {
+	at, cause := cred.ExpiresAt, errTokenExpired
+	if !cred.KeyRetiresAt.IsZero() && (at.IsZero() || cred.KeyRetiresAt.Before(at)) {
+		at, cause = cred.KeyRetiresAt, errKeyRetired
+	}
+	if at.IsZero() {
 		return func() {}
 	}
-	t := s.cfg.Clock.NewTimer(cred.ExpiresAt.Sub(s.cfg.Clock.Now()))
+	t := s.cfg.Clock.NewTimer(at.Sub(s.cfg.Clock.Now()))
 	done := make(chan struct{})
 	go func() {
 		select {
 		case <-t.C():
-			cancel(errTokenExpired)
+			cancel(cause)
 		case <-done:
 		case <-ctx.Done():
 		}
@@ -235,14 +250,14 @@ func (s *Server) endAtExpiry(ctx context.Context, cred ZoneCredential, cancel co
 	return func() { t.Stop(); close(done) }
 }
 
-// EndStreams ends every live stream for which match(zone, tokenID) holds,
-// with cause (a revoked token, a disabled zone); it returns how many.
-func (s *Server) EndStreams(match func(zone, tokenID string) bool, cause error) int {
+// EndStreams ends every live stream for which match holds, with cause (a
+// revoked token, a disabled zone, a retired key); it returns how many.
+func (s *Server) EndStreams(match func(StreamInfo) bool, cause error) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
-	for zone, a := range s.active {
-		if match(zone, a.tokenID) {
+	for _, a := range s.active {
+		if match(a.info) {
 			a.cancel(cause)
 			n++
 		}
@@ -361,17 +376,17 @@ func (s *Server) refuse(ws wireStream, zone string, err error) {
 // register makes this stream the zone's current one, ending an older
 // stream of the same zone (after a network split the zone redials before
 // the global notices the old stream is dead).
-func (s *Server) register(zone, tokenID string, cancel context.CancelCauseFunc) (*activeStream, error) {
+func (s *Server) register(info StreamInfo, cancel context.CancelCauseFunc) (*activeStream, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, errShutdown
 	}
-	if old := s.active[zone]; old != nil {
+	if old := s.active[info.Zone]; old != nil {
 		old.cancel(errReplaced)
 	}
-	a := &activeStream{cancel: cancel, tokenID: tokenID}
-	s.active[zone] = a
+	a := &activeStream{cancel: cancel, info: info}
+	s.active[info.Zone] = a
 	return a, nil
 }
 
@@ -394,7 +409,7 @@ func toStatus(err error) error {
 	}
 	code := codes.Internal
 	switch {
-	case errors.Is(err, errUnauthenticated), errors.Is(err, errTokenExpired), errors.Is(err, ErrStreamRevoked):
+	case errors.Is(err, errUnauthenticated), errors.Is(err, errTokenExpired), errors.Is(err, errKeyRetired), errors.Is(err, ErrStreamRevoked):
 		code = codes.Unauthenticated
 	case errors.Is(err, errBadHandshake), errors.Is(err, errProtocol):
 		code = codes.InvalidArgument

@@ -66,7 +66,7 @@ func TestEndStreamsByTokenID(t *testing.T) {
 	z2 := c.zone("zone-2", zoneOpts{}).start()
 	defer z2.close()
 	eventually(t, wait, "both connected", func() bool { return z1.client.Status().Connected && z2.client.Status().Connected })
-	n := c.server.EndStreams(func(_, id string) bool { return id == claims1.ID }, ErrStreamRevoked)
+	n := c.server.EndStreams(func(s StreamInfo) bool { return s.TokenID == claims1.ID }, ErrStreamRevoked)
 	if n != 1 {
 		t.Fatalf("ended %d streams, want 1", n)
 	}

@@ -16,5 +16,5 @@ func (a tokenAuth) Authenticate(zone, token string) (ZoneCredential, error) {
 	if err != nil {
 		return ZoneCredential{}, err
 	}
-	return ZoneCredential{TokenID: c.ID, ExpiresAt: time.Unix(c.ExpiresAt, 0)}, nil
+	return ZoneCredential{TokenID: c.ID, KeyID: c.KeyID, ExpiresAt: time.Unix(c.ExpiresAt, 0)}, nil
 }
