@@ -24,10 +24,10 @@ import (
 // its live streams at once. It implements sync.ZoneAuthenticator and the
 // API's ZoneTokenAdmin.
 type zoneAccess struct {
-	ring   *auth.ZoneKeyRing
-	store  storage.Store
-	log    hclog.Logger
-	clock  func() time.Time
+	ring  *auth.ZoneKeyRing
+	store storage.Store
+	log   hclog.Logger
+	clock func() time.Time
 
 	mu      gosync.RWMutex
 	revoked map[string]int64 // token id → its expiry (Unix s): kept until then
