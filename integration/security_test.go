@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/meridian-mesh/meridian/internal/auth"
+	"github.com/meridian-mesh/meridian/internal/launcher"
 	meridiansync "github.com/meridian-mesh/meridian/internal/sync"
 	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
@@ -411,5 +413,49 @@ func TestZoneTokenKeyRotation(t *testing.T) {
 	eventually(t, 2*time.Second, connected(false))
 	if out, code := g.ctl("", "retire", "zone-token-key", keys.Items[0].KID); code == 0 || !strings.Contains(out, "current key") {
 		t.Errorf("retiring the current key: exit %d %s", code, out)
+	}
+}
+
+// TestAPIOverHTTPS: --api-tls serves the API with the control plane's
+// certificate; meridianctl verifies it with --ca-file.
+func TestAPIOverHTTPS(t *testing.T) {
+	dir := t.TempDir()
+	addr, err := launcher.FreeAddress()
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &logBuffer{}
+	proc := &launcher.Process{Name: "global", Path: bins.Global, Log: log, Args: []string{"--data-dir", dir, "--api-address", addr,
+		"--kds-address", freeAddress(t), "--api-tls", "--api-localhost-is-admin=false"}}
+	if err := proc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = proc.Stop(5 * time.Second)
+		if t.Failed() {
+			t.Logf("global log:\n%s", log.String())
+		}
+	})
+	ctl := func(args ...string) (string, error) {
+		out, err := exec.Command(bins.Meridianctl, append([]string{"--api-address", "https://" + addr}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	ca := filepath.Join(dir, "kds-server.crt")
+	eventually(t, 15*time.Second, func() error {
+		out, err := ctl("--ca-file", ca, "--token-file", filepath.Join(dir, auth.AdminTokenFileName), "get", "meshes")
+		if err != nil || !strings.Contains(out, "default") {
+			return fmt.Errorf("get meshes over https: %v %s", err, out)
+		}
+		return nil
+	})
+	if out, err := ctl("--token-file", filepath.Join(dir, auth.AdminTokenFileName), "get", "meshes"); err == nil || !strings.Contains(out, "certificate") {
+		t.Errorf("https without the CA: %v %s", err, out)
+	}
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			t.Error("plain http is served on the https port")
+		}
 	}
 }

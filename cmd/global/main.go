@@ -18,8 +18,6 @@ func newCommand() *cobra.Command {
 	var (
 		common     controlplane.CommonFlags
 		kdsAddress string
-		tlsCert    string
-		tlsKey     string
 	)
 	cmd := &cobra.Command{
 		Use:   "global-cp",
@@ -40,15 +38,14 @@ func newCommand() *cobra.Command {
 				LocalhostIsAdmin:   common.LocalhostIsAdmin,
 				APIReadTimeout:     common.APIReadTimeout,
 				KDSAddress:         kdsAddress,
-				TLSCertFile:        tlsCert,
-				TLSKeyFile:         tlsKey,
+				TLSCertFile:        common.TLSCertFile,
+				TLSKeyFile:         common.TLSKeyFile,
+				APITLS:             common.APITLS,
 			})
 		},
 	}
 	common.Register(cmd, "127.0.0.1:5681")
 	fs := cmd.Flags()
 	fs.StringVar(&kdsAddress, "kds-address", "127.0.0.1:5685", "KDS (zone sync) gRPC listen address")
-	fs.StringVar(&tlsCert, "tls-cert-file", "", "KDS TLS certificate (PEM); self-signed into the data dir when absent")
-	fs.StringVar(&tlsKey, "tls-key-file", "", "KDS TLS private key (PEM)")
 	return cmd
 }

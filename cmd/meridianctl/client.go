@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meridian-mesh/meridian/internal/auth"
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
@@ -20,7 +21,7 @@ type client struct {
 	token string
 }
 
-func newClient(address, token string) (*client, error) {
+func newClient(address, token, caFile string) (*client, error) {
 	if !strings.Contains(address, "://") {
 		address = "http://" + address
 	}
@@ -28,7 +29,15 @@ func newClient(address, token string) (*client, error) {
 	if err != nil || u.Host == "" {
 		return nil, fmt.Errorf("--api-address %q: want http://HOST:PORT", address)
 	}
-	return &client{base: u, http: &http.Client{Timeout: 30 * time.Second}, token: token}, nil
+	hc := &http.Client{Timeout: 30 * time.Second}
+	if caFile != "" {
+		tlsCfg, err := auth.ClientTLS(auth.ClientTLSConfig{CAFile: caFile})
+		if err != nil {
+			return nil, fmt.Errorf("--ca-file: %w", err)
+		}
+		hc.Transport = &http.Transport{TLSClientConfig: tlsCfg, Proxy: http.ProxyFromEnvironment}
+	}
+	return &client{base: u, http: hc, token: token}, nil
 }
 
 // apiError is the server's error body.

@@ -42,6 +42,7 @@ type app struct {
 	apiAddress string
 	token      string
 	tokenFile  string
+	caFile     string
 	client     *client
 	stdin      io.Reader
 	stdout     io.Writer
@@ -84,7 +85,7 @@ func (a *app) rootCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := newClient(a.apiAddress, token)
+			c, err := newClient(a.apiAddress, token, a.caFile)
 			if err != nil {
 				return err
 			}
@@ -95,6 +96,7 @@ func (a *app) rootCommand() *cobra.Command {
 	root.PersistentFlags().StringVar(&a.apiAddress, "api-address", "http://127.0.0.1:5681",
 		"control plane REST API (env MERIDIAN_API_ADDRESS)")
 	root.PersistentFlags().StringVar(&a.token, "token", "", "user token sent as Authorization: Bearer (env MERIDIAN_API_TOKEN)")
+	root.PersistentFlags().StringVar(&a.caFile, "ca-file", "", "CA bundle (PEM) to verify an https:// API, e.g. DATA_DIR/kds-server.crt (env MERIDIAN_CA_FILE)")
 	root.PersistentFlags().StringVar(&a.tokenFile, "token-file", "", "file holding the user token, e.g. DATA_DIR/admin-token (env MERIDIAN_API_TOKEN_FILE)")
 	root.AddCommand(a.applyCommand(), a.getCommand(), a.deleteCommand(), a.inspectCommand(), a.generateCommand(),
 		a.revokeCommand(), a.rotateCommand(), a.retireCommand())

@@ -52,6 +52,9 @@ func newCommand() *cobra.Command {
 				ZoneTokenFile:      tokenFile,
 				KDSCAFile:          caFile,
 				KDSSkipVerify:      skipVerify,
+				TLSCertFile:        common.TLSCertFile,
+				TLSKeyFile:         common.TLSKeyFile,
+				APITLS:             common.APITLS,
 			})
 		},
 	}

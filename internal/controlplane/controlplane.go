@@ -5,6 +5,7 @@ package controlplane
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -57,6 +58,9 @@ type Config struct {
 	SyncStream meridiansync.StreamConfig
 	// LocalhostIsAdmin: loopback API callers without a token are admin.
 	LocalhostIsAdmin bool
+	// APITLS serves the API over HTTPS with TLSCertFile/TLSKeyFile (or the
+	// certificate generated into the data dir).
+	APITLS bool
 	// APIReadTimeout bounds how long a request (headers and body) may take
 	// to arrive; 0 means 60 s.
 	APIReadTimeout time.Duration
@@ -155,6 +159,17 @@ func Run(ctx context.Context, cfg Config) error {
 	ln, err := net.Listen("tcp", cfg.APIAddress)
 	if err != nil {
 		return fmt.Errorf("api address %s: %w", cfg.APIAddress, err)
+	}
+	if cfg.APITLS {
+		mat, err := auth.LoadOrCreateServerTLS(auth.ServerTLSConfig{CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile, DataDir: cfg.DataDir})
+		if err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("api tls: %w", err)
+		}
+		tlsCfg := mat.Config.Clone()
+		tlsCfg.NextProtos = []string{"h2", "http/1.1"}
+		ln = tls.NewListener(ln, tlsCfg)
+		cfg.Logger.Info("api serves https", "cert", mat.CertFile, "generated_cert", mat.Generated)
 	}
 	return serve(ctx, cfg, ln, handler, failed)
 }

@@ -29,6 +29,9 @@ type CommonFlags struct {
 	TombstoneRetention time.Duration
 	LocalhostIsAdmin   bool
 	APIReadTimeout     time.Duration
+	APITLS             bool
+	TLSCertFile        string
+	TLSKeyFile         string
 }
 
 // Register adds the common flags to cmd.
@@ -41,6 +44,9 @@ func (f *CommonFlags) Register(cmd *cobra.Command, defaultAPI string) {
 	fs.StringVar(&f.LogFormat, "log-format", "text", "log format: text or json")
 	fs.DurationVar(&f.TombstoneRetention, "tombstone-retention", 24*time.Hour, "how long deletions are kept for resuming peers")
 	fs.DurationVar(&f.APIReadTimeout, "api-read-timeout", 60*time.Second, "the longest an API request may take to arrive, body included (a slower upload is cut)")
+	fs.BoolVar(&f.APITLS, "api-tls", false, "serve the REST API over HTTPS with --tls-cert-file/--tls-key-file (else a self-signed certificate generated into the data dir)")
+	fs.StringVar(&f.TLSCertFile, "tls-cert-file", "", "TLS certificate (PEM) for KDS (global) and, with --api-tls, the API; self-signed into the data dir when absent")
+	fs.StringVar(&f.TLSKeyFile, "tls-key-file", "", "TLS private key (PEM) of --tls-cert-file")
 	fs.BoolVar(&f.LocalhostIsAdmin, "api-localhost-is-admin", true, "treat API callers on loopback without a token as admin (remote callers always need a token)")
 }
 
