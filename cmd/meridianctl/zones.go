@@ -30,27 +30,33 @@ func (a *app) generateZoneTokenCommand() *cobra.Command {
 			if _, err := time.ParseDuration(validFor); err != nil {
 				return fmt.Errorf("--valid-for: %w", err)
 			}
-			body, err := json.Marshal(map[string]string{"zone": zone, "validFor": validFor})
-			if err != nil {
-				return err
-			}
-			resp, _, err := a.client.do(cmd.Context(), "POST", "/tokens/zone", nil, body, "")
-			if err != nil {
-				return err
-			}
-			var out struct {
-				Token string `json:"token"`
-			}
-			if err := json.Unmarshal(resp, &out); err != nil || out.Token == "" {
-				return fmt.Errorf("unexpected response: %s", resp)
-			}
-			fmt.Fprintln(a.stdout, out.Token)
-			return nil
+			return a.issueToken(cmd, "/tokens/zone", map[string]any{"zone": zone, "validFor": validFor})
 		},
 	}
 	cmd.Flags().StringVar(&zone, "zone", "", "zone name the token is bound to (required)")
 	cmd.Flags().StringVar(&validFor, "valid-for", "24h", "how long the token is valid")
 	return cmd
+}
+
+// issueToken POSTs req to path and prints the token of the answer alone
+// on stdout (ready for a token file).
+func (a *app) issueToken(cmd *cobra.Command, path string, req map[string]any) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	resp, _, err := a.client.do(cmd.Context(), "POST", path, nil, body, "")
+	if err != nil {
+		return err
+	}
+	var out struct {
+		Token string `json:"token"`
+	}
+	if err := json.Unmarshal(resp, &out); err != nil || out.Token == "" {
+		return fmt.Errorf("unexpected response: %s", resp)
+	}
+	fmt.Fprintln(a.stdout, out.Token)
+	return nil
 }
 
 // generateUserTokenCommand asks a control plane for a user token.
@@ -71,22 +77,7 @@ func (a *app) generateUserTokenCommand() *cobra.Command {
 			if _, err := time.ParseDuration(validFor); err != nil {
 				return fmt.Errorf("--valid-for: %w", err)
 			}
-			body, err := json.Marshal(map[string]any{"name": name, "groups": groups, "meshes": meshes, "validFor": validFor})
-			if err != nil {
-				return err
-			}
-			resp, _, err := a.client.do(cmd.Context(), "POST", "/tokens/user", nil, body, "")
-			if err != nil {
-				return err
-			}
-			var out struct {
-				Token string `json:"token"`
-			}
-			if err := json.Unmarshal(resp, &out); err != nil || out.Token == "" {
-				return fmt.Errorf("unexpected response: %s", resp)
-			}
-			fmt.Fprintln(a.stdout, out.Token)
-			return nil
+			return a.issueToken(cmd, "/tokens/user", map[string]any{"name": name, "groups": groups, "meshes": meshes, "validFor": validFor})
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "", "who the token is for (required)")

@@ -130,13 +130,9 @@ func (z *zoneAccess) Revoke(ctx context.Context, id string) (int, error) {
 		return 0, fmt.Errorf("persist revocation of zone token %s: %w", id, err)
 	}
 	z.revoked = next
-	server := z.server
 	z.mu.Unlock()
-	ended := 0
-	if server != nil {
-		ended = server.EndStreams(func(s meridiansync.StreamInfo) bool { return s.TokenID == id },
-			fmt.Errorf("%w: zone token %s was revoked", meridiansync.ErrStreamRevoked, id))
-	}
+	ended := z.endStreams(func(s meridiansync.StreamInfo) bool { return s.TokenID == id },
+		fmt.Errorf("%w: zone token %s was revoked", meridiansync.ErrStreamRevoked, id))
 	z.log.Info("zone token revoked", "id", id, "streams_ended", ended)
 	return ended, nil
 }
@@ -157,13 +153,7 @@ func (z *zoneAccess) watchZones(ctx context.Context) error {
 			continue
 		}
 		name := ev.Resource.Name
-		z.mu.RLock()
-		server := z.server
-		z.mu.RUnlock()
-		if server == nil {
-			continue
-		}
-		n := server.EndStreams(func(s meridiansync.StreamInfo) bool { return s.Zone == name },
+		n := z.endStreams(func(s meridiansync.StreamInfo) bool { return s.Zone == name },
 			fmt.Errorf("%w: zone %q was disabled (enabled: false)", meridiansync.ErrStreamRevoked, name))
 		z.log.Info("zone disabled", "zone", name, "streams_ended", n)
 	}
@@ -187,13 +177,7 @@ func (z *zoneAccess) RotateKey(overlap time.Duration) (newID, oldID string, reti
 	// end them when it retires (streams admitted later get it from their
 	// credential).
 	time.AfterFunc(retireAt.Sub(z.clock()), func() {
-		z.mu.RLock()
-		server := z.server
-		z.mu.RUnlock()
-		if server == nil {
-			return
-		}
-		n := server.EndStreams(func(s meridiansync.StreamInfo) bool { return s.KeyID == oldID },
+		n := z.endStreams(func(s meridiansync.StreamInfo) bool { return s.KeyID == oldID },
 			fmt.Errorf("%w: signing key %s retired at the end of its rotation overlap", meridiansync.ErrStreamRevoked, oldID))
 		z.log.Info("zone token signing key retired", "kid", oldID, "streams_ended", n)
 	})
@@ -207,14 +191,19 @@ func (z *zoneAccess) RetireKey(kid string) (int, error) {
 	if err := z.ring.Retire(kid); err != nil {
 		return 0, err
 	}
+	ended := z.endStreams(func(s meridiansync.StreamInfo) bool { return s.KeyID == kid },
+		fmt.Errorf("%w: signing key %s was retired", meridiansync.ErrStreamRevoked, kid))
+	z.log.Info("zone token signing key retired", "kid", kid, "streams_ended", ended)
+	return ended, nil
+}
+
+// endStreams ends the matching live streams of the attached server.
+func (z *zoneAccess) endStreams(match func(meridiansync.StreamInfo) bool, cause error) int {
 	z.mu.RLock()
 	server := z.server
 	z.mu.RUnlock()
-	ended := 0
-	if server != nil {
-		ended = server.EndStreams(func(s meridiansync.StreamInfo) bool { return s.KeyID == kid },
-			fmt.Errorf("%w: signing key %s was retired", meridiansync.ErrStreamRevoked, kid))
+	if server == nil {
+		return 0
 	}
-	z.log.Info("zone token signing key retired", "kid", kid, "streams_ended", ended)
-	return ended, nil
+	return server.EndStreams(match, cause)
 }

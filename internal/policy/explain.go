@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 )
 
 // Explanation is the `_explain` response (SPEC 3.6.3, 5): the effective conf
@@ -236,18 +237,7 @@ func walkFinal(n *node, path []string, fn func(string, *node)) {
 			return
 		}
 	}
-	fn(joinPath(path), n)
-}
-
-func joinPath(path []string) string {
-	out := ""
-	for i, p := range path {
-		if i > 0 {
-			out += "."
-		}
-		out += p
-	}
-	return out
+	fn(strings.Join(path, "."), n)
 }
 
 func (bt *blockTrace) explain() BlockExplain {
@@ -285,17 +275,6 @@ func (bt *blockTrace) explain() BlockExplain {
 	default:
 		be.Outcome = "lost"
 	}
-	be.Reason = joinReasons(reasons)
+	be.Reason = strings.Join(reasons, "; ")
 	return be
-}
-
-func joinReasons(rs []string) string {
-	out := ""
-	for i, r := range rs {
-		if i > 0 {
-			out += "; "
-		}
-		out += r
-	}
-	return out
 }

@@ -111,49 +111,13 @@ func FuzzDefaultsOverrides(f *testing.F) {
 		rs, entries := doCase(r, list)
 		snap := doSnapshot(t, reg, rs)
 		if list == "to" {
-			ev, err := snap.EvaluateOutbound("backend-1", "", "backend")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got any
-			if op, ok := ev.Policies["MeshTimeout"]; ok {
-				got = normalizeJSON(op.Conf)
-			}
-			if want := reference(t, reg.Conditions(), entries); !reflect.DeepEqual(got, want) {
-				t.Fatalf("engine %s, reference %s\npolicies:\n%s", compact(got), compact(want), specsOf(rs))
-			}
+			checkDOOutbound(t, reg, snap, rs, entries)
 			return
 		}
 		for c := 0; c < 10; c++ {
-			client := randomClient(r)
-			var matching []*doEntry
-			for _, e := range entries {
-				if subsetOf(e.tags, client) {
-					matching = append(matching, e)
-				}
-			}
-			ev, err := snap.EvaluateInbound("backend-1", "", 8080, client)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got any
-			if ap, ok := ev.Policies["MeshTimeout"]; ok {
-				got = normalizeJSON(ap.Conf)
-			}
-			if want := reference(t, reg.Conditions(), matching); !reflect.DeepEqual(got, want) {
-				t.Fatalf("client %v: engine %s, reference %s\npolicies:\n%s", client, compact(got), compact(want), specsOf(rs))
-			}
+			checkDOClient(t, reg, snap, rs, entries, nil, randomClient(r))
 		}
 	})
-}
-
-func subsetOf(tags, client map[string]string) bool {
-	for k, v := range tags {
-		if client[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // FuzzFromRules drives the property of TestPropertyMeshTrafficPermission

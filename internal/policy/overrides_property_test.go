@@ -296,39 +296,93 @@ func specsOf(rs []*resource.Resource) string {
 	return strings.Join(out, "\n")
 }
 
+// checkDOOutbound compares the backend outbound's MeshTimeout with the
+// reference, through _evaluate and _explain.
+func checkDOOutbound(t *testing.T, reg *resource.Registry, snap *MeshSnapshot, rs []*resource.Resource, entries []*doEntry) {
+	t.Helper()
+	want := reference(t, reg.Conditions(), entries)
+	ev, err := snap.EvaluateOutbound("backend-1", "", "backend")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got any
+	if op, ok := ev.Policies["MeshTimeout"]; ok {
+		got = normalizeJSON(op.Conf)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("engine %s, reference %s\npolicies:\n%s", compact(got), compact(want), specsOf(rs))
+	}
+	// _explain renders the same conf, and every field it lists as in
+	// effect is in it.
+	ex, err := snap.Explain("backend-1", "", "MeshTimeout", "backend", 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exConf := normalizeJSON(ex.Conf); !reflect.DeepEqual(exConf, want) {
+		t.Fatalf("explain conf %s, reference %s\npolicies:\n%s", compact(exConf), compact(want), specsOf(rs))
+	}
+	for _, f := range ex.Fields {
+		if (f.SetBy != nil) != (f.Value != nil) {
+			t.Fatalf("field %s: setBy %v with value %s", f.Path, f.SetBy, f.Value)
+		}
+	}
+}
+
+// checkDOClient compares what a client of the backend inbound gets with the
+// reference, through the from-rules (exactly one rule matches) and
+// _evaluate. rules may be nil to skip the rule check.
+func checkDOClient(t *testing.T, reg *resource.Registry, snap *MeshSnapshot, rs []*resource.Resource, entries []*doEntry, rules []Rule, client map[string]string) {
+	t.Helper()
+	var matching []*doEntry
+	for _, e := range entries {
+		if subsetOf(e.tags, client) {
+			matching = append(matching, e)
+		}
+	}
+	want := reference(t, reg.Conditions(), matching)
+	if rules != nil {
+		var got any
+		n := 0
+		for _, rule := range rules {
+			if ruleMatches(rule, client) {
+				n++
+				got = normalizeJSON(rule.Conf)
+			}
+		}
+		if n > 1 || !reflect.DeepEqual(got, want) {
+			t.Fatalf("client %v: %d rules match, conf %s, reference %s\nrules %s\npolicies:\n%s",
+				client, n, compact(got), compact(want), compact(rules), specsOf(rs))
+		}
+	}
+	ev, err := snap.EvaluateInbound("backend-1", "", 8080, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evConf any
+	if ap, ok := ev.Policies["MeshTimeout"]; ok {
+		evConf = normalizeJSON(ap.Conf)
+	}
+	if !reflect.DeepEqual(evConf, want) {
+		t.Fatalf("client %v: evaluate %s, reference %s\npolicies:\n%s", client, compact(evConf), compact(want), specsOf(rs))
+	}
+}
+
+func subsetOf(tags, client map[string]string) bool {
+	for k, v := range tags {
+		if client[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
 func TestPropertyDefaultsOverridesOutbound(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(7, 8))
 	reg := resource.NewDefaultRegistry()
 	for i := 0; i < 3000; i++ {
 		rs, entries := doCase(r, "to")
-		snap := doSnapshot(t, reg, rs)
-		want := reference(t, reg.Conditions(), entries)
-		ev, err := snap.EvaluateOutbound("backend-1", "", "backend")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got any
-		if op, ok := ev.Policies["MeshTimeout"]; ok {
-			got = normalizeJSON(op.Conf)
-		}
-		if !reflect.DeepEqual(got, want) {
-			t.Fatalf("case %d: engine %s, reference %s\npolicies:\n%s", i, compact(got), compact(want), specsOf(rs))
-		}
-		// _explain renders the same conf, and every field it lists as in
-		// effect is in it.
-		ex, err := snap.Explain("backend-1", "", "MeshTimeout", "backend", 0, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if exConf := normalizeJSON(ex.Conf); !reflect.DeepEqual(exConf, want) {
-			t.Fatalf("case %d: explain conf %s, reference %s", i, compact(exConf), compact(want))
-		}
-		for _, f := range ex.Fields {
-			if (f.SetBy != nil) != (f.Value != nil) {
-				t.Fatalf("case %d: field %s: setBy %v with value %s", i, f.Path, f.SetBy, f.Value)
-			}
-		}
+		checkDOOutbound(t, reg, doSnapshot(t, reg, rs), rs, entries)
 	}
 }
 
@@ -344,44 +398,11 @@ func TestPropertyDefaultsOverridesFromRules(t *testing.T) {
 			t.Fatal(err)
 		}
 		rules := cfg.Inbounds[0].Policies["MeshTimeout"].Rules
+		if rules == nil {
+			rules = []Rule{}
+		}
 		for c := 0; c < 20; c++ {
-			client := randomClient(r)
-			var matching []*doEntry
-			for _, e := range entries {
-				ok := true
-				for k, v := range e.tags {
-					if client[k] != v {
-						ok = false
-					}
-				}
-				if ok {
-					matching = append(matching, e)
-				}
-			}
-			want := reference(t, reg.Conditions(), matching)
-			var got any
-			n := 0
-			for _, rule := range rules {
-				if ruleMatches(rule, client) {
-					n++
-					got = normalizeJSON(rule.Conf)
-				}
-			}
-			if n > 1 || !reflect.DeepEqual(got, want) {
-				t.Fatalf("case %d, client %v: %d rules match, conf %s, reference %s\nrules %s\npolicies:\n%s",
-					i, client, n, compact(got), compact(want), compact(rules), specsOf(rs))
-			}
-			ev, err := snap.EvaluateInbound("backend-1", "", 8080, client)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var evConf any
-			if ap, ok := ev.Policies["MeshTimeout"]; ok {
-				evConf = normalizeJSON(ap.Conf)
-			}
-			if !reflect.DeepEqual(evConf, want) {
-				t.Fatalf("case %d, client %v: evaluate %s, reference %s\npolicies:\n%s", i, client, compact(evConf), compact(want), specsOf(rs))
-			}
+			checkDOClient(t, reg, snap, rs, entries, rules, randomClient(r))
 		}
 	}
 }
