@@ -2,13 +2,16 @@
 // control plane's API (SPEC 2, 4.3, 5): the labels the control plane owns,
 // which plane and zone own an existing resource, mesh existence, which plane
 // creates meshes, and what a mesh delete takes with it. The REST handlers
-// call it for every write. Its preconditions run inside the store
-// transaction of the write (storage.Batch.Check), so no write slips between
-// a check and the write it guards.
+// call it for every write, and the global's sync sink for every batch a
+// zone sends (FromZone: a zone writes only its own resources, into meshes
+// the global has). Its preconditions run inside the store transaction of
+// the write (storage.Batch.Check), so no write slips between a check and
+// the write it guards.
 //
-// Sync keeps its own per-resource authority (internal/sync/mapping: a zone
-// writes only its own zone's resources, never global ones), which it checks
-// on every received resource.
+// The sync sinks also check each received resource before the batch
+// (internal/sync/mapping: names, labels, origin), so a bad resource is
+// NACKed with a precise reason; FromZone closes the window between those
+// checks and the write.
 package admission
 
 import (
@@ -281,4 +284,75 @@ func getOrNil(tx storage.TxReader, key resource.Key) (*resource.Resource, error)
 		return nil, nil
 	}
 	return r, err
+}
+
+// Rejected is a veto of some resources of a sync batch: each key with why.
+// The batch applies nothing; the caller drops those resources (answering
+// the peer with a NACK for them) and applies the rest.
+type Rejected struct {
+	Keys map[resource.Key]error
+}
+
+func (r *Rejected) Error() string {
+	var parts []string
+	for k, err := range r.Keys {
+		parts = append(parts, fmt.Sprintf("%s: %v", k, err))
+	}
+	return "rejected: " + strings.Join(parts, "; ")
+}
+
+// RejectedKeys lets callers that do not import this package read the keys.
+func (r *Rejected) RejectedKeys() map[resource.Key]error { return r.Keys }
+
+// FromZone is the precondition of a batch that zone's stream applies on the
+// global: every put and delete touches only that zone's own resources (or
+// nothing yet), and every put's mesh exists. It runs in the batch's
+// transaction, so a resource the global's API writes meanwhile is never
+// overwritten by a zone.
+func (c *Controller) FromZone(zone string, puts []*resource.Resource, deletes []resource.Key) func(storage.TxReader) ([]resource.Key, error) {
+	return func(tx storage.TxReader) ([]resource.Key, error) {
+		rejected := map[resource.Key]error{}
+		owned := func(key resource.Key) error {
+			existing, err := getOrNil(tx, key)
+			if err != nil || existing == nil {
+				return err
+			}
+			if existing.Labels[resource.LabelOrigin] != resource.OriginZone || existing.Labels[resource.LabelZone] != zone {
+				return fmt.Errorf("%w: %s exists on the global with origin %q and zone %q", ErrOwned, key,
+					existing.Labels[resource.LabelOrigin], existing.Labels[resource.LabelZone])
+			}
+			return nil
+		}
+		meshes := map[string]bool{}
+		for _, r := range puts {
+			if err := owned(r.Key()); err != nil {
+				rejected[r.Key()] = err
+				continue
+			}
+			if r.Mesh == "" {
+				continue
+			}
+			ok, seen := meshes[r.Mesh]
+			if !seen {
+				_, err := tx.Get(resource.Key{Type: "Mesh", Name: r.Mesh})
+				if err != nil && !errors.Is(err, storage.ErrNotFound) {
+					return nil, err
+				}
+				ok = err == nil
+				meshes[r.Mesh] = ok
+			}
+			if !ok {
+				rejected[r.Key()] = fmt.Errorf("%w: mesh %q does not exist on the global", ErrMeshMissing, r.Mesh)
+			}
+		}
+		for _, k := range deletes {
+			if err := owned(k); err != nil {
+				rejected[k] = err
+			}
+		}
+		if len(rejected) > 0 {
+			return nil, &Rejected{Keys: rejected}
+		}
+		return nil, nil
+	}
 }

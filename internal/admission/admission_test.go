@@ -208,3 +208,34 @@ func TestDeleteChecksVersionAndOwner(t *testing.T) {
 		t.Errorf("delete: %v", err)
 	}
 }
+
+func TestFromZone(t *testing.T) {
+	c := controller(t, admission.Global, false)
+	s := newStore(t)
+	ctx := context.Background()
+	own := timeout("default", "own", map[string]string{resource.LabelOrigin: "zone", resource.LabelZone: "zone-1"})
+	other := timeout("default", "other", map[string]string{resource.LabelOrigin: "zone", resource.LabelZone: "zone-2"})
+	global := timeout("default", "global", map[string]string{resource.LabelOrigin: "global"})
+	seed(t, s, mesh("default", nil), own, other, global)
+	k := func(n string) resource.Key { return resource.Key{Type: "MeshTimeout", Mesh: "default", Name: n} }
+	puts := []*resource.Resource{timeout("default", "own", nil), timeout("default", "other", nil), timeout("nope", "x", nil), timeout("default", "new", nil)}
+	deletes := []resource.Key{k("global"), k("own")}
+	_, err := s.Apply(ctx, storage.Batch{Puts: puts, Deletes: deletes, Check: c.FromZone("zone-1", puts, deletes)})
+	var rej *admission.Rejected
+	if !errors.As(err, &rej) {
+		t.Fatalf("err %v, want Rejected", err)
+	}
+	want := map[resource.Key]error{k("other"): admission.ErrOwned, k("global"): admission.ErrOwned,
+		{Type: "MeshTimeout", Mesh: "nope", Name: "x"}: admission.ErrMeshMissing}
+	if len(rej.Keys) != len(want) {
+		t.Fatalf("rejected %v, want %v", rej.Keys, want)
+	}
+	for key, sentinel := range want {
+		if !errors.Is(rej.Keys[key], sentinel) {
+			t.Errorf("%s: %v, want %v", key, rej.Keys[key], sentinel)
+		}
+	}
+	if _, err := s.Get(ctx, k("new")); !errors.Is(err, storage.ErrNotFound) {
+		t.Errorf("a vetoed batch wrote: %v", err)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/encoding/gzip"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/meridian-mesh/meridian/internal/admission"
 	"github.com/meridian-mesh/meridian/internal/auth"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
@@ -60,8 +61,12 @@ func startGlobalKDS(cfg Config, reg *resource.Registry, store storage.Store, met
 	if err != nil {
 		return nil, err
 	}
+	adm, err := admission.New(admission.Config{Registry: reg, Mode: admission.Global, SystemNamespace: cfg.SystemNamespace})
+	if err != nil {
+		return nil, err
+	}
 	srv, err := meridiansync.NewServer(meridiansync.ServerConfig{
-		Store: store, Registry: reg, Authenticator: access, Logger: cfg.Logger.Named("kds"),
+		Store: store, Registry: reg, Authenticator: access, Admission: adm, Logger: cfg.Logger.Named("kds"),
 		SoftwareVersion: cfg.Version, SystemNamespace: cfg.SystemNamespace, Metrics: metrics, Stream: cfg.SyncStream,
 	})
 	if err != nil {

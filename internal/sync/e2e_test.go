@@ -444,6 +444,10 @@ func TestZoneCannotOverwriteOthers(t *testing.T) {
 		r.Labels = labels
 		return toWire(r)
 	}
+	// A mesh the global does not have: only the in-transaction admission
+	// check (not the sink) refuses it.
+	noMesh := timeout("in-missing-mesh", "", "")
+	noMesh.Mesh = "nope"
 	batch := &syncv1.DeltaBatch{Nonce: "n1", Revision: 5, LastChunk: true,
 		Upserts: []*syncv1.Resource{
 			claim("ok", nil),
@@ -451,6 +455,7 @@ func TestZoneCannotOverwriteOthers(t *testing.T) {
 			claim("as-zone-2", map[string]string{resource.LabelZone: "zone-2"}),
 			claim("squat", nil),
 			{Type: "Mesh", Name: "default", Spec: []byte(`{}`)},
+			toWire(noMesh),
 		},
 		Removals: []*syncv1.ResourceKey{
 			// zone-1 cannot address zone-2's resource: its key maps into
@@ -474,7 +479,7 @@ func TestZoneCannotOverwriteOthers(t *testing.T) {
 	for _, e := range nack.GetErrors() {
 		rejected[e.GetKey().GetName()] = true
 	}
-	for _, n := range []string{"as-global", "as-zone-2", "squat", "default"} {
+	for _, n := range []string{"as-global", "as-zone-2", "squat", "default", "in-missing-mesh"} {
 		if !rejected[n] {
 			t.Errorf("%s not rejected; errors: %s", n, nackSummary(nack))
 		}

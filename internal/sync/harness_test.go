@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/meridian-mesh/meridian/internal/admission"
 	"github.com/meridian-mesh/meridian/internal/auth"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
@@ -319,7 +320,11 @@ func newCluster(t testing.TB, o clusterOpts) *cluster {
 		t.Fatal(err)
 	}
 	c.tokens = tokens
-	c.server, err = NewServer(ServerConfig{Store: c.global, Registry: testRegistry, Authenticator: tokenAuth{tokens},
+	adm, err := admission.New(admission.Config{Registry: testRegistry, Mode: admission.Global})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.server, err = NewServer(ServerConfig{Store: c.global, Registry: testRegistry, Authenticator: tokenAuth{tokens}, Admission: adm,
 		Logger: c.logger("global"), SoftwareVersion: "test-global", Stream: o.stream, Metrics: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	gosync "sync"
 	"time"
 
@@ -35,6 +37,10 @@ type sink interface {
 type inbound struct {
 	store   storage.Store
 	sink    sink
+	// check, when set, gives the in-transaction precondition of each batch
+	// (the global: admission's rule that a zone writes only its own
+	// resources, into meshes that exist).
+	check func(puts []*resource.Resource, deletes []resource.Key) func(storage.TxReader) ([]resource.Key, error)
 	metaKey string
 	log     hclog.Logger
 	obs     flowObserver
@@ -53,12 +59,16 @@ type inbound struct {
 type batchSet struct {
 	puts  []*resource.Resource
 	index map[resource.Key]int
+	// wire is the key each stored key came as, for NACKs.
+	wire map[resource.Key]*syncv1.ResourceKey
 }
 
-func (s *batchSet) add(r *resource.Resource) {
+func (s *batchSet) add(r *resource.Resource, wire *syncv1.ResourceKey) {
 	if s.index == nil {
 		s.index = map[resource.Key]int{}
+		s.wire = map[resource.Key]*syncv1.ResourceKey{}
 	}
+	s.wire[r.Key()] = wire
 	k := r.Key()
 	if i, ok := s.index[k]; ok {
 		s.puts[i] = r
@@ -111,6 +121,7 @@ func (in *inbound) delta(ctx context.Context, b *syncv1.DeltaBatch) ([]*syncv1.R
 	var set batchSet
 	errs := in.convert(ctx, b, &set)
 	var deletes []resource.Key
+	removed := map[resource.Key]*syncv1.ResourceKey{}
 	for _, k := range b.GetRemovals() {
 		key, ok, err := in.sink.removal(ctx, k)
 		switch {
@@ -118,6 +129,7 @@ func (in *inbound) delta(ctx context.Context, b *syncv1.DeltaBatch) ([]*syncv1.R
 			errs = append(errs, &syncv1.ResourceError{Key: k, Message: err.Error()})
 		case ok && !set.has(key):
 			deletes = append(deletes, key)
+			removed[key] = k
 		}
 	}
 	record := b.GetLastChunk() && b.GetRevision() > in.applied
@@ -126,9 +138,16 @@ func (in *inbound) delta(ctx context.Context, b *syncv1.DeltaBatch) ([]*syncv1.R
 		batch.Meta = map[string][]byte{in.metaKey: encodeRevision(b.GetRevision())}
 	}
 	if len(batch.Puts)+len(batch.Deletes)+len(batch.Meta) > 0 {
-		if _, err := in.store.Apply(ctx, batch); err != nil {
+		rejected, err := in.apply(ctx, batch, func(k resource.Key) *syncv1.ResourceKey {
+			if w := set.wire[k]; w != nil {
+				return w
+			}
+			return removed[k]
+		})
+		if err != nil {
 			return nil, fmt.Errorf("apply batch %s: %w", b.GetNonce(), err)
 		}
+		errs = append(errs, rejected...)
 	}
 	if record {
 		in.applied = b.GetRevision()
@@ -165,9 +184,12 @@ func (in *inbound) snapshotChunk(ctx context.Context, b *syncv1.DeltaBatch) ([]*
 	batch := storage.Batch{Puts: in.staged.puts, Deletes: deletes,
 		Meta: map[string][]byte{in.metaKey: encodeRevision(b.GetRevision())}}
 	start := time.Now()
-	if _, err := in.store.Apply(ctx, batch); err != nil {
+	staged := in.staged
+	rejected, err := in.apply(ctx, batch, func(k resource.Key) *syncv1.ResourceKey { return staged.wire[k] })
+	if err != nil {
 		return nil, fmt.Errorf("apply snapshot of revision %d: %w", b.GetRevision(), err)
 	}
+	errs = append(errs, rejected...)
 	in.log.Info("applied full snapshot", "revision", b.GetRevision(), "resources", len(in.staged.puts), "deleted", len(deletes),
 		"chunks", in.nextChunk, "apply_time", time.Since(start))
 	in.applied = b.GetRevision()
@@ -207,9 +229,55 @@ func (in *inbound) convert(ctx context.Context, b *syncv1.DeltaBatch, set *batch
 			rejected = append(rejected, &syncv1.ResourceError{Key: keyToWire(wireKeyOf(ups[i])), Message: errs[i].Error()})
 			continue
 		}
-		set.add(r)
+		set.add(r, keyToWire(wireKeyOf(ups[i])))
 	}
 	return rejected
+}
+
+// rejection is what admission's precondition returns for the resources it
+// refuses (admission.Rejected).
+type rejection interface {
+	RejectedKeys() map[resource.Key]error
+}
+
+// apply applies batch with the in-transaction precondition. When the
+// precondition rejects some resources (a write that raced the sink's own
+// checks), it applies the rest and answers those with NACK entries; wire
+// names each key as the peer sent it. A second rejection fails the batch
+// (the stream restarts and the peer resends).
+func (in *inbound) apply(ctx context.Context, batch storage.Batch, wire func(resource.Key) *syncv1.ResourceKey) ([]*syncv1.ResourceError, error) {
+	var rejected []*syncv1.ResourceError
+	for attempt := 0; ; attempt++ {
+		if in.check != nil {
+			batch.Check = in.check(batch.Puts, batch.Deletes)
+		}
+		_, err := in.store.Apply(ctx, batch)
+		var rej rejection
+		if err == nil || attempt > 0 || !errors.As(err, &rej) {
+			return rejected, err
+		}
+		keys := rej.RejectedKeys()
+		bad := func(k resource.Key) bool { _, ok := keys[k]; return ok }
+		batch.Puts = slices.DeleteFunc(slices.Clone(batch.Puts), func(r *resource.Resource) bool { return bad(r.Key()) })
+		batch.Deletes = slices.DeleteFunc(slices.Clone(batch.Deletes), bad)
+		for _, k := range sortedResourceKeys(keys) {
+			w := wire(k)
+			if w == nil {
+				w = keyToWire(k)
+			}
+			rejected = append(rejected, &syncv1.ResourceError{Key: w, Message: keys[k].Error()})
+		}
+		in.log.Warn("resources rejected in the write transaction", "count", len(keys))
+	}
+}
+
+func sortedResourceKeys(m map[resource.Key]error) []resource.Key {
+	keys := make([]resource.Key, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b resource.Key) int { return strings.Compare(a.String(), b.String()) })
+	return keys
 }
 
 // parallelConvertMin is the number of upserts per worker below which one

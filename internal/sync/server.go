@@ -30,6 +30,13 @@ type ZoneAuthenticator interface {
 	Authenticate(zone, token string) (ZoneCredential, error)
 }
 
+// ZoneAdmission gives the in-transaction precondition of a batch a zone's
+// stream applies on the global (internal/admission.Controller.FromZone): it
+// may reject resources (admission.Rejected), which are then NACKed.
+type ZoneAdmission interface {
+	FromZone(zone string, puts []*resource.Resource, deletes []resource.Key) func(storage.TxReader) ([]resource.Key, error)
+}
+
 // ZoneCredential is what a verified zone token says. A stream lives at most
 // until ExpiresAt, and ends when its token is revoked (EndStreams).
 type ZoneCredential struct {
@@ -67,6 +74,9 @@ type ServerConfig struct {
 	Registry *resource.Registry
 	// Authenticator verifies zone tokens. Required.
 	Authenticator ZoneAuthenticator
+	// Admission, when set, checks every batch from a zone inside its write
+	// transaction; without it the sink's own checks (before the write) hold.
+	Admission ZoneAdmission
 	// Logger defaults to a null logger; Clock to the wall clock.
 	Logger hclog.Logger
 	Clock  Clock
@@ -309,6 +319,11 @@ func (s *Server) serve(ctx context.Context, ws wireStream, hs *syncv1.Handshake,
 		log.Named("to-zone"), s.cfg.Clock, g2z, sess.enqueue)
 	sess.in = &inbound{store: s.cfg.Store, metaKey: MetaKeyZoneRevision(z.Name), log: log.Named("from-zone"), obs: z2g, applied: applied,
 		sink: globalSink{reg: s.cfg.Registry, store: s.cfg.Store, zone: z, systemNS: s.cfg.SystemNamespace}}
+	if s.cfg.Admission != nil {
+		sess.in.check = func(puts []*resource.Resource, deletes []resource.Key) func(storage.TxReader) ([]resource.Key, error) {
+			return s.cfg.Admission.FromZone(z.Name, puts, deletes)
+		}
+	}
 	err = sess.run(ctx, hs.GetResumeRevision())
 	if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
 		err = cause
