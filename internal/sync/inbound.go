@@ -35,12 +35,12 @@ type sink interface {
 // inbound is the receiving half of a session: it applies the peer's batches
 // and builds the answers. Owned by the session loop goroutine.
 type inbound struct {
-	store   storage.Store
-	sink    sink
+	store storage.Store
+	sink  sink
 	// check, when set, gives the in-transaction precondition of each batch
 	// (the global: admission's rule that a zone writes only its own
 	// resources, into meshes that exist).
-	check func(puts []*resource.Resource, deletes []resource.Key) func(storage.TxReader) ([]resource.Key, error)
+	check   func(puts []*resource.Resource, deletes []resource.Key) func(storage.TxReader) ([]resource.Key, error)
 	metaKey string
 	log     hclog.Logger
 	obs     flowObserver
