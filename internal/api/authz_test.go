@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"io"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/meridian-mesh/meridian/internal/api"
 	"github.com/meridian-mesh/meridian/internal/auth"
+	"github.com/meridian-mesh/meridian/internal/policyview"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage/boltstore"
 )
@@ -126,6 +128,91 @@ func TestAuthorizationMatrix(t *testing.T) {
 			code, body := do(rt.method, rt.path, c.token, rt.body)
 			if code != rt.want[i] {
 				t.Errorf("%s %s as %s: %d, want %d: %s", rt.method, rt.path, c.name, code, rt.want[i], body)
+			}
+		}
+	}
+}
+
+// TestZoneAuthorizationMatrix: the zone's routes (inspect endpoints
+// included) × callers, localhost-is-admin off. A = allowed (any status but
+// 401/403), U = 401, F = 403.
+func TestZoneAuthorizationMatrix(t *testing.T) {
+	clock := &fixedClock{now: time.Now()}
+	users := newUsers(t, clock)
+	other := newUsers(t, clock)
+	store, err := boltstore.Open(boltstore.Config{Path: filepath.Join(t.TempDir(), "db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	reg := resource.NewDefaultRegistry()
+	view, err := policyview.New(policyview.Config{Registry: reg, Store: store, Zone: "zone-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = view.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	h, err := api.New(api.Config{Registry: reg, Store: store, Mode: api.ModeZone, Zone: "zone-1", Environment: "universal",
+		Snapshots: view, Users: users})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	admin := issue(t, users, "root", []string{auth.GroupAdmin}, nil, time.Hour)
+	callers := []struct{ name, token string }{
+		{"anonymous", ""},
+		{"viewer", issue(t, users, "ro", []string{auth.GroupViewer}, nil, time.Hour)},
+		{"admin", admin},
+		{"scoped", issue(t, users, "team", []string{auth.GroupAdmin}, []string{"default"}, time.Hour)},
+		{"expired", issue(t, users, "old", []string{auth.GroupAdmin}, nil, time.Second)},
+		{"foreign", issue(t, other, "root", []string{auth.GroupAdmin}, nil, time.Hour)},
+	}
+	clock.now = clock.now.Add(2 * time.Second)
+	do := func(method, path, token, body string) int {
+		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := do("PUT", "/meshes/default", admin, `{"type":"Mesh","name":"default"}`); code != 201 {
+		t.Fatalf("create mesh: %d", code)
+	}
+	dp := `{"type":"Dataplane","mesh":"default","name":"dp","networking":{"address":"10.0.0.1","inbound":[{"port":80,"tags":{"kuma.io/service":"web"}}]}}`
+	routes := []struct {
+		method, path, body string
+		want               string // per caller, in order: anonymous viewer admin scoped expired foreign
+	}{
+		{"GET", "/meshes/default/dataplanes/dp/_rules", "", "UAAAUU"},
+		{"GET", "/meshes/default/dataplanes/dp/_config", "", "UAAAUU"},
+		{"GET", "/meshes/default/dataplanes/dp/_evaluate?inbound=80", "", "UAAAUU"},
+		{"GET", "/meshes/default/dataplanes/dp/_explain?type=MeshTimeout", "", "UAAAUU"},
+		{"GET", "/meshes/default/meshtimeouts/t/_resources/dataplanes", "", "UAAAUU"},
+		{"PUT", "/meshes/default/dataplanes/dp", dp, "UFAAUU"},
+		{"GET", "/meshes/other/dataplanes", "", "UAAFUU"},
+		{"POST", "/tokens/user", `{"name":"x","groups":["mesh-system:viewer"],"validFor":"1h"}`, "UFAFUU"},
+		{"DELETE", "/meshes/default/dataplanes/dp", "", "UFAAUU"},
+	}
+	for _, rt := range routes {
+		for i, c := range callers {
+			code := do(rt.method, rt.path, c.token, rt.body)
+			got := "A"
+			switch code {
+			case 401:
+				got = "U"
+			case 403:
+				got = "F"
+			}
+			if want := string(rt.want[i]); got != want {
+				t.Errorf("%s %s as %s: %d (%s), want %s", rt.method, rt.path, c.name, code, got, want)
 			}
 		}
 	}
