@@ -104,6 +104,10 @@ func TestGlobalOverrideWinsInBothZones(t *testing.T) {
 	for _, z := range []*node{c.zone1, c.zone2} {
 		waitPresent(t, z, "/meshes/default")
 		apply(t, z, overridesZoneResources)
+		// A zone connected to a global creates no mesh (issue 13).
+		if status, body := z.request("PUT", "/meshes/zone-made", `{"type":"Mesh","name":"zone-made"}`); status != 403 || !strings.Contains(string(body), "create meshes there") {
+			t.Errorf("%s: PUT /meshes/zone-made: %d %s", z.proc.Name, status, body)
+		}
 	}
 	apply(t, c.global, overridesGlobalPolicies)
 

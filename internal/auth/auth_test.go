@@ -90,6 +90,9 @@ func TestTokenVerify(t *testing.T) {
 			if err != nil && strings.Contains(err.Error(), sig) {
 				t.Errorf("error leaks the token: %v", err)
 			}
+			if tc.name == "empty" && !strings.Contains(err.Error(), "the token is empty") {
+				t.Errorf("an empty token is reported as %q", err)
+			}
 		})
 	}
 }

@@ -79,6 +79,9 @@ func startGlobalKDS(cfg Config, reg *resource.Registry, store storage.Store, met
 	g := grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(tlsMat.Config)),
 		grpc.MaxRecvMsgSize(maxKDSMessageBytes),
+		// Metadata (zone name and token) is all an unauthenticated peer
+		// gets read.
+		grpc.MaxHeaderListSize(64<<10),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
 	syncv1.RegisterSyncServiceServer(g, srv)
