@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -69,7 +70,14 @@ const (
 // ("" for cluster-wide paths).
 func access(r *http.Request) (right, string) {
 	path := strings.TrimSuffix(r.URL.Path, "/")
-	parts := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	// Segments are split on the escaped path, as the mux does, so that
+	// "/meshes/a%2Fb/..." is about mesh "a/b", never mesh "a".
+	parts := strings.Split(strings.TrimPrefix(strings.TrimSuffix(r.URL.EscapedPath(), "/"), "/"), "/")
+	for i, p := range parts {
+		if u, err := url.PathUnescape(p); err == nil {
+			parts[i] = u
+		}
+	}
 	read := r.Method == http.MethodGet || r.Method == http.MethodHead
 	need := rightWrite
 	if read {

@@ -108,6 +108,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{"GET", "/meshes/default/meshtimeouts/t", "", [6]int{401, 200, 200, 200, 401, 401}},
 		{"PUT", "/meshes/other", `{"type":"Mesh","name":"other"}`, [6]int{401, 403, 201, 403, 401, 401}},
 		{"GET", "/meshes/other/meshtimeouts", "", [6]int{401, 200, 200, 403, 401, 401}},
+		{"GET", "/meshes/default%2Fx/meshtimeouts", "", [6]int{401, 200, 200, 403, 401, 401}},
 		{"DELETE", "/meshes/other", "", [6]int{401, 403, 200, 403, 401, 401}},
 		{"POST", "/tokens/user", `{"name":"x","groups":["mesh-system:viewer"],"validFor":"1h"}`, [6]int{401, 403, 200, 403, 401, 401}},
 		{"GET", "/zones", "", [6]int{401, 200, 200, 403, 401, 401}},

@@ -9,9 +9,12 @@ import (
 	"github.com/meridian-mesh/meridian/internal/policy"
 )
 
-// Snapshots gives the zone's current policy snapshot of a mesh.
+// Snapshots gives the zone's policy snapshots of a mesh: the current one
+// (read-your-writes, for the inspect endpoints) and the latest one whose
+// policy statuses are computed (never waits for a rebuild).
 type Snapshots interface {
 	Snapshot(ctx context.Context, mesh string) (*policy.MeshSnapshot, error)
+	StatusSnapshot(ctx context.Context, mesh string) (*policy.MeshSnapshot, error)
 }
 
 // registerInspect adds the zone's inspect endpoints (SPEC section 5).

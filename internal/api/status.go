@@ -9,10 +9,12 @@ import (
 )
 
 // Policy status (SPEC 3.6.4). A zone serves every policy with the status
-// its policy engine computes (status.conditions: Accepted, Enforced); the
-// status is derived from the current snapshot on each read, never stored,
-// so it is current after any policy or Dataplane change and a stored or
-// client-supplied status never shows on a zone's policies.
+// its policy engine computes (status.conditions: Accepted, Enforced); it is
+// derived, never stored, so a client-supplied status never shows. Reads
+// never wait for it: they show the statuses the view last computed, which
+// follow policy and Dataplane changes within about StatusDebounce plus a
+// rebuild (policyview.StatusSnapshot). A policy written after that
+// computation has no status until the next one.
 
 // statusSource gives policy statuses of one mesh; nil serves none.
 type statusSource struct {
@@ -29,7 +31,7 @@ func (s *Server) policyStatuses(r *http.Request, typeName, mesh string) (statusS
 	if !ok || !d.IsPolicy() {
 		return statusSource{}, nil
 	}
-	snap, err := s.cfg.Snapshots.Snapshot(r.Context(), mesh)
+	snap, err := s.cfg.Snapshots.StatusSnapshot(r.Context(), mesh)
 	if err != nil {
 		return statusSource{}, err
 	}

@@ -71,6 +71,11 @@ func (s *MeshSnapshot) PolicyStatus(policyType, name, namespace string) (*Policy
 	return st, nil
 }
 
+// ComputeStatuses computes every policy's status now (they are otherwise
+// computed on the first PolicyStatus call); the zone's view does it in the
+// background after changes.
+func (s *MeshSnapshot) ComputeStatuses() { s.statuses() }
+
 // statuses computes every policy's status once per snapshot.
 func (s *MeshSnapshot) statuses() map[string]map[nsName]*PolicyStatus {
 	s.statusOnce.Do(func() { s.status = s.computeStatuses() })

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -46,6 +47,7 @@ type View struct {
 	meshes   map[string]*meshState
 	builds   int // snapshots built, for tests and metrics
 	building map[string]chan struct{}
+	runCtx   context.Context // set by Run: background status recomputes stop with it
 }
 
 // meshState is the mirror of one mesh. generation bumps on every change so a
@@ -55,7 +57,19 @@ type meshState struct {
 	generation uint64
 	snapshot   *policy.MeshSnapshot
 	snapGen    uint64
+
+	// Policy statuses (StatusSnapshot): the last snapshot whose statuses
+	// were computed, the generation it reflects, and whether a background
+	// recompute is scheduled.
+	statusSnap    *policy.MeshSnapshot
+	statusGen     uint64
+	statusPending bool
 }
+
+// StatusDebounce is how long the view waits after a change before it
+// recomputes a mesh's policy statuses in the background, so that a burst of
+// writes costs one recompute.
+const StatusDebounce = 100 * time.Millisecond
 
 // New checks cfg. Call Run to start mirroring.
 func New(cfg Config) (*View, error) {
@@ -79,6 +93,9 @@ func New(cfg Config) (*View, error) {
 // Run loads every relevant resource, then applies the store's watch until ctx
 // ends. It returns the error that stopped it (nil on ctx end).
 func (v *View) Run(ctx context.Context) error {
+	v.mu.Lock()
+	v.runCtx = ctx
+	v.mu.Unlock()
 	err := v.run(ctx)
 	v.mu.Lock()
 	if err == nil {
@@ -265,4 +282,77 @@ func (v *View) Builds() int {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.builds
+}
+
+// StatusSnapshot returns the snapshot of mesh whose policy statuses are
+// computed, without waiting for the latest changes: policy status is
+// derived data shown beside the resources, and a read must never pay a
+// rebuild. When the mesh changed since, one recompute is scheduled in the
+// background (after StatusDebounce), so statuses follow changes within
+// about that delay plus the rebuild, without polling. Only the first call
+// for a mesh builds synchronously.
+func (v *View) StatusSnapshot(ctx context.Context, mesh string) (*policy.MeshSnapshot, error) {
+	v.mu.Lock()
+	m := meshOf(v.meshes, mesh)
+	snap := m.statusSnap
+	if snap != nil && m.statusGen != m.generation && !m.statusPending && v.runCtx != nil {
+		m.statusPending = true
+		go v.refreshStatus(v.runCtx, mesh)
+	}
+	v.mu.Unlock()
+	if snap != nil {
+		return snap, nil
+	}
+	snap, err := v.Snapshot(ctx, mesh)
+	if err != nil {
+		return nil, err
+	}
+	snap.ComputeStatuses()
+	v.storeStatus(mesh, snap)
+	return snap, nil
+}
+
+// refreshStatus recomputes a mesh's statuses until they reflect its
+// latest generation.
+func (v *View) refreshStatus(ctx context.Context, mesh string) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(StatusDebounce):
+		}
+		snap, err := v.Snapshot(ctx, mesh)
+		if err != nil {
+			v.mu.Lock()
+			meshOf(v.meshes, mesh).statusPending = false
+			v.mu.Unlock()
+			v.cfg.Logger.Debug("policy status not recomputed", "mesh", mesh, "error", err)
+			return
+		}
+		snap.ComputeStatuses()
+		if v.storeStatus(mesh, snap) {
+			return
+		}
+	}
+}
+
+// storeStatus records snap as the mesh's status snapshot; it reports
+// whether that is current (else the caller recomputes again). It clears
+// statusPending when current.
+func (v *View) storeStatus(mesh string, snap *policy.MeshSnapshot) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	m := meshOf(v.meshes, mesh)
+	gen := m.generation
+	if m.snapshot == snap {
+		gen = m.snapGen
+	}
+	if m.statusSnap == nil || gen >= m.statusGen {
+		m.statusSnap, m.statusGen = snap, gen
+	}
+	current := m.statusGen == m.generation
+	if current {
+		m.statusPending = false
+	}
+	return current
 }

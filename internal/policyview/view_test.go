@@ -6,6 +6,7 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/meridian-mesh/meridian/internal/policy"
 	"github.com/meridian-mesh/meridian/internal/policyview"
@@ -115,4 +116,52 @@ func TestViewFollowsTheStore(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)
 	}
+}
+
+// TestStatusSnapshotNeverWaits: the first status read builds; later reads
+// return at once with the last computed statuses, and the view catches up
+// in the background after a change.
+func TestStatusSnapshotNeverWaits(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store, err := boltstore.Open(boltstore.Config{Path: filepath.Join(t.TempDir(), "db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if _, err := store.Create(ctx, timeout("t1", "1h")); err != nil {
+		t.Fatal(err)
+	}
+	v, err := policyview.New(policyview.Config{Registry: resource.NewDefaultRegistry(), Store: store, Zone: "zone-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- v.Run(ctx) }()
+	reason := func() string {
+		snap, err := v.StatusSnapshot(ctx, "default")
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := snap.PolicyStatus("MeshTimeout", "t1", "")
+		if err != nil {
+			return "absent"
+		}
+		return st.Conditions[0].Status + "/" + st.Conditions[0].Reason
+	}
+	if got := reason(); got != "False/TargetNotFound" {
+		t.Fatalf("without Dataplanes: %s", got)
+	}
+	if _, err := store.Create(ctx, dataplane("web-1", "web")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for reason() != "True/Accepted" {
+		if time.Now().After(deadline) {
+			t.Fatalf("status did not follow the new Dataplane: %s", reason())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
 }
