@@ -121,6 +121,16 @@ func (p *Process) Start() error {
 	return nil
 }
 
+// PID is the current run's process id (0 before Start).
+func (p *Process) PID() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
 // Exited is closed when the current run ends.
 func (p *Process) Exited() <-chan struct{} {
 	p.mu.Lock()
