@@ -98,6 +98,11 @@ func (s *MeshSnapshot) Explain(dpName, dpNamespace, policyType, service string, 
 	}
 	ex := &Explanation{Dataplane: dp.meta, Type: policyType, Conf: json.RawMessage("null"), Fields: []FieldExplain{},
 		Blocks: []BlockExplain{}, Warnings: []string{}}
+	if t != nil && legacyKindOf(t.desc) != notLegacy {
+		ex.Warnings = append(ex.Warnings, policyType+" is a legacy source/destination type: one policy applies per "+
+			"connection (the most specific, SPEC 3.7), nothing merges; _evaluate shows which")
+		return ex, nil
+	}
 	var tr *trace
 	switch {
 	case service != "":
