@@ -224,6 +224,8 @@ func TestStartupErrorsAreOneLine(t *testing.T) {
 		{"zone without name", bins.Zone, []string{"--data-dir", t.TempDir(), "--api-address", "127.0.0.1:0"}, "--zone is required"},
 		{"zone token file readable by others", bins.Zone, []string{"--zone", "z", "--data-dir", t.TempDir(), "--api-address", "127.0.0.1:0",
 			"--global-address", "127.0.0.1:1", "--zone-token-file", openToken, "--kds-skip-verify"}, "has mode 0644"},
+		{"heartbeat timeout below interval", bins.Global, []string{"--data-dir", t.TempDir(), "--api-address", "127.0.0.1:0",
+			"--kds-heartbeat-interval", "5s", "--kds-heartbeat-timeout", "2s"}, "--kds-heartbeat-timeout (2s) must be more than --kds-heartbeat-interval (5s)"},
 		{"bad environment", bins.Zone, []string{"--zone", "z", "--environment", "mars", "--data-dir", t.TempDir(), "--api-address", "127.0.0.1:0"}, "--environment"},
 	}
 	for _, tc := range tests {

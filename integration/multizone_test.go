@@ -358,3 +358,29 @@ func TestGracefulShutdownWithStreams(t *testing.T) {
 		t.Logf("%s stopped in %s", n.proc.Name, time.Since(start).Round(time.Millisecond))
 	}
 }
+
+// TestZoneReturnsQuicklyAfterGlobalOutage: reconnect backoff is capped at
+// 5 s (issue 8: it grew to 30 s, and a zone write made during a 30 s outage
+// reached the global 28 s after the global was back).
+func TestZoneReturnsQuicklyAfterGlobalOutage(t *testing.T) {
+	c := startCluster(t)
+	waitPresent(t, c.zone1, "/meshes/default")
+	if err := c.global.proc.Stop(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Second) // long enough for an uncapped backoff to grow past 5 s
+	apply(t, c.zone1, strings.ReplaceAll(globalTimeout, "default-timeout-global", "written-during-outage"))
+	c.global.start()
+	back := time.Now()
+	eventually(t, 15*time.Second, func() error {
+		status, body := c.global.request("GET", "/meshes/default/meshtimeouts?filter[labels.kuma.io/display-name]=written-during-outage", "")
+		if status != 200 || strings.Contains(string(body), `"total":0`) {
+			return fmt.Errorf("zone-1's write not on the global yet")
+		}
+		return nil
+	})
+	if d := time.Since(back); d > 7*time.Second {
+		t.Errorf("zone-1's write reached the global %s after the global was back, want within ~5 s", d)
+	}
+	t.Logf("zone-1's write reached the global %s after the global was back", time.Since(back).Round(time.Millisecond))
+}

@@ -55,6 +55,7 @@ func newCommand() *cobra.Command {
 				TLSCertFile:        common.TLSCertFile,
 				TLSKeyFile:         common.TLSKeyFile,
 				APITLS:             common.APITLS,
+				SyncStream:         common.SyncStream(),
 			})
 		},
 	}

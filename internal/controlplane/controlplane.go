@@ -99,6 +99,9 @@ func (c *Config) check() error {
 	if c.APIReadTimeout <= 0 {
 		c.APIReadTimeout = 60 * time.Second
 	}
+	if hb := c.SyncStream; hb.HeartbeatInterval != 0 && hb.HeartbeatTimeout != 0 && hb.HeartbeatTimeout <= hb.HeartbeatInterval {
+		return fmt.Errorf("--kds-heartbeat-timeout (%s) must be more than --kds-heartbeat-interval (%s)", hb.HeartbeatTimeout, hb.HeartbeatInterval)
+	}
 	return nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meridian-mesh/meridian/internal/flagconfig"
+	meridiansync "github.com/meridian-mesh/meridian/internal/sync"
 )
 
 // EnvPrefix prefixes every environment variable that sets a flag.
@@ -32,6 +33,13 @@ type CommonFlags struct {
 	APITLS             bool
 	TLSCertFile        string
 	TLSKeyFile         string
+	HeartbeatInterval  time.Duration
+	HeartbeatTimeout   time.Duration
+}
+
+// SyncStream turns the KDS flags into the sync stream's settings.
+func (f *CommonFlags) SyncStream() meridiansync.StreamConfig {
+	return meridiansync.StreamConfig{HeartbeatInterval: f.HeartbeatInterval, HeartbeatTimeout: f.HeartbeatTimeout}
 }
 
 // Register adds the common flags to cmd.
@@ -44,6 +52,8 @@ func (f *CommonFlags) Register(cmd *cobra.Command, defaultAPI string) {
 	fs.StringVar(&f.LogFormat, "log-format", "text", "log format: text or json")
 	fs.DurationVar(&f.TombstoneRetention, "tombstone-retention", 24*time.Hour, "how long deletions are kept for resuming peers")
 	fs.DurationVar(&f.APIReadTimeout, "api-read-timeout", 60*time.Second, "the longest an API request may take to arrive, body included (a slower upload is cut)")
+	fs.DurationVar(&f.HeartbeatInterval, "kds-heartbeat-interval", meridiansync.DefaultHeartbeatInterval, "how often each end of a KDS stream sends a heartbeat")
+	fs.DurationVar(&f.HeartbeatTimeout, "kds-heartbeat-timeout", meridiansync.DefaultHeartbeatTimeout, "a KDS stream silent for this long is dead and reconnects (more than the interval)")
 	fs.BoolVar(&f.APITLS, "api-tls", false, "serve the REST API over HTTPS with --tls-cert-file/--tls-key-file (else a self-signed certificate generated into the data dir)")
 	fs.StringVar(&f.TLSCertFile, "tls-cert-file", "", "TLS certificate (PEM) for KDS (global) and, with --api-tls, the API; self-signed into the data dir when absent")
 	fs.StringVar(&f.TLSKeyFile, "tls-key-file", "", "TLS private key (PEM) of --tls-cert-file")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	gosync "sync"
 	"time"
 
@@ -22,8 +23,8 @@ import (
 
 // Defaults of the client's reconnect backoff.
 const (
-	DefaultReconnectBackoff    = 500 * time.Millisecond
-	DefaultMaxReconnectBackoff = 30 * time.Second
+	DefaultReconnectBackoff    = 250 * time.Millisecond
+	DefaultMaxReconnectBackoff = 5 * time.Second
 )
 
 // ClientConfig configures a zone's connection to the global.
@@ -168,12 +169,22 @@ func (c *Client) Run(ctx context.Context) error {
 			failures = 0
 		}
 		failures++
-		delay := backoff(c.cfg.ReconnectBackoff, c.cfg.MaxReconnectBackoff, failures)
+		delay := reconnectDelay(c.cfg.ReconnectBackoff, c.cfg.MaxReconnectBackoff, failures)
 		c.log.Warn("sync stream failed, reconnecting", "error", err, "in", delay)
 		if !c.sleep(ctx, delay) {
 			return nil
 		}
 	}
+}
+
+// reconnectDelay: the first attempt after a stream that worked goes at once
+// (a short jitter spreads a fleet of zones after a global restart); then
+// base doubles per consecutive failure up to maxDelay, with jitter.
+func reconnectDelay(base, maxDelay time.Duration, failures int) time.Duration {
+	if failures <= 1 {
+		return time.Duration(rand.Int64N(int64(100*time.Millisecond) + 1))
+	}
+	return backoff(base, maxDelay, failures-1)
 }
 
 func (c *Client) sleep(ctx context.Context, d time.Duration) bool {
