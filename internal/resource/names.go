@@ -37,6 +37,34 @@ func isDNSSubdomain(s string) bool {
 	return true
 }
 
+// isResourceName is Kubernetes' DNS-1123 subdomain rule for object names
+// (SPEC 2): at most 253 characters of lowercase alphanumerics, '-' and '.',
+// each dot-separated part starting and ending with an alphanumeric, and no
+// per-part length limit (unlike hostnames), so that a name plus the 17
+// characters of a synced copy's hash suffix stays valid.
+func isResourceName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for _, part := range strings.Split(s, ".") {
+		if part == "" {
+			return false
+		}
+		for i := 0; i < len(part); i++ {
+			c := part[i]
+			alnum := (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')
+			edge := i == 0 || i == len(part)-1
+			if !alnum && (edge || c != '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// IsResourceName reports whether s is a valid resource name.
+func IsResourceName(s string) bool { return isResourceName(s) }
+
 // isLabelName: the name part of a qualified label key or a label value:
 // alphanumerics at both ends, '-', '_' and '.' inside.
 func isLabelName(s string, maxLen int) bool {

@@ -74,7 +74,7 @@ func validateName(name string, errs *ValidationError) {
 	switch {
 	case name == "":
 		errs.Add("name", "must be set")
-	case !isDNSSubdomain(name):
+	case !isResourceName(name):
 		errs.Add("name", "invalid name %q: must be a lowercase RFC 1123 subdomain of at most 253 characters", name)
 	}
 }

@@ -192,3 +192,29 @@ func TestNormalize(t *testing.T) {
 		t.Errorf("default system namespace not normalized: %q", def.Namespace)
 	}
 }
+
+// TestResourceNames: Kubernetes' DNS-1123 subdomain rule, with no limit per
+// dot-separated part (issue 8: names of 47-63 characters plus a synced
+// copy's 17-character hash suffix must stay valid).
+func TestResourceNames(t *testing.T) {
+	for name, want := range map[string]bool{
+		"a":                      true,
+		strings.Repeat("a", 100): true,
+		strings.Repeat("a", 253): true,
+		strings.Repeat("a", 254): false,
+		strings.Repeat("a", 64) + ".b" + strings.Repeat("c", 80): true,
+		"a.b-c.d": true,
+		"a..b":    false,
+		".a":      false,
+		"a.":      false,
+		"a-":      false,
+		"-a":      false,
+		"a.-b":    false,
+		"A":       false,
+		"a_b":     false,
+	} {
+		if got := IsResourceName(name); got != want {
+			t.Errorf("%.40q: %v, want %v", name, got, want)
+		}
+	}
+}

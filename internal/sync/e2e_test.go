@@ -3,6 +3,7 @@ package sync
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -583,5 +584,27 @@ func TestClientReconnectsAfterGlobalRestart(t *testing.T) {
 	cs := z.client.Status()
 	if cs.Reconnects < 2 || cs.LastError == "" || !cs.Connected {
 		t.Errorf("client status after the outage: %+v", cs)
+	}
+}
+
+// TestLongNamesSync: names a DNS-1123 subdomain allows sync both ways under
+// their hashed names (issue 8: 47-63 characters never synced).
+func TestLongNamesSync(t *testing.T) {
+	c := newCluster(t, clusterOpts{})
+	z := c.zone("zone-1", zoneOpts{}).start()
+	defer z.close()
+	for _, n := range []int{47, 63, 200} {
+		up := strings.Repeat("z", n)
+		down := strings.Repeat("g", n)
+		writeZone(t, z.store, "zone-1", timeout(up, "", ""))
+		writeGlobal(t, c.global, timeout(down, "", ""))
+		upName := mapping.HashedName("default", up, "zone-1")
+		downName := mapping.HashedName("default", down)
+		eventually(t, wait, fmt.Sprintf("%d-char names synced", n), func() bool {
+			return exists(c.global, "MeshTimeout", "default", upName) && exists(z.store, "MeshTimeout", "default", downName)
+		})
+	}
+	if cs := z.client.Status(); cs.LastError != "" {
+		t.Errorf("zone status: %+v", cs)
 	}
 }

@@ -8,6 +8,7 @@ package mapping
 import (
 	"encoding/hex"
 	"hash/fnv"
+	"strings"
 )
 
 // hashAlphabet is Kubernetes' rand.SafeEncodeString alphabet (no vowels, no
@@ -42,7 +43,9 @@ func HashedName(mesh, name string, values ...string) string {
 		hexed[i] = hashAlphabet[int(c)%len(hashAlphabet)]
 	}
 	if limit := maxNameLength - hashSuffixLength; len(name) > limit {
-		name = name[:limit]
+		// Truncated, the display part may end in '.', which would leave an
+		// empty-edged part before the suffix ("a.-h"): drop it.
+		name = strings.TrimRight(name[:limit], ".")
 	}
 	return name + "-" + string(hexed[:])
 }

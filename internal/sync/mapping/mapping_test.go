@@ -45,6 +45,17 @@ func TestHashedNameTruncates(t *testing.T) {
 	if n := len(HashedName("default", strings.Repeat("a", 236))); n != 253 {
 		t.Errorf("236-char name: length %d", n)
 	}
+	// Every valid name's synced name is valid (a single 63-character label
+	// used to become 80 and be refused by the receiver), including one cut
+	// right after a dot.
+	for _, name := range []string{strings.Repeat("a", 47), strings.Repeat("b", 63), strings.Repeat("c", 253),
+		strings.Repeat("d", 235) + ".efgh"} {
+		for _, values := range [][]string{nil, {"zone-1"}, {"zone-1", "ns"}} {
+			if h := HashedName("default", name, values...); !resource.IsResourceName(h) {
+				t.Errorf("HashedName of a %d-char name %v is invalid: %q", len(name), values, h)
+			}
+		}
+	}
 }
 
 var reg = resource.NewDefaultRegistry()
