@@ -21,6 +21,7 @@ import (
 
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
+	"github.com/meridian-mesh/meridian/internal/sync/mapping"
 )
 
 // Mode says which control plane runs.
@@ -174,6 +175,9 @@ func (c *Controller) Put(res *resource.Resource) storage.Batch {
 		if err := c.owns(res.Key(), existing); err != nil {
 			return nil, err
 		}
+		if err := c.notSquatting(res, existing); err != nil {
+			return nil, err
+		}
 		if res.Type == "Mesh" && existing == nil && c.cfg.Mode == Zone && c.cfg.Federated {
 			return nil, fmt.Errorf("%w: zone %q is connected to a global control plane: create meshes there, "+
 				"they reach every zone", ErrForbidden, c.cfg.Zone)
@@ -187,6 +191,24 @@ func (c *Controller) Put(res *resource.Resource) storage.Batch {
 		}
 		return nil, nil
 	}}
+}
+
+// notSquatting: a zone does not create a resource under the name the
+// global's resource of the same type gets in zones (a hashed name): the
+// global's copy would be refused there for good (issue 8).
+func (c *Controller) notSquatting(res, existing *resource.Resource) error {
+	if c.cfg.Mode != Zone || existing != nil || res.Type == "Mesh" {
+		return nil
+	}
+	d, ok := c.cfg.Registry.Lookup(res.Type)
+	if !ok || !d.Sync.GlobalToZone {
+		return nil
+	}
+	if original, ok := mapping.GlobalCopyName(res.Mesh, res.Name); ok {
+		return fmt.Errorf("%w: name %q is the name the global's %s %q gets in zones; choose another name",
+			ErrOwned, res.Name, res.Type, original)
+	}
+	return nil
 }
 
 // Delete is the batch that deletes key, failing when it does not exist

@@ -13,6 +13,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
 	"github.com/meridian-mesh/meridian/internal/storage/boltstore"
+	"github.com/meridian-mesh/meridian/internal/sync/mapping"
 )
 
 func newStore(t *testing.T) *boltstore.Store {
@@ -95,6 +96,10 @@ func TestPrepareAndPut(t *testing.T) {
 			seed: []*resource.Resource{mesh("default", nil), timeout("default", "t", map[string]string{resource.LabelOrigin: "zone", resource.LabelZone: "zone-1"})},
 			res:  timeout("default", "t", nil), want: admission.ErrOwned, msg: "change it in that zone"},
 		{name: "global writes its own", c: global, seed: []*resource.Resource{mesh("default", nil)}, res: timeout("default", "t", nil)},
+		{name: "zone does not squat a global copy's name", c: zone, seed: []*resource.Resource{mesh("default", nil)},
+			res: timeout("default", mapping.HashedName("default", "squat"), nil), want: admission.ErrOwned, msg: `the global's MeshTimeout "squat"`},
+		{name: "a look-alike suffix is fine", c: zone, seed: []*resource.Resource{mesh("default", nil)},
+			res: timeout("default", "squat-zcxfc7db4c7v784b", nil)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -49,3 +49,15 @@ func HashedName(mesh, name string, values ...string) string {
 	}
 	return name + "-" + string(hexed[:])
 }
+
+// GlobalCopyName reports whether name is the name a global resource called
+// original gets in a zone (HashedName(mesh, original)), so that a zone can
+// refuse a local resource squatting it. A truncated original is not
+// recognized (the hash covers the full name).
+func GlobalCopyName(mesh, name string) (original string, ok bool) {
+	if len(name) <= hashSuffixLength || name[len(name)-hashSuffixLength] != '-' {
+		return "", false
+	}
+	original = name[:len(name)-hashSuffixLength]
+	return original, HashedName(mesh, original) == name
+}
