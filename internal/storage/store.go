@@ -168,4 +168,9 @@ type Event struct {
 	Kind     EventKind
 	Revision uint64
 	Resource *resource.Resource
+	// Last marks the last event of its revision: every change of that
+	// revision has been delivered (changes a later revision superseded are
+	// delivered at that later revision). A consumer may treat the revision as
+	// complete at once, without waiting for a later event.
+	Last bool
 }

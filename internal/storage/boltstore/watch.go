@@ -120,7 +120,8 @@ func (s *Store) readLog(w *watcher, next *logKey) (events []storage.Event, more 
 	err = s.db.View(func(tx *bolt.Tx) error {
 		resources := tx.Bucket([]byte(bucketResources))
 		c := tx.Bucket([]byte(bucketLog)).Cursor()
-		for k, v := c.Seek(next[:]); k != nil; k, v = c.Next() {
+		k, v := c.Seek(next[:])
+		for k != nil {
 			lk, err := parseLogKey(k)
 			if err != nil {
 				return err
@@ -135,8 +136,20 @@ func (s *Store) readLog(w *watcher, next *logKey) (events []storage.Event, more 
 			if err != nil {
 				return err
 			}
+			// A revision commits atomically, so this snapshot holds all of
+			// its remaining entries: the event is the revision's last when
+			// the next entry (if any) belongs to a later revision.
+			nk, nv := c.Next()
+			if nk == nil {
+				ev.Last = true
+			} else if nlk, err := parseLogKey(nk); err != nil {
+				return err
+			} else {
+				ev.Last = nlk.revision() != lk.revision()
+			}
 			events = append(events, ev)
 			*next = lk.successor()
+			k, v = nk, nv
 		}
 		// The log is read up to this snapshot's revision: later entries
 		// will all carry higher revisions.

@@ -112,6 +112,10 @@ func checkExact(t *testing.T, what string, hist history, from uint64, got []stor
 			t.Fatalf("%s: event %d is %v@%d, want %v@%d", what, i, got[i].Kind, got[i].Revision, want[i].Kind, want[i].Revision)
 		}
 		checkEvent(t, what, got[i], want[i])
+		// Every revision's last delivered event, and only it, says Last.
+		if last := i == len(got)-1 || got[i+1].Revision != got[i].Revision; got[i].Last != last {
+			t.Fatalf("%s: event %d (%v@%d) has Last %v, want %v", what, i, got[i].Kind, got[i].Revision, got[i].Last, last)
+		}
 	}
 }
 

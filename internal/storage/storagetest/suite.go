@@ -87,6 +87,7 @@ func Run(t *testing.T, f Factory) {
 		{"Apply", testApply, false},
 		{"ApplyAtomic", testApplyAtomic, false},
 		{"BatchCheck", testBatchCheck, false},
+		{"WatchLast", testWatchLast, false},
 		{"Meta", testMeta, false},
 		{"WatchExact", testWatchExact, false},
 		{"WatchEveryRevision", testWatchEveryRevision, false},

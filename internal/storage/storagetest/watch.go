@@ -3,6 +3,7 @@ package storagetest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -237,4 +238,26 @@ func testWatchSlowConsumer(t *testing.T, f Factory) {
 	got := recvThrough(t, ch, h.rev())
 	checkStream(t, "slow consumer", rec.hist, 0, got)
 	checkState(t, "slow consumer", replay(nil, got), h.storeState("MeshRetry"))
+}
+
+// testWatchLast: Last marks exactly the last event of each revision, for a
+// multi-resource batch too, whether watched live or replayed.
+func testWatchLast(t *testing.T, f Factory) {
+	h := newHarness(t, f)
+	h.create(mk("MeshRetry/default//a", `{}`))
+	from := h.rev()
+	live := h.watch(from)
+	h.apply(storage.Batch{Puts: []*resource.Resource{mk("MeshRetry/default//b", `{}`), mk("MeshRetry/default//c", `{}`)},
+		Deletes: []resource.Key{key("MeshRetry/default//a")}})
+	h.create(mk("MeshRetry/default//d", `{}`))
+	for name, ch := range map[string]<-chan storage.Event{"live": live, "replayed": h.watch(from)} {
+		got := recvN(t, ch, 4)
+		var lasts []bool
+		for _, ev := range got {
+			lasts = append(lasts, ev.Last)
+		}
+		if want := []bool{false, false, true, true}; !slices.Equal(lasts, want) {
+			t.Errorf("%s: Last flags %v, want %v", name, lasts, want)
+		}
+	}
 }
