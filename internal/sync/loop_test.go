@@ -184,8 +184,9 @@ func TestLoopHeartbeatsAndTimeout(t *testing.T) {
 }
 
 // TestLoopWindowAndConfirmation: at most MaxInFlight batches are
-// unacknowledged; a batch flushed because the watch went quiet is not a
-// resume point until confirmed by an empty marker after the delay.
+// unacknowledged; the last chunk of a revision carries last_chunk as soon as
+// the revision's last event is in it (no quiet period); a revision with
+// nothing for the peer is stamped by an empty marker after the delay.
 func TestLoopWindowAndConfirmation(t *testing.T) {
 	store := newTestStore(t)
 	writeGlobal(t, store, mesh("default"))
@@ -213,7 +214,7 @@ func TestLoopWindowAndConfirmation(t *testing.T) {
 		t.Errorf("chunk indexes %d, %d", first.GetChunkIndex(), second.GetChunkIndex())
 	}
 	got := len(first.GetUpserts()) + len(second.GetUpserts())
-	var last *syncv1.DeltaBatch
+	last := second
 	h.ack(first)
 	h.ack(second)
 	for got < 30 {
@@ -221,27 +222,41 @@ func TestLoopWindowAndConfirmation(t *testing.T) {
 		got += len(last.GetUpserts())
 		h.ack(last)
 	}
-	if got != 30 || last.GetLastChunk() {
-		t.Fatalf("resources %d; last chunk flag %v (the revision cannot be known complete yet)", got, last.GetLastChunk())
+	if got != 30 || !last.GetLastChunk() || last.GetRevision() != res.Revision {
+		t.Fatalf("resources %d; last chunk %v at revision %d, want last_chunk on the revision's final chunk", got,
+			last.GetLastChunk(), last.GetRevision())
 	}
-	h.stream.none(t)
-	h.advance(5*time.Second, 2)
-	marker := h.batch()
-	if !marker.GetLastChunk() || marker.GetRevision() != res.Revision || len(marker.GetUpserts()) != 0 {
-		t.Fatalf("marker %v", marker)
-	}
-	h.ack(marker)
 	eventually(t, time.Second, "acked revision", func() bool {
 		h.obs.mu.Lock()
 		defer h.obs.mu.Unlock()
 		return h.obs.st.RevisionAcked == res.Revision
 	})
+	h.stream.none(t) // no marker: the revision is stamped already
 
-	// A later write confirms the earlier revision without a marker.
+	// zone-1's own resource is not sent back to it: its revision is stamped
+	// by an empty marker after the delay.
+	own := timeout("own", "", "")
+	own.Labels = map[string]string{resource.LabelOrigin: "zone", resource.LabelZone: "zone-1"}
+	if _, _, err := store.Put(context.Background(), own); err != nil {
+		t.Fatal(err)
+	}
+	ownRev, _ := store.Revision(context.Background())
+	h.stream.none(t)
+	h.advance(5*time.Second, 2)
+	marker := h.batch()
+	if !marker.GetLastChunk() || marker.GetRevision() != ownRev || len(marker.GetUpserts()) != 0 {
+		t.Fatalf("marker %v", marker)
+	}
+	h.ack(marker)
+
+	// Later writes each arrive as a stamped batch.
 	writeGlobal(t, store, timeout("x", "", ""))
 	writeGlobal(t, store, timeout("y", "", ""))
 	for n := 0; n < 2; {
 		bb := h.batch()
+		if !bb.GetLastChunk() {
+			t.Errorf("batch of a complete revision without last_chunk: %v", bb)
+		}
 		n += len(bb.GetUpserts())
 		h.ack(bb)
 	}
@@ -261,16 +276,16 @@ func TestLoopNackBackoff(t *testing.T) {
 			{Key: keyToWire(wireKeyOf(up)), Message: "no"}}})
 	}
 	nack(b)
-	h.stream.none(t) // no resend before the backoff
-	h.advance(12*time.Second, 3)
+	h.stream.none(t)             // no resend before the backoff
+	h.advance(12*time.Second, 2) // heartbeat and retry (the batch was stamped: no confirmation timer)
 	retry := h.batch()
 	if retry.GetRevision() != 0 || retry.GetLastChunk() || retry.GetUpserts()[0].GetName() != up.GetName() {
 		t.Fatalf("retry batch %v", retry)
 	}
 	nack(retry)
-	h.advance(12*time.Second, 3)
+	h.advance(12*time.Second, 2)
 	h.stream.none(t) // the second backoff is about twice as long
-	h.advance(12*time.Second, 3)
+	h.advance(12*time.Second, 2)
 	retry = h.batch()
 	h.ack(retry)
 	h.obs.mu.Lock()

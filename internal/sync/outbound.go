@@ -44,16 +44,17 @@ const batchOverhead = 256
 // outbound is the sending half of a session. It is owned by the session's
 // loop goroutine; nothing in it is safe for concurrent use.
 //
-// Revisions. Events arrive in revision order, but the store's watch may
-// deliver one revision's changes in several pieces, with pauses between
-// them, and the watch never says that a revision is complete. A revision is
-// known complete once an event of a later revision arrives. So a batch whose
-// last revision is known complete is sent with last_chunk (the receiver may
-// record it as its resume point); one sent because the watch went quiet is
-// sent without, and the revision is confirmed later: by the next batch, or,
-// when nothing else comes, by an empty marker batch after confirmDelay of
-// quiet. The receiver thus never records a revision of which it may lack a
-// part, and a reconnect without changes resends nothing.
+// Revisions. Events arrive in revision order, and the store's watch marks the
+// last event of each revision (storage.Event.Last): a revision is complete as
+// soon as that event is consumed. A batch that ends with a complete revision
+// is sent with last_chunk (the receiver records it as its resume point); one
+// cut earlier (size, or the watch pausing between read chunks) is sent
+// without, and the revision's last chunk follows. So the receiver never
+// records a revision of which it may lack a part, it records each one as soon
+// as it has it, and a reconnect resends exactly what it had not applied.
+// Revisions with nothing for the peer (every event out of its scope) are
+// stamped by an empty last_chunk batch after confirmDelay of quiet, which
+// only keeps the peer's resume point recent (a replay skips them anyway).
 type outbound struct {
 	cfg   outboundConfig
 	store storage.Store
@@ -73,6 +74,7 @@ type outbound struct {
 
 	pending  batchBuilder
 	seen     uint64 // revision of the last consumed store event
+	complete uint64 // highest revision whose last event was consumed
 	stamped  uint64 // highest revision sent with last_chunk
 	runRev   uint64 // revision of the current run of chunks
 	runIndex uint32 // next chunk_index in that run
@@ -119,7 +121,7 @@ func (o *outbound) start(ctx context.Context, resume uint64) error {
 	if resume > 0 && resume <= current {
 		events, err := o.store.Watch(ctx, resume)
 		if err == nil {
-			o.events, o.seen, o.stamped = events, resume, resume
+			o.events, o.seen, o.stamped, o.complete = events, resume, resume, resume
 			o.log.Debug("resuming", "from_revision", resume, "store_revision", current)
 			return nil
 		}
@@ -158,7 +160,7 @@ func (o *outbound) startSnapshot(ctx context.Context) error {
 	if o.listedUntil, err = o.store.Revision(ctx); err != nil {
 		return fmt.Errorf("read store revision: %w", err)
 	}
-	o.snapshot, o.seen, o.stamped = it, rev, rev
+	o.snapshot, o.seen, o.stamped, o.complete = it, rev, rev, rev
 	o.log.Info("sending full snapshot", "revision", rev, "listed", len(it.items))
 	return nil
 }
@@ -264,12 +266,15 @@ func (o *outbound) accept(ev storage.Event) {
 	newRevision := ev.Revision > o.seen
 	e, ok := o.mapEvent(ev)
 	if ok && o.pending.len() > 0 && o.pending.size+e.size > o.limit() {
-		// The pending batch is complete through o.seen only if this event
-		// starts a later revision.
-		o.cut(o.seen, newRevision)
+		// The pending batch is complete through o.seen if that revision's
+		// last event is in it, or this event starts a later revision.
+		o.cut(o.seen, o.complete >= o.seen || newRevision)
 	}
 	if newRevision {
 		o.seen = ev.Revision
+	}
+	if ev.Last {
+		o.complete = max(o.complete, ev.Revision)
 	}
 	if ok {
 		o.pending.add(e)
@@ -308,11 +313,11 @@ func (o *outbound) mapEvent(ev storage.Event) (entry, bool) {
 	return entry{}, false
 }
 
-// flushIdle sends what is pending; its last revision is not known complete
-// yet, so the resume point is confirmed later (see outbound).
+// flushIdle sends what is pending, with last_chunk when its last revision is
+// complete; revisions that sent nothing are stamped later (see outbound).
 func (o *outbound) flushIdle() {
 	if o.pending.len() > 0 {
-		o.cut(o.seen, false)
+		o.cut(o.seen, o.complete >= o.seen)
 	}
 	if o.seen > o.stamped {
 		o.confirm.armIfIdle(o.cfg.confirmDelay)
@@ -320,8 +325,8 @@ func (o *outbound) flushIdle() {
 }
 
 // onConfirm runs when the confirmation timer fires: if the watch is still
-// quiet, the last revision is complete and an empty last_chunk batch lets the
-// peer record it.
+// quiet and the last revision is complete, an empty last_chunk batch lets
+// the peer record it (revisions that had nothing for the peer).
 func (o *outbound) onConfirm() error {
 	o.confirm.fired()
 	drained, err := o.pump()
@@ -331,7 +336,7 @@ func (o *outbound) onConfirm() error {
 	if o.seen <= o.stamped {
 		return nil
 	}
-	if !drained || o.pending.len() > 0 || !o.windowOpen() {
+	if !drained || o.pending.len() > 0 || !o.windowOpen() || o.complete < o.seen {
 		o.confirm.arm(o.cfg.confirmDelay)
 		return nil
 	}
