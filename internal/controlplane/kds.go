@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/encoding/gzip"
 	"google.golang.org/grpc/keepalive"
@@ -133,6 +134,11 @@ func newZoneClient(cfg Config, reg *resource.Registry, store storage.Store, metr
 		Token:  func() (string, error) { return readToken(cfg.ZoneTokenFile) },
 		Target: cfg.GlobalAddress,
 		DialOptions: []grpc.DialOption{
+			// gRPC's own transport reconnect backoff (up to 120 s by default)
+			// would sit under the sync client's 5 s cap: keep them aligned.
+			grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 5 * time.Second, Backoff: backoff.Config{
+				BaseDelay: meridiansync.DefaultReconnectBackoff, Multiplier: 1.6, Jitter: 0.2,
+				MaxDelay: meridiansync.DefaultMaxReconnectBackoff}}),
 			grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
 			grpc.WithDefaultCallOptions(grpc.UseCompressor(gzip.Name), grpc.MaxCallRecvMsgSize(maxKDSMessageBytes)),
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),

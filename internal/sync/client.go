@@ -209,6 +209,10 @@ func (c *Client) connectOnce(ctx context.Context, rpc syncv1.SyncServiceClient) 
 	if err != nil {
 		return false, err
 	}
+	resumeStore, err := readStoreID(ctx, c.cfg.Store, MetaKeyGlobalStoreID)
+	if err != nil {
+		return false, err
+	}
 	// Cancelling sctx ends the stream, which unblocks its Recv and Send.
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -218,17 +222,25 @@ func (c *Client) connectOnce(ctx context.Context, rpc syncv1.SyncServiceClient) 
 		return false, fmt.Errorf("open stream: %w", err)
 	}
 	ws := newWire(stream, func(m *syncv1.Message) *syncv1.StreamRequest { return &syncv1.StreamRequest{Message: m} })
-	resp, err := c.handshake(sctx, ws, token, resume)
+	resp, err := c.handshake(sctx, ws, token, resume, resumeStore)
 	if err != nil {
 		return false, err
+	}
+	if gs := resp.GetStoreId(); gs != "" && resumeStore != "" && gs != resumeStore {
+		// The global's store was replaced: our resume point counts another
+		// store's revisions (the global sends a full snapshot).
+		c.log.Warn("the global's store was replaced: receiving a full snapshot", "known_store", resumeStore,
+			"global_store", gs, "dropped_resume_revision", resume)
+		resume = 0
 	}
 	return true, c.runSession(sctx, ws, resp, resume)
 }
 
-func (c *Client) handshake(ctx context.Context, ws wireStream, token string, resume uint64) (*syncv1.HandshakeResponse, error) {
+func (c *Client) handshake(ctx context.Context, ws wireStream, token string, resume uint64, resumeStore string) (*syncv1.HandshakeResponse, error) {
 	hs := &syncv1.Handshake{Zone: c.cfg.Zone, ZoneToken: token, SoftwareVersion: c.cfg.SoftwareVersion,
 		Features: c.cfg.Features, Environment: envToWire(c.cfg.Environment),
-		SystemNamespace: c.cfg.SystemNamespace, ResumeRevision: resume}
+		SystemNamespace: c.cfg.SystemNamespace, ResumeRevision: resume,
+		StoreId: c.cfg.Store.ID(), ResumeStoreId: resumeStore}
 	if err := ws.Send(&syncv1.Message{Kind: &syncv1.Message_Handshake{Handshake: hs}}); err != nil {
 		return nil, fmt.Errorf("send handshake: %w", err)
 	}
@@ -275,7 +287,8 @@ func (c *Client) runSession(ctx context.Context, ws wireStream, resp *syncv1.Han
 	g2z := &flow{mu: &c.mu, st: &c.st.GlobalToZone, clock: c.cfg.Clock, m: c.metrics.flow(DirectionGlobalToZone, c.cfg.Zone)}
 	sess.out = newOutbound(c.cfg.Stream.outbound(), c.cfg.Store, zoneSource{reg: c.cfg.Registry, zone: c.cfg.Zone},
 		c.log.Named("to-global"), c.cfg.Clock, z2g, sess.enqueue)
-	sess.in = &inbound{store: c.cfg.Store, metaKey: MetaKeyGlobalRevision, log: c.log.Named("from-global"), obs: g2z, applied: resume,
+	sess.in = &inbound{store: c.cfg.Store, metaKey: MetaKeyGlobalRevision, storeKey: MetaKeyGlobalStoreID,
+		peerStore: resp.GetStoreId(), log: c.log.Named("from-global"), obs: g2z, applied: resume,
 		sink: zoneSink{reg: c.cfg.Registry, store: c.cfg.Store, zone: c.zone}}
 	return sess.run(ctx, resp.GetResumeRevision())
 }

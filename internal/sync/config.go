@@ -26,12 +26,20 @@ const (
 	// MetaKeyGlobalRevision in a zone's store: the last global revision
 	// applied (the zone's Handshake.resume_revision).
 	MetaKeyGlobalRevision = "sync/global-revision"
-	metaKeyZonePrefix     = "sync/zone-revision/"
+	// MetaKeyGlobalStoreID in a zone's store: the id of the global store
+	// that revision belongs to (Handshake.resume_store_id).
+	MetaKeyGlobalStoreID = "sync/global-store-id"
+	metaKeyZonePrefix    = "sync/zone-revision/"
+	metaKeyZoneIDPrefix  = "sync/zone-store-id/"
 )
 
 // MetaKeyZoneRevision in the global's store: the last revision of zone's
 // store the global applied (its HandshakeResponse.resume_revision).
 func MetaKeyZoneRevision(zone string) string { return metaKeyZonePrefix + zone }
+
+// MetaKeyZoneStoreID in the global's store: the id of the zone store that
+// revision belongs to.
+func MetaKeyZoneStoreID(zone string) string { return metaKeyZoneIDPrefix + zone }
 
 // StreamConfig tunes one end of the sync stream. Zero values take the
 // defaults above.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -642,4 +643,93 @@ func TestQuickRestartResendsNothing(t *testing.T) {
 	if g, zz := sent(); g != g0 || zz != z0 {
 		t.Errorf("a restart right after the writes resent %d global->zone and %d zone->global resources", g-g0, zz-z0)
 	}
+}
+
+// TestWipedZoneStoreIsReplaced: issue 8's finding — a zone whose data dir
+// was wiped and that wrote more revisions than the global's resume point
+// before reconnecting used to resume from that point: the global kept the
+// resources the zone no longer had and never received the first new ones.
+// The store id tells the global the store was replaced: it asks for a full
+// snapshot, which replaces the zone's resources.
+func TestWipedZoneStoreIsReplaced(t *testing.T) {
+	c := newCluster(t, clusterOpts{})
+	z := c.zone("zone-1", zoneOpts{}).start()
+	for i := range 10 {
+		writeZone(t, z.store, "zone-1", timeout("old-"+itoa(i), "", ""))
+	}
+	eventually(t, wait, "old resources on the global", func() bool { return count(t, c.global, "MeshTimeout") == 10 })
+	z.close()
+	if err := os.Remove(z.path); err != nil {
+		t.Fatal(err)
+	}
+	z.store = openStore(t, z.path, storeOpts{})
+	for i := range 30 { // more revisions than the old store had: the old resume point looks valid
+		writeZone(t, z.store, "zone-1", timeout("new-"+itoa(i), "", ""))
+	}
+	z.start()
+	eventually(t, wait, "the global holds exactly the new resources", func() bool {
+		list, err := c.global.List(context.Background(), storage.ListOptions{Type: "MeshTimeout"})
+		if err != nil || list.Total != 30 {
+			return false
+		}
+		for _, r := range list.Items {
+			if !strings.HasPrefix(r.Labels[resource.LabelDisplayName], "new-") {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestWipedGlobalStoreIsReplaced: a global whose store was replaced (wiped,
+// then written past the zone's resume revision) is recognized by its store
+// id: the zone gets a full snapshot, which replaces its global copies.
+func TestWipedGlobalStoreIsReplaced(t *testing.T) {
+	c := newCluster(t, clusterOpts{})
+	z := c.zone("zone-1", zoneOpts{}).start()
+	for i := range 10 {
+		writeGlobal(t, c.global, timeout("old-"+itoa(i), "", ""))
+	}
+	eventually(t, wait, "old copies in the zone", func() bool { return count(t, z.store, "MeshTimeout") == 10 })
+	c.server.Shutdown()
+	c.grpcSrv.Stop()
+	eventually(t, wait, "zone notices", func() bool { return !z.client.Status().Connected })
+	path := filepath.Join(c.dir, "global.db")
+	if err := c.global.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	c.global = openStore(t, path, storeOpts{clock: c.gclock})
+	writeGlobal(t, c.global, mesh("default"))
+	for i := range 30 {
+		writeGlobal(t, c.global, timeout("new-"+itoa(i), "", ""))
+	}
+	srv, err := NewServer(ServerConfig{Store: c.global, Registry: testRegistry, Authenticator: tokenAuth{c.tokens},
+		Logger: c.logger("global-2"), Stream: c.stream})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.server = srv
+	lis := bufconn.Listen(1 << 20)
+	c.lisMu.Lock()
+	c.lis = lis
+	c.lisMu.Unlock()
+	c.grpcSrv = grpc.NewServer()
+	syncv1.RegisterSyncServiceServer(c.grpcSrv, srv)
+	go func() { _ = c.grpcSrv.Serve(lis) }()
+	t.Cleanup(func() { srv.Shutdown(); c.grpcSrv.Stop() })
+	eventually(t, wait, "the zone holds exactly the new global policies", func() bool {
+		list, err := z.store.List(context.Background(), storage.ListOptions{Type: "MeshTimeout"})
+		if err != nil || list.Total != 30 {
+			return false
+		}
+		for _, r := range list.Items {
+			if !strings.HasPrefix(r.Labels[resource.LabelDisplayName], "new-") {
+				return false
+			}
+		}
+		return true
+	})
 }

@@ -42,8 +42,12 @@ type inbound struct {
 	// resources, into meshes that exist).
 	check   func(puts []*resource.Resource, deletes []resource.Key) func(storage.TxReader) ([]resource.Key, error)
 	metaKey string
-	log     hclog.Logger
-	obs     flowObserver
+	// storeKey and peerStore: the peer's store id, recorded with every resume
+	// point so that a replaced peer store is recognized (empty: not recorded).
+	storeKey  string
+	peerStore string
+	log       hclog.Logger
+	obs       flowObserver
 
 	// applied is the peer revision recorded in Meta (the resume point).
 	applied uint64
@@ -135,7 +139,7 @@ func (in *inbound) delta(ctx context.Context, b *syncv1.DeltaBatch) ([]*syncv1.R
 	record := b.GetLastChunk() && b.GetRevision() > in.applied
 	batch := storage.Batch{Puts: set.puts, Deletes: deletes}
 	if record {
-		batch.Meta = map[string][]byte{in.metaKey: encodeRevision(b.GetRevision())}
+		batch.Meta = in.resumeMeta(b.GetRevision())
 	}
 	if len(batch.Puts)+len(batch.Deletes)+len(batch.Meta) > 0 {
 		rejected, err := in.apply(ctx, batch, func(k resource.Key) *syncv1.ResourceKey {
@@ -181,8 +185,7 @@ func (in *inbound) snapshotChunk(ctx context.Context, b *syncv1.DeltaBatch) ([]*
 			deletes = append(deletes, k)
 		}
 	}
-	batch := storage.Batch{Puts: in.staged.puts, Deletes: deletes,
-		Meta: map[string][]byte{in.metaKey: encodeRevision(b.GetRevision())}}
+	batch := storage.Batch{Puts: in.staged.puts, Deletes: deletes, Meta: in.resumeMeta(b.GetRevision())}
 	start := time.Now()
 	staged := in.staged
 	rejected, err := in.apply(ctx, batch, func(k resource.Key) *syncv1.ResourceKey { return staged.wire[k] })
@@ -285,6 +288,28 @@ func sortedResourceKeys(m map[resource.Key]error) []resource.Key {
 const parallelConvertMin = 128
 
 func encodeRevision(rev uint64) []byte { return []byte(strconv.FormatUint(rev, 10)) }
+
+// resumeMeta is the resume point to record with a batch: the peer's
+// revision and, with it, the peer's store id.
+func (in *inbound) resumeMeta(rev uint64) map[string][]byte {
+	m := map[string][]byte{in.metaKey: encodeRevision(rev)}
+	if in.storeKey != "" && in.peerStore != "" {
+		m[in.storeKey] = []byte(in.peerStore)
+	}
+	return m
+}
+
+// readStoreID reads a peer store id recorded in Meta; absent is "".
+func readStoreID(ctx context.Context, st storage.Store, key string) (string, error) {
+	v, err := st.Meta(ctx, key)
+	if errors.Is(err, storage.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", key, err)
+	}
+	return string(v), nil
+}
 
 // readRevision reads a revision recorded in Meta; absent is 0.
 func readRevision(ctx context.Context, st storage.Store, key string) (uint64, error) {

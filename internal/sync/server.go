@@ -302,7 +302,25 @@ func (s *Server) serve(ctx context.Context, ws wireStream, hs *syncv1.Handshake,
 	if err != nil {
 		return err
 	}
-	resp := &syncv1.HandshakeResponse{Accepted: true, ResumeRevision: applied,
+	knownStore, err := readStoreID(ctx, s.cfg.Store, MetaKeyZoneStoreID(z.Name))
+	if err != nil {
+		return err
+	}
+	if zs := hs.GetStoreId(); zs != "" && knownStore != "" && zs != knownStore {
+		// A wiped or replaced zone store: its revisions are not the ones
+		// the resume point counts. Ask for a full snapshot, which replaces
+		// every resource the zone sent before.
+		log.Warn("the zone's store was replaced: asking it for a full snapshot", "known_store", knownStore,
+			"zone_store", zs, "dropped_resume_revision", applied)
+		applied = 0
+	}
+	resume := hs.GetResumeRevision()
+	if rs := hs.GetResumeStoreId(); resume > 0 && rs != "" && rs != s.cfg.Store.ID() {
+		log.Warn("the zone's resume point belongs to another global store: sending a full snapshot",
+			"resume_store", rs, "global_store", s.cfg.Store.ID(), "dropped_resume_revision", resume)
+		resume = 0
+	}
+	resp := &syncv1.HandshakeResponse{Accepted: true, ResumeRevision: applied, StoreId: s.cfg.Store.ID(),
 		SoftwareVersion: s.cfg.SoftwareVersion, Features: intersect(s.cfg.Features, hs.GetFeatures())}
 	if err := ws.Send(&syncv1.Message{Kind: &syncv1.Message_HandshakeResponse{HandshakeResponse: resp}}); err != nil {
 		return fmt.Errorf("send handshake response: %w", err)
@@ -317,14 +335,15 @@ func (s *Server) serve(ctx context.Context, ws wireStream, hs *syncv1.Handshake,
 	}
 	sess.out = newOutbound(s.cfg.Stream.outbound(), s.cfg.Store, globalSource{reg: s.cfg.Registry, zone: z.Name},
 		log.Named("to-zone"), s.cfg.Clock, g2z, sess.enqueue)
-	sess.in = &inbound{store: s.cfg.Store, metaKey: MetaKeyZoneRevision(z.Name), log: log.Named("from-zone"), obs: z2g, applied: applied,
+	sess.in = &inbound{store: s.cfg.Store, metaKey: MetaKeyZoneRevision(z.Name), storeKey: MetaKeyZoneStoreID(z.Name),
+		peerStore: hs.GetStoreId(), log: log.Named("from-zone"), obs: z2g, applied: applied,
 		sink: globalSink{reg: s.cfg.Registry, store: s.cfg.Store, zone: z, systemNS: s.cfg.SystemNamespace}}
 	if s.cfg.Admission != nil {
 		sess.in.check = func(puts []*resource.Resource, deletes []resource.Key) func(storage.TxReader) ([]resource.Key, error) {
 			return s.cfg.Admission.FromZone(z.Name, puts, deletes)
 		}
 	}
-	err = sess.run(ctx, hs.GetResumeRevision())
+	err = sess.run(ctx, resume)
 	if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
 		err = cause
 	}

@@ -1,7 +1,9 @@
 package boltstore
 
 import (
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
@@ -46,6 +48,10 @@ const (
 	metaKeySchema    = "schema"
 	metaKeyRevision  = "revision"
 	metaKeyCompacted = "compacted"
+	// metaKeyStoreID is a random id given to the store at creation (or at
+	// the first open of a store created before ids existed): a peer that
+	// remembers another id for us knows the store was replaced.
+	metaKeyStoreID = "store-id"
 )
 
 func allBuckets() []string {
@@ -56,6 +62,7 @@ func allBuckets() []string {
 type storedState struct {
 	revision  uint64
 	compacted uint64
+	id        string
 }
 
 // checkSchema verifies the schema version of the file and creates the buckets
@@ -82,10 +89,31 @@ func checkSchema(tx *bolt.Tx, path string) (storedState, error) {
 			return storedState{}, fmt.Errorf("boltstore: %s: bucket %q missing: corrupted store", path, name)
 		}
 	}
+	id, err := ensureStoreID(meta)
+	if err != nil {
+		return storedState{}, fmt.Errorf("boltstore: %s: %w", path, err)
+	}
 	return storedState{
 		revision:  getUint64(meta, metaKeyRevision),
 		compacted: getUint64(meta, metaKeyCompacted),
+		id:        id,
 	}, nil
+}
+
+// ensureStoreID returns the store's id, creating it when absent.
+func ensureStoreID(meta *bolt.Bucket) (string, error) {
+	if id := meta.Get([]byte(metaKeyStoreID)); len(id) > 0 {
+		return string(id), nil
+	}
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("store id: %w", err)
+	}
+	id := hex.EncodeToString(b[:])
+	if err := meta.Put([]byte(metaKeyStoreID), []byte(id)); err != nil {
+		return "", fmt.Errorf("store id: %w", err)
+	}
+	return id, nil
 }
 
 // initSchema creates every bucket and records the schema version. A file
@@ -110,7 +138,11 @@ func initSchema(tx *bolt.Tx, path string) (storedState, error) {
 	if err := putUint64(tx.Bucket([]byte(bucketMeta)), metaKeySchema, schemaVersion); err != nil {
 		return storedState{}, fmt.Errorf("boltstore: %s: write schema version: %w", path, err)
 	}
-	return storedState{}, nil
+	id, err := ensureStoreID(tx.Bucket([]byte(bucketMeta)))
+	if err != nil {
+		return storedState{}, fmt.Errorf("boltstore: %s: %w", path, err)
+	}
+	return storedState{id: id}, nil
 }
 
 func getUint64(b *bolt.Bucket, key string) uint64 {

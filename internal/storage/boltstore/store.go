@@ -61,7 +61,12 @@ type Store struct {
 	// watchChunk is defaultWatchChunk; tests shrink it (before any Watch)
 	// to exercise chunk boundaries with small logs.
 	watchChunk int
+
+	id string // set at Open, never changes
 }
+
+// ID implements storage.Store.
+func (s *Store) ID() string { return s.id }
 
 var _ storage.Store = (*Store)(nil)
 
@@ -97,10 +102,11 @@ func Open(cfg Config) (*Store, error) {
 	}
 	s.revision.Store(st.revision)
 	s.compacted.Store(st.compacted)
+	s.id = st.id
 	s.wg.Add(2)
 	go s.commitLoop()
 	go s.expiryLoop()
-	s.log.Info("store opened", "path", cfg.Path, "schema", schemaVersion,
+	s.log.Info("store opened", "path", cfg.Path, "schema", schemaVersion, "id", st.id,
 		"revision", st.revision, "compacted_revision", st.compacted)
 	return s, nil
 }

@@ -88,3 +88,21 @@ func testClosed(t *testing.T, f Factory) {
 		checkErr(t, tc.name, tc.call(), storage.ErrClosed)
 	}
 }
+
+// testStoreID: a store keeps its id across reopening; a new store (another
+// directory) gets another.
+func testStoreID(t *testing.T, f Factory) {
+	h := newHarness(t, f)
+	id := h.s.ID()
+	if len(id) < 16 {
+		t.Fatalf("store id %q is too short to be unique", id)
+	}
+	h.reopen()
+	if got := h.s.ID(); got != id {
+		t.Fatalf("store id changed on reopen: %q, was %q", got, id)
+	}
+	other := newHarness(t, f)
+	if other.s.ID() == id {
+		t.Fatalf("two stores share id %q", id)
+	}
+}

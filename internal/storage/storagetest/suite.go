@@ -102,6 +102,7 @@ func Run(t *testing.T, f Factory) {
 		{"Simulation", testSimulation, false},
 		{"Closed", testClosed, false},
 		{"Reopen", testReopen, true},
+		{"StoreID", testStoreID, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

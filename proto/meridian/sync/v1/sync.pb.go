@@ -341,8 +341,16 @@ type Handshake struct {
 	// Last global store revision the zone applied (0 = nothing, full snapshot
 	// wanted).
 	ResumeRevision uint64 `protobuf:"varint,7,opt,name=resume_revision,json=resumeRevision,proto3" json:"resume_revision,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Id of the zone's store (random, given at its creation): a global that
+	// remembers another id for this zone knows the zone's store was replaced
+	// and asks for a full snapshot.
+	StoreId string `protobuf:"bytes,8,opt,name=store_id,json=storeId,proto3" json:"store_id,omitempty"`
+	// Id of the global store resume_revision refers to ("" = unknown): when it
+	// is not the global's, the revision means nothing there and the global
+	// sends a full snapshot.
+	ResumeStoreId string `protobuf:"bytes,9,opt,name=resume_store_id,json=resumeStoreId,proto3" json:"resume_store_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Handshake) Reset() {
@@ -424,6 +432,20 @@ func (x *Handshake) GetResumeRevision() uint64 {
 	return 0
 }
 
+func (x *Handshake) GetStoreId() string {
+	if x != nil {
+		return x.StoreId
+	}
+	return ""
+}
+
+func (x *Handshake) GetResumeStoreId() string {
+	if x != nil {
+		return x.ResumeStoreId
+	}
+	return ""
+}
+
 // HandshakeResponse answers a Handshake (global -> zone).
 type HandshakeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -438,7 +460,9 @@ type HandshakeResponse struct {
 	// Software version of the global control plane.
 	SoftwareVersion string `protobuf:"bytes,4,opt,name=software_version,json=softwareVersion,proto3" json:"software_version,omitempty"`
 	// Features both sides support (the intersection).
-	Features      []string `protobuf:"bytes,5,rep,name=features,proto3" json:"features,omitempty"`
+	Features []string `protobuf:"bytes,5,rep,name=features,proto3" json:"features,omitempty"`
+	// Id of the global's store; the zone records it with its resume point.
+	StoreId       string `protobuf:"bytes,6,opt,name=store_id,json=storeId,proto3" json:"store_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -506,6 +530,13 @@ func (x *HandshakeResponse) GetFeatures() []string {
 		return x.Features
 	}
 	return nil
+}
+
+func (x *HandshakeResponse) GetStoreId() string {
+	if x != nil {
+		return x.StoreId
+	}
+	return ""
 }
 
 // ResourceKey identifies a resource: (type, mesh, namespace, name).
@@ -1055,7 +1086,7 @@ const file_meridian_sync_v1_sync_proto_rawDesc = "" +
 	"\x03ack\x18\x04 \x01(\v2\x15.meridian.sync.v1.AckH\x00R\x03ack\x12,\n" +
 	"\x04nack\x18\x05 \x01(\v2\x16.meridian.sync.v1.NackH\x00R\x04nack\x12;\n" +
 	"\theartbeat\x18\x06 \x01(\v2\x1b.meridian.sync.v1.HeartbeatH\x00R\theartbeatB\x06\n" +
-	"\x04kind\"\x9a\x02\n" +
+	"\x04kind\"\xdd\x02\n" +
 	"\tHandshake\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x12\x1d\n" +
 	"\n" +
@@ -1064,13 +1095,16 @@ const file_meridian_sync_v1_sync_proto_rawDesc = "" +
 	"\bfeatures\x18\x04 \x03(\tR\bfeatures\x12?\n" +
 	"\venvironment\x18\x05 \x01(\x0e2\x1d.meridian.sync.v1.EnvironmentR\venvironment\x12)\n" +
 	"\x10system_namespace\x18\x06 \x01(\tR\x0fsystemNamespace\x12'\n" +
-	"\x0fresume_revision\x18\a \x01(\x04R\x0eresumeRevision\"\xb5\x01\n" +
+	"\x0fresume_revision\x18\a \x01(\x04R\x0eresumeRevision\x12\x19\n" +
+	"\bstore_id\x18\b \x01(\tR\astoreId\x12&\n" +
+	"\x0fresume_store_id\x18\t \x01(\tR\rresumeStoreId\"\xd0\x01\n" +
 	"\x11HandshakeResponse\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12'\n" +
 	"\x0fresume_revision\x18\x02 \x01(\x04R\x0eresumeRevision\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12)\n" +
 	"\x10software_version\x18\x04 \x01(\tR\x0fsoftwareVersion\x12\x1a\n" +
-	"\bfeatures\x18\x05 \x03(\tR\bfeatures\"g\n" +
+	"\bfeatures\x18\x05 \x03(\tR\bfeatures\x12\x19\n" +
+	"\bstore_id\x18\x06 \x01(\tR\astoreId\"g\n" +
 	"\vResourceKey\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
 	"\x04mesh\x18\x02 \x01(\tR\x04mesh\x12\x12\n" +
