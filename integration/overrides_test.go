@@ -202,6 +202,36 @@ func TestGlobalOverrideWinsInBothZones(t *testing.T) {
 		}
 	}
 
+	// The global shows each zone's status of its policy (the zones report
+	// what their engines computed).
+	eventually(t, 15*time.Second, func() error {
+		var r struct {
+			Status struct {
+				Zones []struct {
+					Zone       string `json:"zone"`
+					Conditions []struct {
+						Type, Status, Reason string
+					} `json:"conditions"`
+				} `json:"zones"`
+			} `json:"status"`
+		}
+		if err := getJSON(c.global, "/meshes/default/meshtimeouts/mesh-timeout-guardrail", &r); err != nil {
+			return err
+		}
+		var got []string
+		for _, z := range r.Status.Zones {
+			for _, c := range z.Conditions {
+				if c.Type == "Enforced" {
+					got = append(got, z.Zone+":"+c.Status+"/"+c.Reason)
+				}
+			}
+		}
+		if strings.Join(got, ",") != "zone-1:True/Enforced,zone-2:True/Enforced" {
+			return fmt.Errorf("per-zone status on the global: %v (%+v)", got, r.Status)
+		}
+		return nil
+	})
+
 	// Status follows policy changes: without the guardrail, the zone policy
 	// is fully enforced again.
 	if out, code := c.global.ctl("", "delete", "meshtimeout", "mesh-timeout-guardrail"); code != 0 {

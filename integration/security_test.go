@@ -179,6 +179,8 @@ func TestZoneTokenRevocationAndDisable(t *testing.T) {
 		return nil
 	})
 
+	waitPresent(t, z, "/meshes/default") // the first snapshot is applied
+
 	// Revocation ends the live stream within a second and keeps it out.
 	start := time.Now()
 	if status, body := g.request("DELETE", "/tokens/zone/"+id, ""); status != 200 {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/meridian-mesh/meridian/internal/policy"
 	"github.com/meridian-mesh/meridian/internal/resource"
+	meridiansync "github.com/meridian-mesh/meridian/internal/sync"
 )
 
 // Policy status (SPEC 3.6.4). A zone serves every policy with the status
@@ -16,20 +17,23 @@ import (
 // rebuild (policyview.StatusSnapshot). A policy written after that
 // computation has no status until the next one.
 
-// statusSource gives policy statuses of one mesh; nil serves none.
+// statusSource gives policy statuses of one mesh; the zero value serves
+// none. A zone serves its engine's statuses (snap); the global serves what
+// each zone reported for its policies (zones).
 type statusSource struct {
-	snap *policy.MeshSnapshot
+	snap  *policy.MeshSnapshot
+	zones ZoneStatuses
 }
 
 // policyStatuses returns the status source for resources of typeName in
 // mesh: the zone's snapshot for policy types, nothing otherwise.
 func (s *Server) policyStatuses(r *http.Request, typeName, mesh string) (statusSource, error) {
-	if s.cfg.Mode != ModeZone || mesh == "" {
+	d, ok := s.reg.Lookup(typeName)
+	if !ok || !d.IsPolicy() || mesh == "" {
 		return statusSource{}, nil
 	}
-	d, ok := s.reg.Lookup(typeName)
-	if !ok || !d.IsPolicy() {
-		return statusSource{}, nil
+	if s.cfg.Mode == ModeGlobal {
+		return statusSource{zones: s.cfg.Zones}, nil
 	}
 	snap, err := s.cfg.Snapshots.StatusSnapshot(r.Context(), mesh)
 	if err != nil {
@@ -41,6 +45,9 @@ func (s *Server) policyStatuses(r *http.Request, typeName, mesh string) (statusS
 // attach returns res with its computed status (a copy; stored resources
 // are immutable), or res unchanged when there is nothing to attach.
 func (src statusSource) attach(res *resource.Resource) *resource.Resource {
+	if src.zones != nil {
+		return src.attachZones(res)
+	}
 	if src.snap == nil {
 		return res
 	}
@@ -51,6 +58,24 @@ func (src statusSource) attach(res *resource.Resource) *resource.Resource {
 		return &out // written after the snapshot was taken: no verdict yet
 	}
 	if b, err := json.Marshal(st); err == nil {
+		out.Status = b
+	}
+	return &out
+}
+
+// attachZones shows, on the global, each zone's status of a global policy
+// under status.zones (as the zones last reported it, SPEC 3.6.4).
+func (src statusSource) attachZones(res *resource.Resource) *resource.Resource {
+	if res.Labels[resource.LabelOrigin] != resource.OriginGlobal {
+		return res
+	}
+	out := *res
+	out.Status = nil
+	zones := src.zones.PolicyStatuses(res.Type, res.Mesh, res.Name)
+	if zones == nil {
+		zones = []meridiansync.ZonePolicyStatus{}
+	}
+	if b, err := json.Marshal(map[string]any{"zones": zones}); err == nil {
 		out.Status = b
 	}
 	return &out

@@ -18,6 +18,9 @@ import (
 type ZoneStatuses interface {
 	Statuses() []meridiansync.ZoneStatus
 	Status(zone string) (meridiansync.ZoneStatus, bool)
+	// PolicyStatuses is what each zone reported for one of the global's
+	// policies.
+	PolicyStatuses(typ, mesh, name string) []meridiansync.ZonePolicyStatus
 }
 
 // TokenIssuer issues zone tokens (internal/auth.ZoneTokens).

@@ -27,6 +27,9 @@ func (f *fakeIssuer) IssueToken(zone string, validFor time.Duration) (string, au
 type fakeZones struct{ statuses []meridiansync.ZoneStatus }
 
 func (f fakeZones) Statuses() []meridiansync.ZoneStatus { return f.statuses }
+func (f fakeZones) PolicyStatuses(string, string, string) []meridiansync.ZonePolicyStatus {
+	return nil
+}
 func (f fakeZones) Status(zone string) (meridiansync.ZoneStatus, bool) {
 	for _, s := range f.statuses {
 		if s.Zone == zone {

@@ -227,10 +227,11 @@ func startZone(ctx context.Context, cfg Config, reg *resource.Registry, store st
 	if cfg.GlobalAddress == "" {
 		return nil
 	}
-	client, err := newZoneClient(cfg, reg, store, metrics)
+	client, err := newZoneClient(cfg, reg, store, metrics, viewReports{view})
 	if err != nil {
 		return err
 	}
+	runBackground(ctx, background, failed, view.RunStatusReports)
 	apiCfg.SyncStatus = func() any { return client.Status() }
 	runBackground(ctx, background, failed, client.Run)
 	return nil

@@ -21,6 +21,7 @@ import (
 
 	"github.com/meridian-mesh/meridian/internal/admission"
 	"github.com/meridian-mesh/meridian/internal/auth"
+	"github.com/meridian-mesh/meridian/internal/policyview"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
 	meridiansync "github.com/meridian-mesh/meridian/internal/sync"
@@ -115,7 +116,8 @@ func (k *globalKDS) stop(timeout time.Duration) {
 }
 
 // newZoneClient builds the zone's connection to the global.
-func newZoneClient(cfg Config, reg *resource.Registry, store storage.Store, metrics prometheus.Registerer) (*meridiansync.Client, error) {
+func newZoneClient(cfg Config, reg *resource.Registry, store storage.Store, metrics prometheus.Registerer,
+	reports meridiansync.StatusReporter) (*meridiansync.Client, error) {
 	if cfg.ZoneTokenFile == "" {
 		return nil, errors.New("--zone-token-file is required with --global-address (issue one with meridianctl generate zone-token)")
 	}
@@ -131,8 +133,9 @@ func newZoneClient(cfg Config, reg *resource.Registry, store storage.Store, metr
 	}
 	return meridiansync.NewClient(meridiansync.ClientConfig{
 		Store: store, Registry: reg, Zone: cfg.Zone, Environment: cfg.Environment, SystemNamespace: cfg.SystemNamespace,
-		Token:  func() (string, error) { return readToken(cfg.ZoneTokenFile) },
-		Target: cfg.GlobalAddress,
+		Token:         func() (string, error) { return readToken(cfg.ZoneTokenFile) },
+		Target:        cfg.GlobalAddress,
+		StatusReports: reports,
 		DialOptions: []grpc.DialOption{
 			// gRPC's own transport reconnect backoff (up to 120 s by default)
 			// would sit under the sync client's 5 s cap: keep them aligned.
@@ -174,4 +177,24 @@ func runBackground(ctx context.Context, wg interface{ Go(func()) }, failed chan<
 			}
 		}
 	})
+}
+
+// viewReports adapts the zone's policy view to the sync client's status
+// reporter: the statuses of the global's policies, as the global names them.
+type viewReports struct{ v *policyview.View }
+
+func (r viewReports) PolicyStatusReport() (*syncv1.PolicyStatusReport, <-chan struct{}) {
+	list, changed := r.v.GlobalPolicyStatuses()
+	if list == nil {
+		return nil, changed
+	}
+	rep := &syncv1.PolicyStatusReport{Statuses: make([]*syncv1.PolicyStatus, 0, len(list))}
+	for _, st := range list {
+		ps := &syncv1.PolicyStatus{Key: &syncv1.ResourceKey{Type: st.Type, Mesh: st.Mesh, Name: st.Name}}
+		for _, c := range st.Conditions {
+			ps.Conditions = append(ps.Conditions, &syncv1.Condition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message})
+		}
+		rep.Statuses = append(rep.Statuses, ps)
+	}
+	return rep, changed
 }

@@ -344,3 +344,32 @@ func (s *MeshSnapshot) legacyStatuses(t *typeIndex, byName map[nsName]*PolicySta
 		byName[nsName{s.normNS(p.res.Namespace), p.res.Name}] = &PolicyStatus{Conditions: []Condition{accepted, enf}}
 	}
 }
+
+// GlobalPolicyStatus is the status of one of the global's policies in this
+// zone, keyed by its name on the global (the display name of the copy).
+type GlobalPolicyStatus struct {
+	Type, Mesh, Name string
+	Conditions       []Condition
+}
+
+// GlobalPolicyStatuses lists the status of every global-origin policy of
+// the snapshot (what a zone reports to the global), sorted by type and name.
+func (s *MeshSnapshot) GlobalPolicyStatuses() []GlobalPolicyStatus {
+	all := s.statuses()
+	var out []GlobalPolicyStatus
+	for _, name := range s.typeNames {
+		t := s.types[name]
+		for _, p := range t.policies {
+			if p.origin != originGlobal {
+				continue
+			}
+			if st := all[name][nsName{s.normNS(p.res.Namespace), p.res.Name}]; st != nil {
+				out = append(out, GlobalPolicyStatus{Type: name, Mesh: s.mesh, Name: p.res.DisplayName(), Conditions: st.Conditions})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b GlobalPolicyStatus) int {
+		return strings.Compare(a.Type+"\x00"+a.Name, b.Type+"\x00"+b.Name)
+	})
+	return out
+}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -48,6 +49,12 @@ type View struct {
 	builds   int // snapshots built, for tests and metrics
 	building map[string]chan struct{}
 	runCtx   context.Context // set by Run: background status recomputes stop with it
+
+	// notify gets a value after every applied change (RunStatusReports).
+	notify chan struct{}
+	// report is the latest status report of the global's policies.
+	report        []policy.GlobalPolicyStatus
+	reportChanged chan struct{}
 }
 
 // meshState is the mirror of one mesh. generation bumps on every change so a
@@ -85,7 +92,7 @@ func New(cfg Config) (*View, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	v := &View{cfg: cfg, meshes: map[string]*meshState{}, building: map[string]chan struct{}{}}
+	v := &View{cfg: cfg, meshes: map[string]*meshState{}, building: map[string]chan struct{}{}, notify: make(chan struct{}, 1)}
 	v.changed = sync.NewCond(&v.mu)
 	return v, nil
 }
@@ -181,6 +188,10 @@ func (v *View) apply(ev storage.Event) {
 	}
 	m := meshOf(v.meshes, r.Mesh)
 	m.generation++
+	select {
+	case v.notify <- struct{}{}:
+	default:
+	}
 	if ev.Kind == storage.EventDelete {
 		delete(m.resources, r.Key())
 		return
@@ -355,4 +366,100 @@ func (v *View) storeStatus(mesh string, snap *policy.MeshSnapshot) bool {
 		m.statusPending = false
 	}
 	return current
+}
+
+// RunStatusReports keeps the report of the global's policies' statuses in
+// every mesh current until ctx ends: StatusDebounce after changes it
+// recomputes the meshes that changed. A zone connected to a global runs it;
+// its sync client sends the report (GlobalPolicyStatuses).
+func (v *View) RunStatusReports(ctx context.Context) error {
+	reported := map[string]uint64{} // mesh → generation of its last report
+	byMesh := map[string][]policy.GlobalPolicyStatus{}
+	for {
+		v.mu.Lock()
+		notify := v.notify
+		v.mu.Unlock()
+		changed := false
+		for _, mesh := range v.meshNames() {
+			gen := v.generationOf(mesh)
+			if g, ok := reported[mesh]; ok && g == gen {
+				continue
+			}
+			snap, err := v.Snapshot(ctx, mesh)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				v.cfg.Logger.Warn("policy statuses not computed for the report", "mesh", mesh, "error", err)
+				continue
+			}
+			byMesh[mesh] = snap.GlobalPolicyStatuses()
+			reported[mesh] = gen
+			changed = true
+		}
+		if changed {
+			v.publishReport(byMesh)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-notify:
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(StatusDebounce):
+		}
+	}
+}
+
+// GlobalPolicyStatuses returns the latest report (nil before the first) and
+// a channel closed when a newer one replaces it.
+func (v *View) GlobalPolicyStatuses() ([]policy.GlobalPolicyStatus, <-chan struct{}) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.reportChanged == nil {
+		v.reportChanged = make(chan struct{})
+	}
+	return v.report, v.reportChanged
+}
+
+func (v *View) publishReport(byMesh map[string][]policy.GlobalPolicyStatus) {
+	all := []policy.GlobalPolicyStatus{} // non-nil: an empty report clears the previous one
+	for _, mesh := range sortedMeshes(byMesh) {
+		all = append(all, byMesh[mesh]...)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.report = all
+	if v.reportChanged != nil {
+		close(v.reportChanged)
+	}
+	v.reportChanged = make(chan struct{})
+}
+
+func sortedMeshes(m map[string][]policy.GlobalPolicyStatus) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (v *View) meshNames() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := make([]string, 0, len(v.meshes))
+	for name := range v.meshes {
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (v *View) generationOf(mesh string) uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return meshOf(v.meshes, mesh).generation
 }

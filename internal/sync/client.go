@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"slices"
 	"context"
 	"errors"
 	"fmt"
@@ -47,6 +48,9 @@ type ClientConfig struct {
 	// the wiring needs (gzip, keepalive, a bufconn dialer in tests).
 	// Required: at least the credentials.
 	DialOptions []grpc.DialOption
+	// StatusReports, when set, gives the report of the global's policies'
+	// statuses this zone sends (if the global supports it).
+	StatusReports StatusReporter
 	// SoftwareVersion and Features are sent in the handshake.
 	SoftwareVersion string
 	Features        []string
@@ -238,7 +242,7 @@ func (c *Client) connectOnce(ctx context.Context, rpc syncv1.SyncServiceClient) 
 
 func (c *Client) handshake(ctx context.Context, ws wireStream, token string, resume uint64, resumeStore string) (*syncv1.HandshakeResponse, error) {
 	hs := &syncv1.Handshake{Zone: c.cfg.Zone, ZoneToken: token, SoftwareVersion: c.cfg.SoftwareVersion,
-		Features: c.cfg.Features, Environment: envToWire(c.cfg.Environment),
+		Features: c.features(), Environment: envToWire(c.cfg.Environment),
 		SystemNamespace: c.cfg.SystemNamespace, ResumeRevision: resume,
 		StoreId: c.cfg.Store.ID(), ResumeStoreId: resumeStore}
 	if err := ws.Send(&syncv1.Message{Kind: &syncv1.Message_Handshake{Handshake: hs}}); err != nil {
@@ -287,10 +291,23 @@ func (c *Client) runSession(ctx context.Context, ws wireStream, resp *syncv1.Han
 	g2z := &flow{mu: &c.mu, st: &c.st.GlobalToZone, clock: c.cfg.Clock, m: c.metrics.flow(DirectionGlobalToZone, c.cfg.Zone)}
 	sess.out = newOutbound(c.cfg.Stream.outbound(), c.cfg.Store, zoneSource{reg: c.cfg.Registry, zone: c.cfg.Zone},
 		c.log.Named("to-global"), c.cfg.Clock, z2g, sess.enqueue)
+	if c.cfg.StatusReports != nil && slices.Contains(resp.GetFeatures(), FeaturePolicyStatus) {
+		sess.reporter = c.cfg.StatusReports
+	}
 	sess.in = &inbound{store: c.cfg.Store, metaKey: MetaKeyGlobalRevision, storeKey: MetaKeyGlobalStoreID,
 		peerStore: resp.GetStoreId(), log: c.log.Named("from-global"), obs: g2z, applied: resume,
 		sink: zoneSink{reg: c.cfg.Registry, store: c.cfg.Store, zone: c.zone}}
 	return sess.run(ctx, resp.GetResumeRevision())
+}
+
+// features are the handshake's features: the configured ones, plus policy
+// status reports when there is a reporter.
+func (c *Client) features() []string {
+	f := slices.Clone(c.cfg.Features)
+	if c.cfg.StatusReports != nil && !slices.Contains(f, FeaturePolicyStatus) {
+		f = append(f, FeaturePolicyStatus)
+	}
+	return f
 }
 
 func (c *Client) update(fn func(*ClientStatus)) {

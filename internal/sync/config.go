@@ -1,6 +1,7 @@
 package sync
 
 import (
+	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 	"errors"
 	"fmt"
 	"time"
@@ -19,6 +20,19 @@ const (
 	// MinMaxBatchBytes keeps room for a batch's own fields under the limit.
 	MinMaxBatchBytes = 1024
 )
+
+// FeaturePolicyStatus: the zone reports the status of the global's policies
+// (PolicyStatusReport). The global always supports it; a zone asks for it
+// when it has a StatusReporter.
+const FeaturePolicyStatus = "policy-status"
+
+// StatusReporter gives a zone's policy status report (the statuses its
+// engine computed for the global's policies).
+type StatusReporter interface {
+	// PolicyStatusReport returns the current report (nil before the first)
+	// and a channel closed when a newer one replaces it.
+	PolicyStatusReport() (*syncv1.PolicyStatusReport, <-chan struct{})
+}
 
 // Meta keys under which each side records the last revision it applied from
 // the other, in the same transaction as the batch.

@@ -105,6 +105,7 @@ type Server struct {
 	log     hclog.Logger
 	metrics *Metrics
 	tracker *tracker
+	reports reports
 
 	// mu guards active and closed: the cancel function of each zone's
 	// current stream (a newer stream of the same zone replaces it).
@@ -260,6 +261,16 @@ func (s *Server) endAtExpiry(ctx context.Context, cred ZoneCredential, cancel co
 	return func() { t.Stop(); close(done) }
 }
 
+// features the global supports: the configured ones and policy status
+// reports.
+func (s *Server) features() []string {
+	f := slices.Clone(s.cfg.Features)
+	if !slices.Contains(f, FeaturePolicyStatus) {
+		f = append(f, FeaturePolicyStatus)
+	}
+	return f
+}
+
 // EndStreams ends every live stream for which match holds, with cause (a
 // revoked token, a disabled zone, a retired key); it returns how many.
 func (s *Server) EndStreams(match func(StreamInfo) bool, cause error) int {
@@ -321,7 +332,7 @@ func (s *Server) serve(ctx context.Context, ws wireStream, hs *syncv1.Handshake,
 		resume = 0
 	}
 	resp := &syncv1.HandshakeResponse{Accepted: true, ResumeRevision: applied, StoreId: s.cfg.Store.ID(),
-		SoftwareVersion: s.cfg.SoftwareVersion, Features: intersect(s.cfg.Features, hs.GetFeatures())}
+		SoftwareVersion: s.cfg.SoftwareVersion, Features: intersect(s.features(), hs.GetFeatures())}
 	if err := ws.Send(&syncv1.Message{Kind: &syncv1.Message_HandshakeResponse{HandshakeResponse: resp}}); err != nil {
 		return fmt.Errorf("send handshake response: %w", err)
 	}
@@ -332,6 +343,7 @@ func (s *Server) serve(ctx context.Context, ws wireStream, hs *syncv1.Handshake,
 		log: log, clock: s.cfg.Clock, stream: ws,
 		heartbeatInterval: s.cfg.Stream.HeartbeatInterval, heartbeatTimeout: s.cfg.Stream.HeartbeatTimeout,
 		onHeartbeat: func() { s.tracker.heartbeat(z.Name, id) },
+		onReport:    func(r *syncv1.PolicyStatusReport) { s.reports.set(z.Name, r) },
 	}
 	sess.out = newOutbound(s.cfg.Stream.outbound(), s.cfg.Store, globalSource{reg: s.cfg.Registry, zone: z.Name},
 		log.Named("to-zone"), s.cfg.Clock, g2z, sess.enqueue)

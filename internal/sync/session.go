@@ -71,6 +71,11 @@ type session struct {
 	heartbeatTimeout  time.Duration
 	// onHeartbeat is called (from the loop) for every heartbeat received.
 	onHeartbeat func()
+	// reporter (zone, when the global supports FeaturePolicyStatus) gives
+	// the policy status report to send, again whenever it changes.
+	reporter StatusReporter
+	// onReport (global) receives the zone's policy status reports.
+	onReport func(*syncv1.PolicyStatusReport)
 
 	queue    []*syncv1.Message
 	lastRecv time.Time
@@ -138,6 +143,10 @@ func (s *session) loop(ctx context.Context, resume uint64, recvC <-chan *syncv1.
 	if _, err := s.out.pump(); err != nil {
 		return err
 	}
+	var reportC <-chan struct{}
+	if s.reporter != nil {
+		reportC = s.sendReport()
+	}
 	for {
 		var head *syncv1.Message
 		var sc chan<- *syncv1.Message
@@ -167,6 +176,8 @@ func (s *session) loop(ctx context.Context, resume uint64, recvC <-chan *syncv1.
 		case <-hb.C():
 			err = s.tick()
 			hb.Reset(s.heartbeatInterval)
+		case <-reportC:
+			reportC = s.sendReport()
 		case <-s.out.confirm.C():
 			err = s.out.onConfirm()
 		case <-s.out.retry.C():
@@ -178,6 +189,16 @@ func (s *session) loop(ctx context.Context, resume uint64, recvC <-chan *syncv1.
 			return err
 		}
 	}
+}
+
+// sendReport queues the current policy status report (if any) and returns
+// the channel announcing the next one.
+func (s *session) sendReport() <-chan struct{} {
+	report, changed := s.reporter.PolicyStatusReport()
+	if report != nil {
+		s.enqueue(&syncv1.Message{Kind: &syncv1.Message_PolicyStatusReport{PolicyStatusReport: report}})
+	}
+	return changed
 }
 
 // tick sends a heartbeat and checks that the peer is alive.
@@ -208,6 +229,12 @@ func (s *session) handle(ctx context.Context, m *syncv1.Message) error {
 		if s.onHeartbeat != nil {
 			s.onHeartbeat()
 		}
+		return nil
+	case *syncv1.Message_PolicyStatusReport:
+		if s.onReport == nil {
+			return fmt.Errorf("%w: a policy status report was not negotiated", errProtocol)
+		}
+		s.onReport(k.PolicyStatusReport)
 		return nil
 	}
 	return fmt.Errorf("%w: unexpected %T after the handshake", errProtocol, m.GetKind())

@@ -184,6 +184,7 @@ type Message struct {
 	//	*Message_Ack
 	//	*Message_Nack
 	//	*Message_Heartbeat
+	//	*Message_PolicyStatusReport
 	Kind          isMessage_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -280,6 +281,15 @@ func (x *Message) GetHeartbeat() *Heartbeat {
 	return nil
 }
 
+func (x *Message) GetPolicyStatusReport() *PolicyStatusReport {
+	if x != nil {
+		if x, ok := x.Kind.(*Message_PolicyStatusReport); ok {
+			return x.PolicyStatusReport
+		}
+	}
+	return nil
+}
+
 type isMessage_Kind interface {
 	isMessage_Kind()
 }
@@ -311,6 +321,11 @@ type Message_Heartbeat struct {
 	Heartbeat *Heartbeat `protobuf:"bytes,6,opt,name=heartbeat,proto3,oneof"`
 }
 
+type Message_PolicyStatusReport struct {
+	// Zone -> global, when both support the "policy-status" feature.
+	PolicyStatusReport *PolicyStatusReport `protobuf:"bytes,7,opt,name=policy_status_report,json=policyStatusReport,proto3,oneof"`
+}
+
 func (*Message_Handshake) isMessage_Kind() {}
 
 func (*Message_HandshakeResponse) isMessage_Kind() {}
@@ -322,6 +337,8 @@ func (*Message_Ack) isMessage_Kind() {}
 func (*Message_Nack) isMessage_Kind() {}
 
 func (*Message_Heartbeat) isMessage_Kind() {}
+
+func (*Message_PolicyStatusReport) isMessage_Kind() {}
 
 // Handshake opens a stream (zone -> global).
 type Handshake struct {
@@ -1069,6 +1086,177 @@ func (x *Heartbeat) GetTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// PolicyStatusReport (zone -> global) replaces the zone's previous report:
+// the status the zone's policy engine computed for each of the global's
+// policies it holds.
+type PolicyStatusReport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Statuses      []*PolicyStatus        `protobuf:"bytes,1,rep,name=statuses,proto3" json:"statuses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyStatusReport) Reset() {
+	*x = PolicyStatusReport{}
+	mi := &file_meridian_sync_v1_sync_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyStatusReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyStatusReport) ProtoMessage() {}
+
+func (x *PolicyStatusReport) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_sync_v1_sync_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyStatusReport.ProtoReflect.Descriptor instead.
+func (*PolicyStatusReport) Descriptor() ([]byte, []int) {
+	return file_meridian_sync_v1_sync_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *PolicyStatusReport) GetStatuses() []*PolicyStatus {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
+// PolicyStatus is one global policy's status in the reporting zone.
+type PolicyStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Key of the policy on the global (its name there, not the zone's hashed
+	// name).
+	Key           *ResourceKey `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Conditions    []*Condition `protobuf:"bytes,2,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyStatus) Reset() {
+	*x = PolicyStatus{}
+	mi := &file_meridian_sync_v1_sync_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyStatus) ProtoMessage() {}
+
+func (x *PolicyStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_sync_v1_sync_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyStatus.ProtoReflect.Descriptor instead.
+func (*PolicyStatus) Descriptor() ([]byte, []int) {
+	return file_meridian_sync_v1_sync_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *PolicyStatus) GetKey() *ResourceKey {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *PolicyStatus) GetConditions() []*Condition {
+	if x != nil {
+		return x.Conditions
+	}
+	return nil
+}
+
+// Condition is a Kubernetes-style status condition.
+type Condition struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Status        string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Condition) Reset() {
+	*x = Condition{}
+	mi := &file_meridian_sync_v1_sync_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Condition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Condition) ProtoMessage() {}
+
+func (x *Condition) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_sync_v1_sync_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Condition.ProtoReflect.Descriptor instead.
+func (*Condition) Descriptor() ([]byte, []int) {
+	return file_meridian_sync_v1_sync_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Condition) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Condition) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *Condition) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Condition) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 var File_meridian_sync_v1_sync_proto protoreflect.FileDescriptor
 
 const file_meridian_sync_v1_sync_proto_rawDesc = "" +
@@ -1077,7 +1265,7 @@ const file_meridian_sync_v1_sync_proto_rawDesc = "" +
 	"\rStreamRequest\x123\n" +
 	"\amessage\x18\x01 \x01(\v2\x19.meridian.sync.v1.MessageR\amessage\"E\n" +
 	"\x0eStreamResponse\x123\n" +
-	"\amessage\x18\x01 \x01(\v2\x19.meridian.sync.v1.MessageR\amessage\"\xfb\x02\n" +
+	"\amessage\x18\x01 \x01(\v2\x19.meridian.sync.v1.MessageR\amessage\"\xd5\x03\n" +
 	"\aMessage\x12;\n" +
 	"\thandshake\x18\x01 \x01(\v2\x1b.meridian.sync.v1.HandshakeH\x00R\thandshake\x12T\n" +
 	"\x12handshake_response\x18\x02 \x01(\v2#.meridian.sync.v1.HandshakeResponseH\x00R\x11handshakeResponse\x12?\n" +
@@ -1085,7 +1273,8 @@ const file_meridian_sync_v1_sync_proto_rawDesc = "" +
 	"deltaBatch\x12)\n" +
 	"\x03ack\x18\x04 \x01(\v2\x15.meridian.sync.v1.AckH\x00R\x03ack\x12,\n" +
 	"\x04nack\x18\x05 \x01(\v2\x16.meridian.sync.v1.NackH\x00R\x04nack\x12;\n" +
-	"\theartbeat\x18\x06 \x01(\v2\x1b.meridian.sync.v1.HeartbeatH\x00R\theartbeatB\x06\n" +
+	"\theartbeat\x18\x06 \x01(\v2\x1b.meridian.sync.v1.HeartbeatH\x00R\theartbeat\x12X\n" +
+	"\x14policy_status_report\x18\a \x01(\v2$.meridian.sync.v1.PolicyStatusReportH\x00R\x12policyStatusReportB\x06\n" +
 	"\x04kind\"\xdd\x02\n" +
 	"\tHandshake\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x12\x1d\n" +
@@ -1148,7 +1337,19 @@ const file_meridian_sync_v1_sync_proto_rawDesc = "" +
 	"\x06errors\x18\x02 \x03(\v2\x1f.meridian.sync.v1.ResourceErrorR\x06errors\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\";\n" +
 	"\tHeartbeat\x12.\n" +
-	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time*a\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"P\n" +
+	"\x12PolicyStatusReport\x12:\n" +
+	"\bstatuses\x18\x01 \x03(\v2\x1e.meridian.sync.v1.PolicyStatusR\bstatuses\"|\n" +
+	"\fPolicyStatus\x12/\n" +
+	"\x03key\x18\x01 \x01(\v2\x1d.meridian.sync.v1.ResourceKeyR\x03key\x12;\n" +
+	"\n" +
+	"conditions\x18\x02 \x03(\v2\x1b.meridian.sync.v1.ConditionR\n" +
+	"conditions\"i\n" +
+	"\tCondition\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage*a\n" +
 	"\vEnvironment\x12\x1b\n" +
 	"\x17ENVIRONMENT_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ENVIRONMENT_KUBERNETES\x10\x01\x12\x19\n" +
@@ -1169,7 +1370,7 @@ func file_meridian_sync_v1_sync_proto_rawDescGZIP() []byte {
 }
 
 var file_meridian_sync_v1_sync_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_meridian_sync_v1_sync_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_meridian_sync_v1_sync_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_meridian_sync_v1_sync_proto_goTypes = []any{
 	(Environment)(0),              // 0: meridian.sync.v1.Environment
 	(*StreamRequest)(nil),         // 1: meridian.sync.v1.StreamRequest
@@ -1184,8 +1385,11 @@ var file_meridian_sync_v1_sync_proto_goTypes = []any{
 	(*ResourceError)(nil),         // 10: meridian.sync.v1.ResourceError
 	(*Nack)(nil),                  // 11: meridian.sync.v1.Nack
 	(*Heartbeat)(nil),             // 12: meridian.sync.v1.Heartbeat
-	nil,                           // 13: meridian.sync.v1.Resource.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*PolicyStatusReport)(nil),    // 13: meridian.sync.v1.PolicyStatusReport
+	(*PolicyStatus)(nil),          // 14: meridian.sync.v1.PolicyStatus
+	(*Condition)(nil),             // 15: meridian.sync.v1.Condition
+	nil,                           // 16: meridian.sync.v1.Resource.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
 }
 var file_meridian_sync_v1_sync_proto_depIdxs = []int32{
 	3,  // 0: meridian.sync.v1.StreamRequest.message:type_name -> meridian.sync.v1.Message
@@ -1196,22 +1400,26 @@ var file_meridian_sync_v1_sync_proto_depIdxs = []int32{
 	9,  // 5: meridian.sync.v1.Message.ack:type_name -> meridian.sync.v1.Ack
 	11, // 6: meridian.sync.v1.Message.nack:type_name -> meridian.sync.v1.Nack
 	12, // 7: meridian.sync.v1.Message.heartbeat:type_name -> meridian.sync.v1.Heartbeat
-	0,  // 8: meridian.sync.v1.Handshake.environment:type_name -> meridian.sync.v1.Environment
-	13, // 9: meridian.sync.v1.Resource.labels:type_name -> meridian.sync.v1.Resource.LabelsEntry
-	14, // 10: meridian.sync.v1.Resource.creation_time:type_name -> google.protobuf.Timestamp
-	14, // 11: meridian.sync.v1.Resource.modification_time:type_name -> google.protobuf.Timestamp
-	7,  // 12: meridian.sync.v1.DeltaBatch.upserts:type_name -> meridian.sync.v1.Resource
-	6,  // 13: meridian.sync.v1.DeltaBatch.removals:type_name -> meridian.sync.v1.ResourceKey
-	6,  // 14: meridian.sync.v1.ResourceError.key:type_name -> meridian.sync.v1.ResourceKey
-	10, // 15: meridian.sync.v1.Nack.errors:type_name -> meridian.sync.v1.ResourceError
-	14, // 16: meridian.sync.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
-	1,  // 17: meridian.sync.v1.SyncService.Stream:input_type -> meridian.sync.v1.StreamRequest
-	2,  // 18: meridian.sync.v1.SyncService.Stream:output_type -> meridian.sync.v1.StreamResponse
-	18, // [18:19] is the sub-list for method output_type
-	17, // [17:18] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	13, // 8: meridian.sync.v1.Message.policy_status_report:type_name -> meridian.sync.v1.PolicyStatusReport
+	0,  // 9: meridian.sync.v1.Handshake.environment:type_name -> meridian.sync.v1.Environment
+	16, // 10: meridian.sync.v1.Resource.labels:type_name -> meridian.sync.v1.Resource.LabelsEntry
+	17, // 11: meridian.sync.v1.Resource.creation_time:type_name -> google.protobuf.Timestamp
+	17, // 12: meridian.sync.v1.Resource.modification_time:type_name -> google.protobuf.Timestamp
+	7,  // 13: meridian.sync.v1.DeltaBatch.upserts:type_name -> meridian.sync.v1.Resource
+	6,  // 14: meridian.sync.v1.DeltaBatch.removals:type_name -> meridian.sync.v1.ResourceKey
+	6,  // 15: meridian.sync.v1.ResourceError.key:type_name -> meridian.sync.v1.ResourceKey
+	10, // 16: meridian.sync.v1.Nack.errors:type_name -> meridian.sync.v1.ResourceError
+	17, // 17: meridian.sync.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
+	14, // 18: meridian.sync.v1.PolicyStatusReport.statuses:type_name -> meridian.sync.v1.PolicyStatus
+	6,  // 19: meridian.sync.v1.PolicyStatus.key:type_name -> meridian.sync.v1.ResourceKey
+	15, // 20: meridian.sync.v1.PolicyStatus.conditions:type_name -> meridian.sync.v1.Condition
+	1,  // 21: meridian.sync.v1.SyncService.Stream:input_type -> meridian.sync.v1.StreamRequest
+	2,  // 22: meridian.sync.v1.SyncService.Stream:output_type -> meridian.sync.v1.StreamResponse
+	22, // [22:23] is the sub-list for method output_type
+	21, // [21:22] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_meridian_sync_v1_sync_proto_init() }
@@ -1226,6 +1434,7 @@ func file_meridian_sync_v1_sync_proto_init() {
 		(*Message_Ack)(nil),
 		(*Message_Nack)(nil),
 		(*Message_Heartbeat)(nil),
+		(*Message_PolicyStatusReport)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1233,7 +1442,7 @@ func file_meridian_sync_v1_sync_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_sync_v1_sync_proto_rawDesc), len(file_meridian_sync_v1_sync_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
