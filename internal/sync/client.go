@@ -1,11 +1,11 @@
 package sync
 
 import (
-	"slices"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	gosync "sync"
 	"time"
 

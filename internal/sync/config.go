@@ -1,9 +1,9 @@
 package sync
 
 import (
-	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 	"errors"
 	"fmt"
+	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 	"time"
 )
 
