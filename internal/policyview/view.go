@@ -354,12 +354,16 @@ func (v *View) storeStatus(mesh string, snap *policy.MeshSnapshot) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	m := meshOf(v.meshes, mesh)
-	gen := m.generation
-	if m.snapshot == snap {
-		gen = m.snapGen
+	if m.snapshot != snap {
+		// Another build replaced it meanwhile: its generation is unknown,
+		// so keep it only as a first answer and recompute.
+		if m.statusSnap == nil {
+			m.statusSnap, m.statusGen = snap, 0
+		}
+		return false
 	}
-	if m.statusSnap == nil || gen >= m.statusGen {
-		m.statusSnap, m.statusGen = snap, gen
+	if m.statusSnap == nil || m.snapGen >= m.statusGen {
+		m.statusSnap, m.statusGen = snap, m.snapGen
 	}
 	current := m.statusGen == m.generation
 	if current {
