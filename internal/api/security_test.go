@@ -1,9 +1,12 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -11,6 +14,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/meridian-mesh/meridian/internal/api"
+	"github.com/meridian-mesh/meridian/internal/policyview"
+	"github.com/meridian-mesh/meridian/internal/resource"
+	"github.com/meridian-mesh/meridian/internal/storage/boltstore"
 )
 
 // Regression tests for issue 13's REST findings (admission rules).
@@ -64,5 +70,43 @@ func TestYAMLListIsValidAndEquivalent(t *testing.T) {
 		if !reflect.DeepEqual(fromJSON, fromYAML) {
 			t.Errorf("%s: YAML %v differs from JSON %v", path, fromYAML, fromJSON)
 		}
+	}
+}
+
+type fakeRejections map[resource.Key]string
+
+func (f fakeRejections) Rejected(k resource.Key) (string, bool) { msg, ok := f[k]; return msg, ok }
+
+// TestSyncedConditionOnTheZone: a zone policy the global rejected shows a
+// Synced False condition where it was written, beside the engine's ones.
+func TestSyncedConditionOnTheZone(t *testing.T) {
+	store, err := boltstore.Open(boltstore.Config{Path: filepath.Join(t.TempDir(), "db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	reg := resource.NewDefaultRegistry()
+	view, err := policyview.New(policyview.Config{Registry: reg, Store: store, Zone: "zone-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = view.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	rej := fakeRejections{{Type: "MeshTimeout", Mesh: "default", Name: "t"}: "mesh \"default\" does not exist on the global"}
+	h, err := api.New(api.Config{Registry: reg, Store: store, Mode: api.ModeZone, Zone: "zone-1", Environment: "universal",
+		Snapshots: view, LocalhostIsAdmin: true, Rejections: rej})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	f := &fixture{t: t, srv: srv, store: store}
+	f.mustDo("PUT", "/meshes/default", `{"type":"Mesh","name":"default"}`, http.StatusCreated)
+	f.mustDo("PUT", "/meshes/default/meshtimeouts/t", `{"type":"MeshTimeout","mesh":"default","name":"t","spec":{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"1s"}}]}}`, http.StatusCreated)
+	resp := f.mustDo("GET", "/meshes/default/meshtimeouts/t", "", http.StatusOK)
+	if !strings.Contains(string(resp.body), `"type":"Synced","status":"False","reason":"Rejected","message":"rejected by the global control plane: mesh \"default\" does not exist on the global"`) {
+		t.Errorf("no Synced condition: %s", resp.body)
 	}
 }

@@ -63,6 +63,9 @@ type Config struct {
 	ZoneTokenAdmin ZoneTokenAdmin
 	// SyncStatus, on a zone, reports its connection to the global in GET /.
 	SyncStatus func() any
+	// Rejections, on a zone connected to a global, says which of its
+	// resources the global rejected (shown as a Synced condition).
+	Rejections SyncRejections
 	// Metrics, when set, is served at GET /metrics.
 	Metrics http.Handler
 	// Users verifies the user tokens callers send and issues new ones

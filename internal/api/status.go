@@ -2,7 +2,9 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/meridian-mesh/meridian/internal/policy"
 	"github.com/meridian-mesh/meridian/internal/resource"
@@ -21,9 +23,25 @@ import (
 // none. A zone serves its engine's statuses (snap); the global serves what
 // each zone reported for its policies (zones).
 type statusSource struct {
-	snap  *policy.MeshSnapshot
-	zones ZoneStatuses
+	snap     *policy.MeshSnapshot
+	zones    ZoneStatuses
+	rejected SyncRejections
 }
+
+// SyncRejections says whether the global rejected one of this zone's
+// resources, and why (internal/sync.Client).
+type SyncRejections interface {
+	Rejected(key resource.Key) (string, bool)
+}
+
+// Synced condition reasons (issue 8: a resource a peer rejects is visible
+// where it was written).
+const (
+	condSynced            = "Synced"
+	reasonRejectedByPeer  = "Rejected"
+	conditionStatusFalse  = "False"
+	syncedRejectedMessage = "rejected by %s: %s"
+)
 
 // policyStatuses returns the status source for resources of typeName in
 // mesh: the zone's snapshot for policy types, nothing otherwise.
@@ -39,7 +57,7 @@ func (s *Server) policyStatuses(r *http.Request, typeName, mesh string) (statusS
 	if err != nil {
 		return statusSource{}, err
 	}
-	return statusSource{snap: snap}, nil
+	return statusSource{snap: snap, rejected: s.cfg.Rejections}, nil
 }
 
 // attach returns res with its computed status (a copy; stored resources
@@ -53,11 +71,20 @@ func (src statusSource) attach(res *resource.Resource) *resource.Resource {
 	}
 	out := *res
 	out.Status = nil // what a client sent is never shown as the engine's verdict
-	st, err := src.snap.PolicyStatus(res.Type, res.Name, res.Namespace)
-	if err != nil {
-		return &out // written after the snapshot was taken: no verdict yet
+	var conds []policy.Condition
+	if st, err := src.snap.PolicyStatus(res.Type, res.Name, res.Namespace); err == nil {
+		conds = append(conds, st.Conditions...)
 	}
-	if b, err := json.Marshal(st); err == nil {
+	if src.rejected != nil {
+		if msg, ok := src.rejected.Rejected(res.Key()); ok {
+			conds = append(conds, policy.Condition{Type: condSynced, Status: conditionStatusFalse, Reason: reasonRejectedByPeer,
+				Message: fmt.Sprintf(syncedRejectedMessage, "the global control plane", msg)})
+		}
+	}
+	if conds == nil {
+		return &out // written after the statuses were computed: no verdict yet
+	}
+	if b, err := json.Marshal(policy.PolicyStatus{Conditions: conds}); err == nil {
 		out.Status = b
 	}
 	return &out
@@ -74,6 +101,15 @@ func (src statusSource) attachZones(res *resource.Resource) *resource.Resource {
 	zones := src.zones.PolicyStatuses(res.Type, res.Mesh, res.Name)
 	if zones == nil {
 		zones = []meridiansync.ZonePolicyStatus{}
+	}
+	for _, rej := range src.zones.RejectedBy(res.Key()) {
+		i := slices.IndexFunc(zones, func(z meridiansync.ZonePolicyStatus) bool { return z.Zone == rej.Zone })
+		if i < 0 {
+			zones = append(zones, meridiansync.ZonePolicyStatus{Zone: rej.Zone})
+			i = len(zones) - 1
+		}
+		zones[i].Conditions = append(slices.Clone(zones[i].Conditions), meridiansync.ReportCondition{Type: condSynced,
+			Status: conditionStatusFalse, Reason: reasonRejectedByPeer, Message: fmt.Sprintf(syncedRejectedMessage, "zone "+rej.Zone, rej.Message)})
 	}
 	if b, err := json.Marshal(map[string]any{"zones": zones}); err == nil {
 		out.Status = b

@@ -21,6 +21,8 @@ type ZoneStatuses interface {
 	// PolicyStatuses is what each zone reported for one of the global's
 	// policies.
 	PolicyStatuses(typ, mesh, name string) []meridiansync.ZonePolicyStatus
+	// RejectedBy lists the zones that rejected one of the global's resources.
+	RejectedBy(key resource.Key) []meridiansync.ZoneRejection
 }
 
 // TokenIssuer issues zone tokens (internal/auth.ZoneTokens).

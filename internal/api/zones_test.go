@@ -30,6 +30,7 @@ func (f fakeZones) Statuses() []meridiansync.ZoneStatus { return f.statuses }
 func (f fakeZones) PolicyStatuses(string, string, string) []meridiansync.ZonePolicyStatus {
 	return nil
 }
+func (f fakeZones) RejectedBy(resource.Key) []meridiansync.ZoneRejection { return nil }
 func (f fakeZones) Status(zone string) (meridiansync.ZoneStatus, bool) {
 	for _, s := range f.statuses {
 		if s.Zone == zone {

@@ -233,6 +233,7 @@ func startZone(ctx context.Context, cfg Config, reg *resource.Registry, store st
 	}
 	runBackground(ctx, background, failed, view.RunStatusReports)
 	apiCfg.SyncStatus = func() any { return client.Status() }
+	apiCfg.Rejections = client
 	runBackground(ctx, background, failed, client.Run)
 	return nil
 }

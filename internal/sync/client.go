@@ -79,6 +79,9 @@ type Client struct {
 	// mu guards st (the flows of a session write into it too).
 	mu gosync.Mutex
 	st ClientStatus
+
+	// rejected: this zone's resources the global rejected, with why.
+	rejected rejections
 }
 
 // NewClient checks cfg and returns the client.
@@ -291,6 +294,7 @@ func (c *Client) runSession(ctx context.Context, ws wireStream, resp *syncv1.Han
 	g2z := &flow{mu: &c.mu, st: &c.st.GlobalToZone, clock: c.cfg.Clock, m: c.metrics.flow(DirectionGlobalToZone, c.cfg.Zone)}
 	sess.out = newOutbound(c.cfg.Stream.outbound(), c.cfg.Store, zoneSource{reg: c.cfg.Registry, zone: c.cfg.Zone},
 		c.log.Named("to-global"), c.cfg.Clock, z2g, sess.enqueue)
+	sess.out.rej = &c.rejected
 	if c.cfg.StatusReports != nil && slices.Contains(resp.GetFeatures(), FeaturePolicyStatus) {
 		sess.reporter = c.cfg.StatusReports
 	}

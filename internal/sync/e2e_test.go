@@ -329,12 +329,38 @@ func TestNackShowsInStatusAndRetries(t *testing.T) {
 	if r.Labels[resource.LabelOrigin] != "zone" {
 		t.Fatalf("the global overwrote the zone's resource: %v", r.Labels)
 	}
-	// Once the clash is gone, the retry (after the NACK backoff) succeeds.
+	// The rejection is recorded on the global's resource, per zone.
+	globalKey := resource.Key{Type: "MeshTimeout", Mesh: "default", Name: "clash"}
+	if rej := c.server.RejectedBy(globalKey); len(rej) != 1 || rej[0].Zone != "zone-1" || !strings.Contains(rej[0].Message, clash) {
+		t.Errorf("RejectedBy: %+v", rej)
+	}
+	// Once the clash is gone, the retry (after the NACK backoff) succeeds
+	// and the rejection is forgotten.
 	del(t, z.store, resource.Key{Type: "MeshTimeout", Mesh: "default", Name: clash})
 	eventually(t, wait, "retried copy", func() bool {
 		r, err := get(z.store, "MeshTimeout", "default", clash)
 		return err == nil && r.Labels[resource.LabelOrigin] == "global"
 	})
+	eventually(t, wait, "rejection cleared", func() bool { return len(c.server.RejectedBy(globalKey)) == 0 })
+}
+
+// TestZoneSeesWhatTheGlobalRejected: a zone resource the global refuses (a
+// mesh the global does not have) is recorded on the zone's side.
+func TestZoneSeesWhatTheGlobalRejected(t *testing.T) {
+	c := newCluster(t, clusterOpts{})
+	z := c.zone("zone-1", zoneOpts{}).start()
+	eventually(t, wait, "connected", z.connected)
+	r := timeout("orphan", "", "")
+	r.Mesh = "zone-only"
+	writeZone(t, z.store, "zone-1", r)
+	writeZone(t, z.store, "zone-1", timeout("fine", "", ""))
+	eventually(t, wait, "rejection recorded in the zone", func() bool {
+		msg, ok := z.client.Rejected(resource.Key{Type: "MeshTimeout", Mesh: "zone-only", Name: "orphan"})
+		return ok && strings.Contains(msg, "does not exist")
+	})
+	if _, ok := z.client.Rejected(resource.Key{Type: "MeshTimeout", Mesh: "default", Name: "fine"}); ok {
+		t.Error("an accepted resource is marked rejected")
+	}
 }
 
 func TestWrongTokenRefused(t *testing.T) {

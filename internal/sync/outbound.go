@@ -82,6 +82,10 @@ type outbound struct {
 	nonce    uint64
 	inflight map[string]*flight
 
+	// rej records what the peer rejected (for the resources' status); nil
+	// records nothing.
+	rej *rejections
+
 	confirm    optTimer
 	retry      optTimer
 	retryKeys  map[resource.Key]struct{}
@@ -387,6 +391,9 @@ func (o *outbound) onReply(nonce string, nack *syncv1.Nack) error {
 	}
 	delete(o.inflight, nonce)
 	o.obs.batchAnswered(f.types, f.summary, nack, o.clock.Now().Sub(f.sentAt))
+	if o.rej != nil {
+		o.rej.answered(f.entries, nack)
+	}
 	if nack == nil {
 		if f.retry {
 			o.nackStreak = 0

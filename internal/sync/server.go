@@ -109,9 +109,10 @@ type Server struct {
 
 	// mu guards active and closed: the cancel function of each zone's
 	// current stream (a newer stream of the same zone replaces it).
-	mu     gosync.Mutex
-	active map[string]*activeStream
-	closed bool
+	mu       gosync.Mutex
+	active   map[string]*activeStream
+	closed   bool
+	rejected map[string]*rejections // per zone: what it rejected
 }
 
 type activeStream struct {
@@ -347,6 +348,7 @@ func (s *Server) serve(ctx context.Context, ws wireStream, hs *syncv1.Handshake,
 	}
 	sess.out = newOutbound(s.cfg.Stream.outbound(), s.cfg.Store, globalSource{reg: s.cfg.Registry, zone: z.Name},
 		log.Named("to-zone"), s.cfg.Clock, g2z, sess.enqueue)
+	sess.out.rej = s.rejectionsOf(z.Name)
 	sess.in = &inbound{store: s.cfg.Store, metaKey: MetaKeyZoneRevision(z.Name), storeKey: MetaKeyZoneStoreID(z.Name),
 		peerStore: hs.GetStoreId(), log: log.Named("from-zone"), obs: z2g, applied: applied,
 		sink: globalSink{reg: s.cfg.Registry, store: s.cfg.Store, zone: z, systemNS: s.cfg.SystemNamespace}}
