@@ -759,3 +759,36 @@ func TestWipedGlobalStoreIsReplaced(t *testing.T) {
 		return true
 	})
 }
+
+// TestNoRemovalsForWhatWasNeverSent: issue 8's finding — every write of a
+// zone policy that is not relayed sent a removal to every other zone (2,000
+// consumer policies: 2,001 removals). A removal now goes only to a zone that
+// was sent the resource; a relayed policy that stops being relayable is
+// still removed.
+func TestNoRemovalsForWhatWasNeverSent(t *testing.T) {
+	c := newCluster(t, clusterOpts{})
+	z1 := c.zone("zone-1", zoneOpts{}).start()
+	z2 := c.zone("zone-2", zoneOpts{}).start()
+	eventually(t, wait, "connected", func() bool { return z1.connected() && z2.connected() })
+	consumer := `{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"MeshService","name":"backend","namespace":"backend-ns"},"default":{"idleTimeout":"1s"}}]}`
+	producer := `{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"MeshService","name":"backend"},"default":{"idleTimeout":"2s"}}]}`
+	for i := range 50 {
+		writeZone(t, z1.store, "zone-1", timeout("consumer-"+itoa(i), "web-ns", consumer))
+	}
+	writeZone(t, z1.store, "zone-1", timeout("prod", "backend-ns", producer))
+	relayed := mapping.HashedName("default", "prod", "zone-1", "backend-ns")
+	eventually(t, wait, "the producer policy relayed to zone-2", func() bool {
+		return count(t, c.global, "MeshTimeout") == 51 && exists(z2.store, "MeshTimeout", "default", relayed)
+	})
+	st, _ := c.server.Status("zone-2")
+	if n := st.GlobalToZone.RemovalsSent; n != 0 {
+		t.Errorf("zone-2 was sent %d removals for zone-1's consumer policies it never had", n)
+	}
+	// The producer policy becomes a consumer one (it now targets another
+	// namespace's service): zone-2 must lose it.
+	writeZone(t, z1.store, "zone-1", timeout("prod", "backend-ns",
+		`{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"MeshService","name":"db","namespace":"db-ns"},"default":{"idleTimeout":"2s"}}]}`))
+	eventually(t, wait, "the no longer relayable copy removed from zone-2", func() bool {
+		return !exists(z2.store, "MeshTimeout", "default", relayed)
+	})
+}

@@ -29,6 +29,15 @@ type source interface {
 	snapshotTypes() []string
 }
 
+// relayTracker is a source whose removals of resources relayed from other
+// zones are sent only for what the peer was sent (globalSource): without it
+// every write of another zone's non-relayed policy sent each zone a
+// removal.
+type relayTracker interface {
+	relayedFromZone(r *resource.Resource) bool
+	relayTypes() []string
+}
+
 // outboundConfig are the sender's limits (validated by the constructors).
 type outboundConfig struct {
 	maxBatchBytes  int
@@ -86,6 +95,15 @@ type outbound struct {
 	// records nothing.
 	rej *rejections
 
+	// relayed holds the local keys of resources relayed from other zones
+	// that the peer holds (relayTracker sources). It is exact for events
+	// after trackedFrom (the revision read after listing them); removals of
+	// earlier events are sent unconditionally, as they may concern what
+	// the listing did not see.
+	relayed     map[resource.Key]bool
+	trackedFrom uint64
+	tracking    bool
+
 	confirm    optTimer
 	retry      optTimer
 	retryKeys  map[resource.Key]struct{}
@@ -118,6 +136,40 @@ func newOutbound(cfg outboundConfig, store storage.Store, src source, log hclog.
 // full snapshot when there is none, it lies in the future (the store was
 // replaced), or the history no longer reaches back to it.
 func (o *outbound) start(ctx context.Context, resume uint64) error {
+	if err := o.startWatch(ctx, resume); err != nil {
+		return err
+	}
+	return o.trackRelayed(ctx)
+}
+
+// trackRelayed lists what the peer holds of the resources relayed from other
+// zones (see relayed).
+func (o *outbound) trackRelayed(ctx context.Context) error {
+	rt, ok := o.src.(relayTracker)
+	if !ok {
+		return nil
+	}
+	o.relayed = map[resource.Key]bool{}
+	for _, typ := range rt.relayTypes() {
+		list, err := o.store.List(ctx, storage.ListOptions{Type: typ, Labels: map[string]string{resource.LabelOrigin: resource.OriginZone}})
+		if err != nil {
+			return fmt.Errorf("list relayed %s: %w", typ, err)
+		}
+		for _, r := range list.Items {
+			if send, _ := o.src.put(r); send != nil && rt.relayedFromZone(r) {
+				o.relayed[r.Key()] = true
+			}
+		}
+	}
+	rev, err := o.store.Revision(ctx)
+	if err != nil {
+		return fmt.Errorf("read store revision: %w", err)
+	}
+	o.trackedFrom, o.tracking = rev, true
+	return nil
+}
+
+func (o *outbound) startWatch(ctx context.Context, resume uint64) error {
 	current, err := o.store.Revision(ctx)
 	if err != nil {
 		return fmt.Errorf("read store revision: %w", err)
@@ -300,18 +352,32 @@ func (o *outbound) mapEvent(ev storage.Event) (entry, bool) {
 			return entry{}, false // the snapshot carried this very version
 		}
 	}
+	key := ev.Resource.Key()
 	switch ev.Kind {
 	case storage.EventPut:
 		send, remove := o.src.put(ev.Resource)
 		switch {
 		case send != nil:
-			return newEntry(ev.Resource.Key(), send, nil), true
+			if o.relayed != nil && o.src.(relayTracker).relayedFromZone(ev.Resource) {
+				o.relayed[key] = true
+			}
+			return newEntry(key, send, nil), true
 		case remove != nil:
-			return newEntry(ev.Resource.Key(), nil, remove), true
+			if o.relayed != nil && o.src.(relayTracker).relayedFromZone(ev.Resource) {
+				held := o.relayed[key]
+				delete(o.relayed, key)
+				if !held && o.tracking && ev.Revision > o.trackedFrom {
+					return entry{}, false // never sent to this peer: nothing to remove
+				}
+			}
+			return newEntry(key, nil, remove), true
 		}
 	case storage.EventDelete:
+		if o.relayed != nil {
+			delete(o.relayed, key)
+		}
 		if k := o.src.remove(ev.Resource); k != nil {
-			return newEntry(ev.Resource.Key(), nil, k), true
+			return newEntry(key, nil, k), true
 		}
 	}
 	return entry{}, false

@@ -51,6 +51,17 @@ func (s globalSource) remove(tomb *resource.Resource) *resource.Key {
 	return &resource.Key{Type: tomb.Type, Mesh: tomb.Mesh, Name: mapping.ZoneName(d, tomb.Key(), tomb.Labels)}
 }
 
+// relayedFromZone implements relayTracker.
+func (s globalSource) relayedFromZone(r *resource.Resource) bool {
+	d, _ := s.reg.Lookup(r.Type)
+	return mapping.RelayedFromZone(d, r, s.zone)
+}
+
+// relayTypes implements relayTracker.
+func (s globalSource) relayTypes() []string {
+	return typesWhere(s.reg, func(d *resource.TypeDescriptor) bool { return d.Sync.GlobalToZone && mapping.IsRelayType(d) })
+}
+
 func (s globalSource) snapshotTypes() []string {
 	return typesWhere(s.reg, func(d *resource.TypeDescriptor) bool { return d.Sync.GlobalToZone })
 }

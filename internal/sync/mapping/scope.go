@@ -146,6 +146,21 @@ func ZoneToGlobalRemoval(d *resource.TypeDescriptor, labels map[string]string, z
 }
 
 // isRelayType: the types the global may relay from one zone to the others.
+// RelayedFromZone reports whether r, stored on the global, is another zone's
+// resource of a type the global relays to zone: one the zone holds only if
+// it was relayable when sent (its removals need sending only then).
+func RelayedFromZone(d *resource.TypeDescriptor, r *resource.Resource, zone string) bool {
+	if d == nil || !d.Sync.GlobalToZone || IsGlobalOrigin(r) {
+		return false
+	}
+	src := r.Labels[resource.LabelZone]
+	return src != "" && src != zone && isRelayType(d)
+}
+
+// IsRelayType reports whether the global relays resources of this type from
+// one zone to the others (MeshServices and targetRef policies).
+func IsRelayType(d *resource.TypeDescriptor) bool { return isRelayType(d) }
+
 func isRelayType(d *resource.TypeDescriptor) bool {
 	return d.Name == "MeshService" || d.Shape == resource.ShapeTargetRef
 }
