@@ -31,10 +31,29 @@
 // snapshot does not contain, in one transaction.
 //
 // A revision is recorded only once the sender knows it is complete (see
-// outbound): the store's watch may split one revision's changes, so a batch
-// flushed because the watch went quiet is confirmed by a later batch or by
-// an empty marker batch after StreamConfig.ResumeConfirmDelay. A reconnect
-// without changes therefore transfers no resources.
+// outbound): the store's watch marks the last event of each revision
+// (storage.Event.Last), so the batch that completes a revision carries
+// last_chunk and the receiver records it as it applies; revisions with
+// nothing for the peer are stamped by an empty marker batch after
+// StreamConfig.ResumeConfirmDelay. A reconnect sends exactly what the peer
+// had not applied; without changes, no resources.
+//
+// Each store has a random id (storage.Store.ID). The handshake carries the
+// zone's id and the id of the global store its resume point belongs to, the
+// response the global's id, and each side records the peer's id with its
+// resume point: a replaced store on either side is answered with a full
+// snapshot, which replaces the stale copies.
+//
+// # Authentication, reports, rejections
+//
+// A zone authenticates in the stream's metadata (MetadataZone,
+// MetadataAuthorization) before the global reads any message; the stream
+// ends when its token expires, its signing key retires, or EndStreams is
+// called (revocation, a disabled zone). With the policy-status feature the
+// zone sends PolicyStatusReports (PolicyStatuses on the global). Each sender
+// records what its peer NACKed (Client.Rejected, Server.RejectedBy) until a
+// later batch is accepted. On the global, every batch from a zone applies
+// with the ZoneAdmission precondition in its transaction.
 //
 // # What flows where
 //
@@ -53,11 +72,11 @@
 //
 // Global (cmd/global via internal/controlplane):
 //
-//	tokens, _ := auth.LoadOrCreateZoneTokens(dataDir, nil)
+//	ring, _ := auth.LoadZoneKeyRing(dataDir, nil)            // wrapped by the zone access checks
 //	tlsMat, _ := auth.LoadOrCreateServerTLS(auth.ServerTLSConfig{DataDir: dataDir, CertFile: cert, KeyFile: key})
-//	srv, _ := sync.NewServer(sync.ServerConfig{Store: store, Registry: reg, Authenticator: tokens,
-//		Logger: log.Named("kds"), SoftwareVersion: version.Version, Metrics: promRegistry})
-//	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsMat.Config)), grpc.MaxRecvMsgSize(16<<20))
+//	srv, _ := sync.NewServer(sync.ServerConfig{Store: store, Registry: reg, Authenticator: access,
+//		Admission: adm, Logger: log.Named("kds"), SoftwareVersion: version.Version, Metrics: promRegistry})
+//	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsMat.Config)), grpc.MaxRecvMsgSize(6<<20))
 //	syncv1.RegisterSyncServiceServer(gs, srv) // and import _ "google.golang.org/grpc/encoding/gzip"
 //	go gs.Serve(kdsListener)
 //	// on shutdown: srv.Shutdown(); gs.GracefulStop()
