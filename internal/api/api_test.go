@@ -25,14 +25,31 @@ type fixture struct {
 
 func newFixture(t testing.TB, mode api.Mode) *fixture {
 	t.Helper()
+	cfg := api.Config{Mode: mode, MaxBodyBytes: 64 << 10, LocalhostIsAdmin: true}
+	if mode == api.ModeZone {
+		cfg.Zone, cfg.Environment = "zone-1", "kubernetes"
+	}
+	srv, store := serveAPI(t, cfg)
+	f := &fixture{t: t, srv: srv, store: store}
+	f.mustDo("PUT", "/meshes/default", `{"type":"Mesh","name":"default"}`, http.StatusCreated)
+	return f
+}
+
+// serveAPI serves cfg over HTTP on a fresh bbolt store, with the default
+// registry when cfg has none and, in zone mode without Snapshots, a running
+// policy view; everything stops when the test ends.
+func serveAPI(t testing.TB, cfg api.Config) (*httptest.Server, *boltstore.Store) {
+	t.Helper()
 	store, err := boltstore.Open(boltstore.Config{Path: filepath.Join(t.TempDir(), "db")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	cfg := api.Config{Registry: resource.NewDefaultRegistry(), Store: store, Mode: mode, MaxBodyBytes: 64 << 10, LocalhostIsAdmin: true}
-	if mode == api.ModeZone {
-		cfg.Zone, cfg.Environment = "zone-1", "kubernetes"
+	cfg.Store = store
+	if cfg.Registry == nil {
+		cfg.Registry = resource.NewDefaultRegistry()
+	}
+	if cfg.Mode == api.ModeZone && cfg.Snapshots == nil {
 		view, err := policyview.New(policyview.Config{Registry: cfg.Registry, Store: store, Zone: cfg.Zone})
 		if err != nil {
 			t.Fatal(err)
@@ -49,9 +66,7 @@ func newFixture(t testing.TB, mode api.Mode) *fixture {
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	f := &fixture{t: t, srv: srv, store: store}
-	f.mustDo("PUT", "/meshes/default", `{"type":"Mesh","name":"default"}`, http.StatusCreated)
-	return f
+	return srv, store
 }
 
 type response struct {

@@ -1,22 +1,16 @@
 package api_test
 
 import (
-	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/meridian-mesh/meridian/internal/api"
 	"github.com/meridian-mesh/meridian/internal/auth"
-	"github.com/meridian-mesh/meridian/internal/policyview"
-	"github.com/meridian-mesh/meridian/internal/resource"
-	"github.com/meridian-mesh/meridian/internal/storage/boltstore"
 )
 
 type fixedClock struct{ now time.Time }
@@ -51,18 +45,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 	clock := &fixedClock{now: time.Now()}
 	users := newUsers(t, clock)
 	other := newUsers(t, clock)
-	store, err := boltstore.Open(boltstore.Config{Path: filepath.Join(t.TempDir(), "db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	h, err := api.New(api.Config{Registry: resource.NewDefaultRegistry(), Store: store, Mode: api.ModeGlobal,
-		Users: users, LocalhostIsAdmin: false, Metrics: http.NotFoundHandler()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
+	srv, _ := serveAPI(t, api.Config{Mode: api.ModeGlobal, Users: users, Metrics: http.NotFoundHandler()})
 
 	admin := issue(t, users, "root", []string{auth.GroupAdmin}, nil, time.Hour)
 	viewer := issue(t, users, "ro", []string{auth.GroupViewer}, nil, time.Hour)
@@ -141,27 +124,7 @@ func TestZoneAuthorizationMatrix(t *testing.T) {
 	clock := &fixedClock{now: time.Now()}
 	users := newUsers(t, clock)
 	other := newUsers(t, clock)
-	store, err := boltstore.Open(boltstore.Config{Path: filepath.Join(t.TempDir(), "db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	reg := resource.NewDefaultRegistry()
-	view, err := policyview.New(policyview.Config{Registry: reg, Store: store, Zone: "zone-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = view.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	h, err := api.New(api.Config{Registry: reg, Store: store, Mode: api.ModeZone, Zone: "zone-1", Environment: "universal",
-		Snapshots: view, Users: users})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
+	srv, _ := serveAPI(t, api.Config{Mode: api.ModeZone, Zone: "zone-1", Environment: "universal", Users: users})
 	admin := issue(t, users, "root", []string{auth.GroupAdmin}, nil, time.Hour)
 	callers := []struct{ name, token string }{
 		{"anonymous", ""},

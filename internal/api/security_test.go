@@ -1,12 +1,9 @@
 package api_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -14,9 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/meridian-mesh/meridian/internal/api"
-	"github.com/meridian-mesh/meridian/internal/policyview"
 	"github.com/meridian-mesh/meridian/internal/resource"
-	"github.com/meridian-mesh/meridian/internal/storage/boltstore"
 )
 
 // Regression tests for issue 13's REST findings (admission rules).
@@ -80,28 +75,8 @@ func (f fakeRejections) Rejected(k resource.Key) (string, bool) { msg, ok := f[k
 // TestSyncedConditionOnTheZone: a zone policy the global rejected shows a
 // Synced False condition where it was written, beside the engine's ones.
 func TestSyncedConditionOnTheZone(t *testing.T) {
-	store, err := boltstore.Open(boltstore.Config{Path: filepath.Join(t.TempDir(), "db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	reg := resource.NewDefaultRegistry()
-	view, err := policyview.New(policyview.Config{Registry: reg, Store: store, Zone: "zone-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = view.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
 	rej := fakeRejections{{Type: "MeshTimeout", Mesh: "default", Name: "t"}: "mesh \"default\" does not exist on the global"}
-	h, err := api.New(api.Config{Registry: reg, Store: store, Mode: api.ModeZone, Zone: "zone-1", Environment: "universal",
-		Snapshots: view, LocalhostIsAdmin: true, Rejections: rej})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
+	srv, store := serveAPI(t, api.Config{Mode: api.ModeZone, Zone: "zone-1", Environment: "universal", LocalhostIsAdmin: true, Rejections: rej})
 	f := &fixture{t: t, srv: srv, store: store}
 	f.mustDo("PUT", "/meshes/default", `{"type":"Mesh","name":"default"}`, http.StatusCreated)
 	f.mustDo("PUT", "/meshes/default/meshtimeouts/t", `{"type":"MeshTimeout","mesh":"default","name":"t","spec":{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"1s"}}]}}`, http.StatusCreated)

@@ -10,11 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/meridian-mesh/meridian/internal/auth"
 	"github.com/meridian-mesh/meridian/internal/resource"
@@ -590,20 +588,7 @@ func TestClientReconnectsAfterGlobalRestart(t *testing.T) {
 	writeGlobal(t, c.global, timeout("while-down", "", ""))
 	time.Sleep(100 * time.Millisecond) // a few failed attempts
 
-	srv, err := NewServer(ServerConfig{Store: c.global, Registry: testRegistry, Authenticator: tokenAuth{c.tokens},
-		Logger: c.logger("global-2"), Stream: c.stream})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.server = srv
-	lis := bufconn.Listen(1 << 20)
-	c.lisMu.Lock()
-	c.lis = lis
-	c.lisMu.Unlock()
-	c.grpcSrv = grpc.NewServer()
-	syncv1.RegisterSyncServiceServer(c.grpcSrv, srv)
-	go func() { _ = c.grpcSrv.Serve(lis) }()
-	t.Cleanup(func() { srv.Shutdown(); c.grpcSrv.Stop() })
+	c.serveAgain("global-2")
 
 	eventually(t, wait, "caught up", func() bool {
 		return exists(z.store, "MeshTimeout", "default", mapping.HashedName("default", "while-down"))
@@ -694,16 +679,7 @@ func TestWipedZoneStoreIsReplaced(t *testing.T) {
 	}
 	z.start()
 	eventually(t, wait, "the global holds exactly the new resources", func() bool {
-		list, err := c.global.List(context.Background(), storage.ListOptions{Type: "MeshTimeout"})
-		if err != nil || list.Total != 30 {
-			return false
-		}
-		for _, r := range list.Items {
-			if !strings.HasPrefix(r.Labels[resource.LabelDisplayName], "new-") {
-				return false
-			}
-		}
-		return true
+		return onlyNamed(c.global, 30, "new-")
 	})
 }
 
@@ -732,31 +708,9 @@ func TestWipedGlobalStoreIsReplaced(t *testing.T) {
 	for i := range 30 {
 		writeGlobal(t, c.global, timeout("new-"+itoa(i), "", ""))
 	}
-	srv, err := NewServer(ServerConfig{Store: c.global, Registry: testRegistry, Authenticator: tokenAuth{c.tokens},
-		Logger: c.logger("global-2"), Stream: c.stream})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.server = srv
-	lis := bufconn.Listen(1 << 20)
-	c.lisMu.Lock()
-	c.lis = lis
-	c.lisMu.Unlock()
-	c.grpcSrv = grpc.NewServer()
-	syncv1.RegisterSyncServiceServer(c.grpcSrv, srv)
-	go func() { _ = c.grpcSrv.Serve(lis) }()
-	t.Cleanup(func() { srv.Shutdown(); c.grpcSrv.Stop() })
+	c.serveAgain("global-2")
 	eventually(t, wait, "the zone holds exactly the new global policies", func() bool {
-		list, err := z.store.List(context.Background(), storage.ListOptions{Type: "MeshTimeout"})
-		if err != nil || list.Total != 30 {
-			return false
-		}
-		for _, r := range list.Items {
-			if !strings.HasPrefix(r.Labels[resource.LabelDisplayName], "new-") {
-				return false
-			}
-		}
-		return true
+		return onlyNamed(z.store, 30, "new-")
 	})
 }
 
@@ -791,4 +745,19 @@ func TestNoRemovalsForWhatWasNeverSent(t *testing.T) {
 	eventually(t, wait, "the no longer relayable copy removed from zone-2", func() bool {
 		return !exists(z2.store, "MeshTimeout", "default", relayed)
 	})
+}
+
+// onlyNamed: st holds exactly n MeshTimeouts, all with display names
+// starting with prefix.
+func onlyNamed(st storage.Store, n int, prefix string) bool {
+	list, err := st.List(context.Background(), storage.ListOptions{Type: "MeshTimeout"})
+	if err != nil || list.Total != n {
+		return false
+	}
+	for _, r := range list.Items {
+		if !strings.HasPrefix(r.Labels[resource.LabelDisplayName], prefix) {
+			return false
+		}
+	}
+	return true
 }

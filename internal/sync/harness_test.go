@@ -341,6 +341,26 @@ func newCluster(t testing.TB, o clusterOpts) *cluster {
 	return c
 }
 
+// serveAgain starts a new global server on c.global after the previous one
+// was shut down (a restart of the global), on a fresh listener.
+func (c *cluster) serveAgain(name string) {
+	c.t.Helper()
+	srv, err := NewServer(ServerConfig{Store: c.global, Registry: testRegistry, Authenticator: tokenAuth{c.tokens},
+		Logger: c.logger(name), Stream: c.stream})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.server = srv
+	lis := bufconn.Listen(1 << 20)
+	c.lisMu.Lock()
+	c.lis = lis
+	c.lisMu.Unlock()
+	c.grpcSrv = grpc.NewServer()
+	syncv1.RegisterSyncServiceServer(c.grpcSrv, srv)
+	go func() { _ = c.grpcSrv.Serve(lis) }()
+	c.t.Cleanup(func() { srv.Shutdown(); c.grpcSrv.Stop() })
+}
+
 func (c *cluster) dialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
