@@ -246,11 +246,22 @@ func openStore(cfg Config) (*boltstore.Store, error) {
 		Path:               filepath.Join(cfg.DataDir, StoreFileName),
 		Logger:             cfg.Logger.Named("store"),
 		TombstoneRetention: cfg.TombstoneRetention,
+		ExpiryInterval:     expiryInterval(cfg.TombstoneRetention),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
 	}
 	return store, nil
+}
+
+// expiryInterval runs the tombstone expiry pass often enough for a short
+// retention (tests, small installs) to be honoured within a quarter of it,
+// and at most once a second.
+func expiryInterval(retention time.Duration) time.Duration {
+	if retention <= 0 {
+		return 0 // the store's default
+	}
+	return min(boltstore.DefaultExpiryInterval, max(retention/4, time.Second))
 }
 
 // ensureDefaultMesh creates mesh "default" on the global and on a standalone

@@ -65,10 +65,11 @@ type Store interface {
 	// delete. from below CompactedRevision yields ErrCompacted.
 	Watch(ctx context.Context, from uint64) (<-chan Event, error)
 
-	// ID is a random id the store got at creation; it never changes for the
-	// life of the store, and a store created anew (a wiped data dir) gets
-	// another one. Sync peers compare it with the id they remember to tell a
-	// replaced store from one that resumes.
+	// ID is a random id the store got at creation; it stays across
+	// restarts. A store created anew (a wiped data dir) gets another one, and
+	// so does a store restored from a backup (its revisions are older than
+	// the ones peers saw). Sync peers compare it with the id they remember to
+	// tell a replaced store from one that resumes.
 	ID() string
 
 	// CompactedRevision is the highest revision whose history (tombstones) was

@@ -251,3 +251,60 @@ func TestExpiryWaitsForWatchers(t *testing.T) {
 		t.Fatalf("compacted %d once the watcher caught up, want %d", c, head)
 	}
 }
+
+// TestStoreIDSurvivesReopenButNotRestore: the id stays across restarts, a
+// new file gets a new one, and a file copied back from a backup (or moved
+// without its sidecar) gets a new one too, so that peers do not resume at
+// revisions the restored file never had.
+func TestStoreIDSurvivesReopenButNotRestore(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "meridian.db")
+	openID := func() string {
+		t.Helper()
+		s, err := Open(Config{Path: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		return s.ID()
+	}
+	copyFile := func(from, to string) {
+		t.Helper()
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := openID()
+	if again := openID(); again != first {
+		t.Fatalf("reopen changed the id: %s -> %s", first, again)
+	}
+	backup := filepath.Join(dir, "backup.db")
+	copyFile(path, backup) // a cold backup
+	if again := openID(); again != first {
+		t.Fatalf("reopen after a backup changed the id: %s -> %s", first, again)
+	}
+	copyFile(backup, path) // restored after a later Open
+	restored := openID()
+	if restored == first {
+		t.Fatalf("a restored file kept id %s", first)
+	}
+	if again := openID(); again != restored {
+		t.Fatalf("reopen after the restore changed the id again: %s -> %s", restored, again)
+	}
+	if err := os.Remove(path + epochSuffix); err != nil {
+		t.Fatal(err)
+	}
+	if moved := openID(); moved == restored {
+		t.Fatalf("a file without its sidecar kept id %s", restored)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if fresh := openID(); fresh == restored || fresh == first {
+		t.Fatalf("a new file reused an id: %s", fresh)
+	}
+}

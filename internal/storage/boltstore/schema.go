@@ -1,9 +1,7 @@
 package boltstore
 
 import (
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
@@ -52,6 +50,9 @@ const (
 	// the first open of a store created before ids existed): a peer that
 	// remembers another id for us knows the store was replaced.
 	metaKeyStoreID = "store-id"
+	// metaKeyEpoch is rewritten by every Open, beside the sidecar file
+	// (epoch.go): a mismatch means the file came back from a backup.
+	metaKeyEpoch = "epoch"
 )
 
 func allBuckets() []string {
@@ -63,16 +64,29 @@ type storedState struct {
 	revision  uint64
 	compacted uint64
 	id        string
+	epoch     string // the epoch this Open wrote (the sidecar must follow)
+	// replacedID is the id the file had when Open found it restored from a
+	// backup (and gave it a new one); "" otherwise.
+	replacedID string
 }
 
 // checkSchema verifies the schema version of the file and creates the buckets
 // of a fresh file. It must run in a writable transaction; it returns before
 // writing anything when the file is from a newer schema, so the caller's
-// rollback leaves such a file untouched.
-func checkSchema(tx *bolt.Tx, path string) (storedState, error) {
+// rollback leaves such a file untouched. sidecarEpoch is the epoch file's
+// content ("" when absent).
+func checkSchema(tx *bolt.Tx, path, sidecarEpoch string) (storedState, error) {
 	meta := tx.Bucket([]byte(bucketMeta))
 	if meta == nil {
-		return initSchema(tx, path)
+		st, err := initSchema(tx, path)
+		if err != nil {
+			return st, err
+		}
+		st.epoch, err = newEpoch(tx.Bucket([]byte(bucketMeta)))
+		if err != nil {
+			return storedState{}, fmt.Errorf("boltstore: %s: %w", path, err)
+		}
+		return st, nil
 	}
 	raw := meta.Get([]byte(metaKeySchema))
 	if len(raw) != 8 {
@@ -89,15 +103,35 @@ func checkSchema(tx *bolt.Tx, path string) (storedState, error) {
 			return storedState{}, fmt.Errorf("boltstore: %s: bucket %q missing: corrupted store", path, name)
 		}
 	}
-	id, err := ensureStoreID(meta)
-	if err != nil {
+	st := storedState{revision: getUint64(meta, metaKeyRevision), compacted: getUint64(meta, metaKeyCompacted)}
+	if old := meta.Get([]byte(metaKeyEpoch)); len(old) > 0 && string(old) != sidecarEpoch {
+		// Restored from a backup (or copied without its sidecar): the
+		// old id would let peers resume at revisions this file never had.
+		st.replacedID = string(meta.Get([]byte(metaKeyStoreID)))
+		if err := meta.Delete([]byte(metaKeyStoreID)); err != nil {
+			return storedState{}, fmt.Errorf("boltstore: %s: %w", path, err)
+		}
+	}
+	var err error
+	if st.id, err = ensureStoreID(meta); err != nil {
 		return storedState{}, fmt.Errorf("boltstore: %s: %w", path, err)
 	}
-	return storedState{
-		revision:  getUint64(meta, metaKeyRevision),
-		compacted: getUint64(meta, metaKeyCompacted),
-		id:        id,
-	}, nil
+	if st.epoch, err = newEpoch(meta); err != nil {
+		return storedState{}, fmt.Errorf("boltstore: %s: %w", path, err)
+	}
+	return st, nil
+}
+
+// newEpoch records a fresh epoch for this Open.
+func newEpoch(meta *bolt.Bucket) (string, error) {
+	epoch, err := randomHex(16)
+	if err != nil {
+		return "", fmt.Errorf("epoch: %w", err)
+	}
+	if err := meta.Put([]byte(metaKeyEpoch), []byte(epoch)); err != nil {
+		return "", fmt.Errorf("epoch: %w", err)
+	}
+	return epoch, nil
 }
 
 // ensureStoreID returns the store's id, creating it when absent.
@@ -105,11 +139,10 @@ func ensureStoreID(meta *bolt.Bucket) (string, error) {
 	if id := meta.Get([]byte(metaKeyStoreID)); len(id) > 0 {
 		return string(id), nil
 	}
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
+	id, err := randomHex(16)
+	if err != nil {
 		return "", fmt.Errorf("store id: %w", err)
 	}
-	id := hex.EncodeToString(b[:])
 	if err := meta.Put([]byte(metaKeyStoreID), []byte(id)); err != nil {
 		return "", fmt.Errorf("store id: %w", err)
 	}

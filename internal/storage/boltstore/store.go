@@ -81,13 +81,26 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	sidecar, err := readEpochFile(cfg.Path)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	var st storedState
 	if err := db.Update(func(tx *bolt.Tx) (err error) {
-		st, err = checkSchema(tx, cfg.Path)
+		st, err = checkSchema(tx, cfg.Path, sidecar)
 		return err
 	}); err != nil {
 		_ = db.Close()
 		return nil, err
+	}
+	if err := writeEpochFile(cfg.Path, st.epoch); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	if st.replacedID != "" {
+		cfg.Logger.Warn("store file is not the one last opened here (restored from a backup or copied): it gets a new id, so sync peers resend in full instead of resuming",
+			"path", cfg.Path, "previous_id", st.replacedID, "new_id", st.id)
 	}
 	s := &Store{
 		db:         db,
