@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
-	"github.com/meridian-mesh/meridian/internal/storage"
 	"github.com/meridian-mesh/meridian/internal/sync/mapping"
 	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
@@ -31,7 +30,7 @@ const (
 // ClientConfig configures a zone's connection to the global.
 type ClientConfig struct {
 	// Store is the zone's store; Registry its types. Required.
-	Store    storage.Store
+	Store    Store
 	Registry *resource.Registry
 	// Zone is this zone's name (an RFC 1123 label). Required.
 	Zone string
@@ -221,8 +220,11 @@ func (c *Client) connectOnce(ctx context.Context, rpc syncv1.SyncServiceClient) 
 		return false, err
 	}
 	// Cancelling sctx ends the stream, which unblocks its Recv and Send.
-	sctx, cancel := context.WithCancel(ctx)
+	// It outlives ctx by the session's drain: when ctx ends, the session
+	// finishes what it sent (DrainTimeout at most) before the stream goes.
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
+	stopEarly := context.AfterFunc(ctx, cancel) // until the session runs
 	sctx = metadata.AppendToOutgoingContext(sctx, MetadataZone, c.cfg.Zone, MetadataAuthorization, "Bearer "+token)
 	stream, err := rpc.Stream(sctx)
 	if err != nil {
@@ -240,7 +242,10 @@ func (c *Client) connectOnce(ctx context.Context, rpc syncv1.SyncServiceClient) 
 			"global_store", gs, "dropped_resume_revision", resume)
 		resume = 0
 	}
-	return true, c.runSession(sctx, ws, resp, resume)
+	if !stopEarly() {
+		return true, ctx.Err()
+	}
+	return true, c.runSession(sctx, ws, resp, resume, ctx.Done())
 }
 
 func (c *Client) handshake(ctx context.Context, ws wireStream, token string, resume uint64, resumeStore string) (*syncv1.HandshakeResponse, error) {
@@ -271,7 +276,7 @@ func (c *Client) handshake(ctx context.Context, ws wireStream, token string, res
 // ErrRefused is wrapped by the error a refused handshake ends with.
 var ErrRefused = errors.New("handshake refused")
 
-func (c *Client) runSession(ctx context.Context, ws wireStream, resp *syncv1.HandshakeResponse, resume uint64) error {
+func (c *Client) runSession(ctx context.Context, ws wireStream, resp *syncv1.HandshakeResponse, resume uint64, drain <-chan struct{}) error {
 	now := c.cfg.Clock.Now()
 	c.update(func(st *ClientStatus) {
 		st.Connected, st.ConnectTime, st.LastHeartbeat = true, timePtr(now), timePtr(now)
@@ -282,25 +287,25 @@ func (c *Client) runSession(ctx context.Context, ws wireStream, resp *syncv1.Han
 	c.metrics.connected(c.cfg.Zone, true)
 	c.log.Info("connected to the global", "global_version", resp.GetSoftwareVersion(),
 		"global_resume_revision", resume, "zone_resume_revision", resp.GetResumeRevision())
-	sess := &session{
-		log: c.log, clock: c.cfg.Clock, stream: ws,
-		heartbeatInterval: c.cfg.Stream.HeartbeatInterval, heartbeatTimeout: c.cfg.Stream.HeartbeatTimeout,
+	z2g := &flow{mu: &c.mu, st: &c.st.ZoneToGlobal, clock: c.cfg.Clock, m: c.metrics.flow(DirectionZoneToGlobal, c.cfg.Zone)}
+	g2z := &flow{mu: &c.mu, st: &c.st.GlobalToZone, clock: c.cfg.Clock, m: c.metrics.flow(DirectionGlobalToZone, c.cfg.Zone)}
+	p := sessionParams{
+		log: c.log, clock: c.cfg.Clock, stream: ws, cfg: c.cfg.Stream, store: c.cfg.Store,
+		src: zoneSource{reg: c.cfg.Registry, zone: c.cfg.Zone}, sendLog: c.log.Named("to-global"), sent: z2g,
+		rej:  &c.rejected,
+		sink: zoneSink{reg: c.cfg.Registry, store: c.cfg.Store, zone: c.zone}, recvLog: c.log.Named("from-global"),
+		received: g2z, metaKey: MetaKeyGlobalRevision, storeKey: MetaKeyGlobalStoreID,
+		peerStore: resp.GetStoreId(), applied: resume,
 		onHeartbeat: func() {
 			t := c.cfg.Clock.Now()
 			c.update(func(st *ClientStatus) { st.LastHeartbeat = timePtr(t) })
 		},
+		drain: drain,
 	}
-	z2g := &flow{mu: &c.mu, st: &c.st.ZoneToGlobal, clock: c.cfg.Clock, m: c.metrics.flow(DirectionZoneToGlobal, c.cfg.Zone)}
-	g2z := &flow{mu: &c.mu, st: &c.st.GlobalToZone, clock: c.cfg.Clock, m: c.metrics.flow(DirectionGlobalToZone, c.cfg.Zone)}
-	sess.out = newOutbound(c.cfg.Stream.outbound(), c.cfg.Store, zoneSource{reg: c.cfg.Registry, zone: c.cfg.Zone},
-		c.log.Named("to-global"), c.cfg.Clock, z2g, sess.enqueue)
-	sess.out.rej = &c.rejected
 	if c.cfg.StatusReports != nil && slices.Contains(resp.GetFeatures(), FeaturePolicyStatus) {
-		sess.reporter = c.cfg.StatusReports
+		p.reporter = c.cfg.StatusReports
 	}
-	sess.in = &inbound{store: c.cfg.Store, metaKey: MetaKeyGlobalRevision, storeKey: MetaKeyGlobalStoreID,
-		peerStore: resp.GetStoreId(), log: c.log.Named("from-global"), obs: g2z, applied: resume,
-		sink: zoneSink{reg: c.cfg.Registry, store: c.cfg.Store, zone: c.zone}}
+	sess := newSession(p)
 	return sess.run(ctx, resp.GetResumeRevision())
 }
 

@@ -1,11 +1,28 @@
 package sync
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 	"time"
+
+	"github.com/meridian-mesh/meridian/internal/resource"
+	"github.com/meridian-mesh/meridian/internal/storage"
+	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
+
+// Store is what sync needs of a store: read, watch from a revision, apply
+// a batch (resources and resume point in one transaction), and the store's
+// id. storage.Store implements it; tests may use anything narrower.
+type Store interface {
+	Get(ctx context.Context, key resource.Key) (*resource.Resource, error)
+	List(ctx context.Context, opts storage.ListOptions) (*storage.ListResult, error)
+	Apply(ctx context.Context, b storage.Batch) (*storage.BatchResult, error)
+	Meta(ctx context.Context, key string) ([]byte, error)
+	Revision(ctx context.Context) (uint64, error)
+	Watch(ctx context.Context, from uint64) (<-chan storage.Event, error)
+	ID() string
+}
 
 // Defaults of StreamConfig's zero fields.
 const (
@@ -17,6 +34,7 @@ const (
 	DefaultResumeConfirmDelay = time.Second
 	DefaultNackBackoff        = time.Second
 	DefaultMaxNackBackoff     = 5 * time.Minute
+	DefaultDrainTimeout       = time.Second
 	// MinMaxBatchBytes keeps room for a batch's own fields under the limit.
 	MinMaxBatchBytes = 1024
 )
@@ -78,6 +96,10 @@ type StreamConfig struct {
 	// it doubles with each consecutive rejection up to MaxNackBackoff.
 	NackBackoff    time.Duration
 	MaxNackBackoff time.Duration
+	// DrainTimeout bounds a graceful end (shutdown): the session sends
+	// what is pending, stamps its last complete revision and waits this long
+	// at most for the peer's answers, so the peer's resume point is current.
+	DrainTimeout time.Duration
 }
 
 // withDefaults checks c and fills in defaults.
@@ -93,6 +115,7 @@ func (c StreamConfig) withDefaults() (StreamConfig, error) {
 		{"ResumeConfirmDelay", &c.ResumeConfirmDelay, DefaultResumeConfirmDelay},
 		{"NackBackoff", &c.NackBackoff, DefaultNackBackoff},
 		{"MaxNackBackoff", &c.MaxNackBackoff, DefaultMaxNackBackoff},
+		{"DrainTimeout", &c.DrainTimeout, DefaultDrainTimeout},
 	}
 	for _, d := range durations {
 		if *d.v < 0 {

@@ -35,14 +35,21 @@
 // (storage.Event.Last), so the batch that completes a revision carries
 // last_chunk and the receiver records it as it applies; revisions with
 // nothing for the peer are stamped by an empty marker batch after
-// StreamConfig.ResumeConfirmDelay. A reconnect sends exactly what the peer
-// had not applied; without changes, no resources.
+// StreamConfig.ResumeConfirmDelay, or at once when a session drains (the
+// global's Shutdown, the end of the zone's Run: pending batches and the
+// stamp go out and their answers are awaited up to DrainTimeout). A
+// reconnect sends exactly what the peer had not applied; without changes,
+// no resources.
 //
-// Each store has a random id (storage.Store.ID). The handshake carries the
-// zone's id and the id of the global store its resume point belongs to, the
-// response the global's id, and each side records the peer's id with its
-// resume point: a replaced store on either side is answered with a full
-// snapshot, which replaces the stale copies.
+// Each store has a random id (storage.Store.ID; a store restored from a
+// backup gets a new one). The handshake carries the zone's id and the id of
+// the global store its resume point belongs to, the response the global's
+// id, and each side records the peer's id with its resume point: a replaced
+// store on either side is answered with a full snapshot, which replaces the
+// stale copies.
+//
+// The package uses the store only through its own narrow Store interface,
+// and both ends build their sessions with one constructor (newSession).
 //
 // # Authentication, reports, rejections
 //

@@ -761,3 +761,49 @@ func onlyNamed(st storage.Store, n int, prefix string) bool {
 	}
 	return true
 }
+
+// TestShutdownDrainStampsResumePoints: a graceful end stamps the last
+// complete revision at once, on both sides, even when that revision had
+// nothing for the peer and the quiet period (an hour here) has not passed:
+// the zone's own policy written to the global is not sent back to it, and
+// the global's write that the zone receives is stamped too. After the
+// global's Shutdown, and after the zone's client stops, each side's resume
+// point is the other's current revision.
+func TestShutdownDrainStampsResumePoints(t *testing.T) {
+	s := fastStream()
+	s.ResumeConfirmDelay = time.Hour
+	c := newCluster(t, clusterOpts{stream: s})
+	z := c.zone("zone-1", zoneOpts{}).start()
+	eventually(t, wait, "connected", z.connected)
+	writeZone(t, z.store, "zone-1", timeout("zone-own", "", ""))
+	eventually(t, wait, "zone policy on the global", func() bool { return count(t, c.global, "MeshTimeout") == 1 })
+	// The global's revision of the zone's policy has nothing for the zone:
+	// only the confirmation timer (an hour) or the drain stamps it.
+	time.Sleep(50 * time.Millisecond)
+	ctx := context.Background()
+	grev, _ := c.global.Revision(ctx)
+	if got, _ := readRevision(ctx, z.store, MetaKeyGlobalRevision); got == grev {
+		t.Fatalf("the zone recorded global revision %d before any drain: the test proves nothing", got)
+	}
+	c.server.Shutdown()
+	if got, _ := readRevision(ctx, z.store, MetaKeyGlobalRevision); got != grev {
+		t.Errorf("after the global's graceful shutdown the zone resumes at %d, want %d", got, grev)
+	}
+
+	// The other way: the zone's revision that stores the global's policy
+	// has nothing for the global (a global copy is not sent back).
+	c.grpcSrv.Stop()
+	c.serveAgain("global-2")
+	eventually(t, wait, "reconnected", z.connected)
+	writeGlobal(t, c.global, timeout("from-global", "", ""))
+	eventually(t, wait, "global policy on the zone", func() bool { return count(t, z.store, "MeshTimeout") == 2 })
+	time.Sleep(50 * time.Millisecond)
+	zrev, _ := z.store.Revision(ctx)
+	if got, _ := readRevision(ctx, c.global, MetaKeyZoneRevision("zone-1")); got == zrev {
+		t.Fatalf("the global recorded zone revision %d before any drain: the test proves nothing", got)
+	}
+	z.stopClient()
+	if got, _ := readRevision(ctx, c.global, MetaKeyZoneRevision("zone-1")); got != zrev {
+		t.Errorf("after the zone's graceful stop the global resumes it at %d, want %d", got, zrev)
+	}
+}

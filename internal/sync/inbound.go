@@ -35,7 +35,7 @@ type sink interface {
 // inbound is the receiving half of a session: it applies the peer's batches
 // and builds the answers. Owned by the session loop goroutine.
 type inbound struct {
-	store storage.Store
+	store Store
 	sink  sink
 	// check, when set, gives the in-transaction precondition of each batch
 	// (the global: admission's rule that a zone writes only its own
@@ -300,7 +300,7 @@ func (in *inbound) resumeMeta(rev uint64) map[string][]byte {
 }
 
 // readStoreID reads a peer store id recorded in Meta; absent is "".
-func readStoreID(ctx context.Context, st storage.Store, key string) (string, error) {
+func readStoreID(ctx context.Context, st Store, key string) (string, error) {
 	v, err := st.Meta(ctx, key)
 	if errors.Is(err, storage.ErrNotFound) {
 		return "", nil
@@ -312,7 +312,7 @@ func readStoreID(ctx context.Context, st storage.Store, key string) (string, err
 }
 
 // readRevision reads a revision recorded in Meta; absent is 0.
-func readRevision(ctx context.Context, st storage.Store, key string) (uint64, error) {
+func readRevision(ctx context.Context, st Store, key string) (uint64, error) {
 	v, err := st.Meta(ctx, key)
 	if errors.Is(err, storage.ErrNotFound) {
 		return 0, nil

@@ -62,11 +62,12 @@ const batchOverhead = 256
 // records a revision of which it may lack a part, it records each one as soon
 // as it has it, and a reconnect resends exactly what it had not applied.
 // Revisions with nothing for the peer (every event out of its scope) are
-// stamped by an empty last_chunk batch after confirmDelay of quiet, which
-// only keeps the peer's resume point recent (a replay skips them anyway).
+// stamped by an empty last_chunk batch after confirmDelay of quiet, or at
+// once when the session drains for a graceful end; that only keeps the
+// peer's resume point recent (a replay skips them anyway).
 type outbound struct {
 	cfg   outboundConfig
-	store storage.Store
+	store Store
 	src   source
 	log   hclog.Logger
 	clock Clock
@@ -121,7 +122,7 @@ type flight struct {
 	entries []entry
 }
 
-func newOutbound(cfg outboundConfig, store storage.Store, src source, log hclog.Logger, clock Clock, obs flowObserver, emit func(*syncv1.Message)) *outbound {
+func newOutbound(cfg outboundConfig, store Store, src source, log hclog.Logger, clock Clock, obs flowObserver, emit func(*syncv1.Message)) *outbound {
 	return &outbound{
 		cfg: cfg, store: store, src: src, log: log, clock: clock, obs: obs, emit: emit,
 		inflight:  map[string]*flight{},
@@ -278,9 +279,10 @@ func (o *outbound) limit() int { return o.cfg.maxBatchBytes - batchOverhead }
 
 func (o *outbound) windowOpen() bool { return len(o.inflight) < o.cfg.maxInFlight }
 
-// eventsC is the watch channel while the loop may consume events.
-func (o *outbound) eventsC() <-chan storage.Event {
-	if !o.windowOpen() || o.snapshot != nil {
+// eventsC is the watch channel while the loop may consume events (not while
+// draining: what is sent then is what was there when the drain began).
+func (o *outbound) eventsC(draining bool) <-chan storage.Event {
+	if draining || !o.windowOpen() || o.snapshot != nil {
 		return nil
 	}
 	return o.events
@@ -413,6 +415,25 @@ func (o *outbound) onConfirm() error {
 	o.send(&syncv1.DeltaBatch{Revision: o.seen, BaseRevision: o.stamped, LastChunk: true}, nil)
 	return nil
 }
+
+// flushForDrain sends, within the window, what the watch holds and the
+// stamp of the last complete revision at once (no quiet period), so that
+// the peer's resume point is current when the stream ends.
+func (o *outbound) flushForDrain() {
+	if o.snapshot != nil {
+		return // an unfinished snapshot is resent in full anyway
+	}
+	if drained, err := o.pump(); err != nil || !drained {
+		return
+	}
+	o.confirm.stop()
+	if o.seen > o.stamped && o.complete >= o.seen && o.pending.len() == 0 && o.windowOpen() {
+		o.send(&syncv1.DeltaBatch{Revision: o.seen, BaseRevision: o.stamped, LastChunk: true}, nil)
+	}
+}
+
+// idle reports that every batch sent was answered.
+func (o *outbound) idle() bool { return len(o.inflight) == 0 }
 
 // cut sends the pending batch stamped with revision rev.
 func (o *outbound) cut(rev uint64, last bool) {

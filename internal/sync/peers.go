@@ -104,7 +104,7 @@ func (s zoneSource) snapshotTypes() []string {
 // refused when it would replace a resource that is not this zone's.
 type globalSink struct {
 	reg      *resource.Registry
-	store    storage.Store
+	store    Store
 	zone     mapping.Zone
 	systemNS string
 }
@@ -195,7 +195,7 @@ func (s globalSink) owned(ctx context.Context) ([]resource.Key, error) {
 // global even if the zone created them while standalone).
 type zoneSink struct {
 	reg   *resource.Registry
-	store storage.Store
+	store Store
 	zone  mapping.Zone
 }
 

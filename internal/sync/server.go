@@ -70,7 +70,7 @@ var ErrStreamRevoked = errors.New("zone access revoked")
 // ServerConfig configures the global's sync server.
 type ServerConfig struct {
 	// Store is the global's store; Registry its types. Required.
-	Store    storage.Store
+	Store    Store
 	Registry *resource.Registry
 	// Authenticator verifies zone tokens. Required.
 	Authenticator ZoneAuthenticator
@@ -118,6 +118,10 @@ type Server struct {
 type activeStream struct {
 	cancel context.CancelCauseFunc
 	info   StreamInfo
+	// drain is closed by Shutdown (the session ends gracefully); done by
+	// unregister.
+	drain chan struct{}
+	done  chan struct{}
 }
 
 // Causes of a stream's end the server itself decides.
@@ -169,14 +173,34 @@ func (s *Server) Statuses() []ZoneStatus { return s.tracker.statuses() }
 // Status returns one zone's status (GET /zones/{name}/_overview).
 func (s *Server) Status(zone string) (ZoneStatus, bool) { return s.tracker.status(zone) }
 
-// Shutdown ends every stream and refuses new ones, so that the gRPC
-// server's GracefulStop does not wait for zones that never hang up.
+// Shutdown refuses new streams and ends every stream, so that the gRPC
+// server's GracefulStop does not wait for zones that never hang up. Each
+// session first drains (sends what is pending and the stamp of its last
+// complete revision, waits for the answers up to DrainTimeout), so that
+// zones resume exactly where they were; Shutdown returns when every stream
+// has ended.
 func (s *Server) Shutdown() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.closed = true
+	active := make([]*activeStream, 0, len(s.active))
 	for _, a := range s.active {
-		a.cancel(errShutdown)
+		active = append(active, a)
+		close(a.drain)
+	}
+	s.mu.Unlock()
+	deadline := s.cfg.Clock.NewTimer(s.cfg.Stream.DrainTimeout + 500*time.Millisecond)
+	defer deadline.Stop()
+	for _, a := range active {
+		select {
+		case <-a.done:
+		case <-deadline.C():
+			// Past the deadline: end the rest at once. A handler stuck in a
+			// Send to a zone that reads nothing is GracefulStop's to bound.
+			for _, b := range active {
+				b.cancel(errShutdown)
+			}
+			return
+		}
 	}
 }
 
@@ -213,9 +237,12 @@ func (s *Server) Stream(stream syncv1.SyncService_StreamServer) error {
 	defer s.unregister(z.Name, a)
 	stopExpiry := s.endAtExpiry(ctx, cred, cancel)
 	defer stopExpiry()
-	err = s.serve(ctx, ws, hs, z, log)
+	err = s.serve(ctx, ws, hs, z, a.drain, log)
 	if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
 		err = cause
+	}
+	if errors.Is(err, errDrained) {
+		err = errShutdown
 	}
 	log.Info("zone stream ended", "reason", err)
 	return toStatus(err)
@@ -309,7 +336,7 @@ func peerAddr(ctx context.Context) string {
 }
 
 // serve answers an admitted handshake and runs the session.
-func (s *Server) serve(ctx context.Context, ws wireStream, hs *syncv1.Handshake, z mapping.Zone, log hclog.Logger) error {
+func (s *Server) serve(ctx context.Context, ws wireStream, hs *syncv1.Handshake, z mapping.Zone, drain <-chan struct{}, log hclog.Logger) error {
 	applied, err := readRevision(ctx, s.cfg.Store, MetaKeyZoneRevision(z.Name))
 	if err != nil {
 		return err
@@ -340,23 +367,23 @@ func (s *Server) serve(ctx context.Context, ws wireStream, hs *syncv1.Handshake,
 	id, g2z, z2g := s.tracker.connected(z.Name, hs, z.Environment, applied)
 	log.Info("zone connected", "version", hs.GetSoftwareVersion(), "environment", z.Environment,
 		"zone_resume_revision", applied, "global_resume_revision", hs.GetResumeRevision())
-	sess := &session{
-		log: log, clock: s.cfg.Clock, stream: ws,
-		heartbeatInterval: s.cfg.Stream.HeartbeatInterval, heartbeatTimeout: s.cfg.Stream.HeartbeatTimeout,
+	p := sessionParams{
+		log: log, clock: s.cfg.Clock, stream: ws, cfg: s.cfg.Stream, store: s.cfg.Store,
+		src: globalSource{reg: s.cfg.Registry, zone: z.Name}, sendLog: log.Named("to-zone"), sent: g2z,
+		rej:     s.rejectionsOf(z.Name),
+		sink:    globalSink{reg: s.cfg.Registry, store: s.cfg.Store, zone: z, systemNS: s.cfg.SystemNamespace},
+		recvLog: log.Named("from-zone"), received: z2g, metaKey: MetaKeyZoneRevision(z.Name),
+		storeKey: MetaKeyZoneStoreID(z.Name), peerStore: hs.GetStoreId(), applied: applied,
 		onHeartbeat: func() { s.tracker.heartbeat(z.Name, id) },
 		onReport:    func(r *syncv1.PolicyStatusReport) { s.reports.set(z.Name, r) },
+		drain:       drain,
 	}
-	sess.out = newOutbound(s.cfg.Stream.outbound(), s.cfg.Store, globalSource{reg: s.cfg.Registry, zone: z.Name},
-		log.Named("to-zone"), s.cfg.Clock, g2z, sess.enqueue)
-	sess.out.rej = s.rejectionsOf(z.Name)
-	sess.in = &inbound{store: s.cfg.Store, metaKey: MetaKeyZoneRevision(z.Name), storeKey: MetaKeyZoneStoreID(z.Name),
-		peerStore: hs.GetStoreId(), log: log.Named("from-zone"), obs: z2g, applied: applied,
-		sink: globalSink{reg: s.cfg.Registry, store: s.cfg.Store, zone: z, systemNS: s.cfg.SystemNamespace}}
 	if s.cfg.Admission != nil {
-		sess.in.check = func(puts []*resource.Resource, deletes []resource.Key) func(storage.TxReader) ([]resource.Key, error) {
+		p.checkBatch = func(puts []*resource.Resource, deletes []resource.Key) func(storage.TxReader) ([]resource.Key, error) {
 			return s.cfg.Admission.FromZone(z.Name, puts, deletes)
 		}
 	}
+	sess := newSession(p)
 	err = sess.run(ctx, resume)
 	if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
 		err = cause
@@ -433,7 +460,7 @@ func (s *Server) register(info StreamInfo, cancel context.CancelCauseFunc) (*act
 	if old := s.active[info.Zone]; old != nil {
 		old.cancel(errReplaced)
 	}
-	a := &activeStream{cancel: cancel, info: info}
+	a := &activeStream{cancel: cancel, info: info, drain: make(chan struct{}), done: make(chan struct{})}
 	s.active[info.Zone] = a
 	return a, nil
 }
@@ -445,6 +472,7 @@ func (s *Server) unregister(zone string, a *activeStream) {
 	if s.active[zone] == a {
 		delete(s.active, zone)
 	}
+	close(a.done)
 }
 
 // toStatus maps an internal error to the gRPC status the zone sees.

@@ -9,6 +9,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/meridian-mesh/meridian/internal/resource"
+	"github.com/meridian-mesh/meridian/internal/storage"
 	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
 
@@ -51,6 +53,9 @@ func (w wire[Out, In]) Recv() (*syncv1.Message, error) {
 	return m, nil
 }
 
+// errDrained ends a session that finished its graceful drain.
+var errDrained = errors.New("session drained for shutdown")
+
 // ErrPeerSilent ends a stream on which nothing arrived for the heartbeat
 // timeout.
 var ErrPeerSilent = errors.New("peer silent for longer than the heartbeat timeout")
@@ -77,8 +82,61 @@ type session struct {
 	// onReport (global) receives the zone's policy status reports.
 	onReport func(*syncv1.PolicyStatusReport)
 
+	// drain, when closed, ends the session gracefully (see StreamConfig's
+	// DrainTimeout); drainTimeout bounds the wait for the peer's answers.
+	drain        <-chan struct{}
+	drainTimeout time.Duration
+
 	queue    []*syncv1.Message
 	lastRecv time.Time
+}
+
+// sessionParams is what differs between the global's and the zone's end of
+// a session; newSession wires everything else the same way for both.
+type sessionParams struct {
+	log    hclog.Logger
+	clock  Clock
+	stream wireStream
+	cfg    StreamConfig // defaults applied
+	store  Store
+
+	// The sending half: what this end sends (src), how it is counted
+	// (sent), and where the peer's rejections are recorded.
+	src     source
+	sendLog hclog.Logger
+	sent    flowObserver
+	rej     *rejections
+
+	// The receiving half: how the peer's resources are stored (sink), the
+	// Meta keys of the resume point and of the peer's store id, and the
+	// resume point already applied.
+	sink       sink
+	recvLog    hclog.Logger
+	received   flowObserver
+	metaKey    string
+	storeKey   string
+	peerStore  string
+	applied    uint64
+	checkBatch func(puts []*resource.Resource, deletes []resource.Key) func(storage.TxReader) ([]resource.Key, error)
+
+	onHeartbeat func()
+	reporter    StatusReporter
+	onReport    func(*syncv1.PolicyStatusReport)
+	drain       <-chan struct{}
+}
+
+func newSession(p sessionParams) *session {
+	s := &session{
+		log: p.log, clock: p.clock, stream: p.stream,
+		heartbeatInterval: p.cfg.HeartbeatInterval, heartbeatTimeout: p.cfg.HeartbeatTimeout,
+		onHeartbeat: p.onHeartbeat, reporter: p.reporter, onReport: p.onReport,
+		drain: p.drain, drainTimeout: p.cfg.DrainTimeout,
+	}
+	s.out = newOutbound(p.cfg.outbound(), p.store, p.src, p.sendLog, p.clock, p.sent, s.enqueue)
+	s.out.rej = p.rej
+	s.in = &inbound{store: p.store, sink: p.sink, check: p.checkBatch, metaKey: p.metaKey, storeKey: p.storeKey,
+		peerStore: p.peerStore, log: p.recvLog, obs: p.received, applied: p.applied}
+	return s
 }
 
 func (s *session) enqueue(m *syncv1.Message) { s.queue = append(s.queue, m) }
@@ -147,7 +205,13 @@ func (s *session) loop(ctx context.Context, resume uint64, recvC <-chan *syncv1.
 	if s.reporter != nil {
 		reportC = s.sendReport()
 	}
+	drainC := s.drain
+	var drainDeadline <-chan time.Time
+	draining := false
 	for {
+		if draining && s.out.idle() && len(s.queue) == 0 {
+			return errDrained
+		}
 		var head *syncv1.Message
 		var sc chan<- *syncv1.Message
 		if len(s.queue) > 0 {
@@ -167,7 +231,16 @@ func (s *session) loop(ctx context.Context, resume uint64, recvC <-chan *syncv1.
 		case m := <-recvC:
 			s.lastRecv = s.clock.Now()
 			err = s.handle(ctx, m)
-		case ev, ok := <-s.out.eventsC():
+		case <-drainC:
+			drainC, draining = nil, true
+			s.out.flushForDrain()
+			t := s.clock.NewTimer(s.drainTimeout)
+			defer t.Stop()
+			drainDeadline = t.C()
+		case <-drainDeadline:
+			s.log.Debug("drain timed out with batches unanswered", "in_flight", len(s.out.inflight))
+			return errDrained
+		case ev, ok := <-s.out.eventsC(draining):
 			if !ok {
 				return errWatchClosed
 			}
