@@ -306,3 +306,42 @@ func TestIndexAndHealth(t *testing.T) {
 	f.mustDo("GET", "/healthz", "", 200)
 	f.mustDo("GET", "/readyz", "", 200)
 }
+
+// TestSystemNamespaceInBodyAndURL (issue 9's bug): metadata.namespace:
+// kuma-system (Kubernetes shape) or namespace: kuma-system (Universal shape)
+// with ?namespace=kuma-system, as meridianctl sends it, is the system
+// namespace on the global and on a Kubernetes zone; a real mismatch names
+// both values as the caller sent them.
+func TestSystemNamespaceInBodyAndURL(t *testing.T) {
+	universal := `{"type":"MeshTimeout","mesh":"default","name":"t1","namespace":"kuma-system","spec":{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"5s"}}]}}`
+	kube := "apiVersion: kuma.io/v1alpha1\nkind: MeshTimeout\nmetadata:\n  name: t1\n  namespace: kuma-system\n  labels:\n    kuma.io/mesh: default\nspec:\n  targetRef:\n    kind: Mesh\n  to:\n    - targetRef:\n        kind: Mesh\n      default:\n        idleTimeout: 5s\n"
+	for _, mode := range []api.Mode{api.ModeGlobal, api.ModeZone} {
+		for _, tc := range []struct {
+			name, query, body string
+			want              int
+			msg               string
+		}{
+			{"universal shape, URL names it", "?namespace=kuma-system", universal, http.StatusCreated, ""},
+			{"kubernetes shape, URL names it", "?namespace=kuma-system", kube, http.StatusCreated, ""},
+			{"universal shape, no namespace in URL", "", universal, http.StatusCreated, ""},
+			{"kubernetes shape, no namespace in URL", "", kube, http.StatusCreated, ""},
+			{"body system, URL another", "?namespace=web", universal, http.StatusBadRequest, `\"kuma-system\" in the body does not match \"web\" in the URL`},
+			{"body another, URL system", "?namespace=kuma-system", strings.Replace(universal, `"namespace":"kuma-system"`, `"namespace":"web"`, 1), http.StatusBadRequest, `\"web\" in the body does not match \"kuma-system\" in the URL`},
+		} {
+			t.Run(string(mode)+"/"+tc.name, func(t *testing.T) {
+				f := newFixture(t, mode)
+				r := f.do("PUT", "/meshes/default/meshtimeouts/t1"+tc.query, tc.body)
+				if r.status != tc.want || !strings.Contains(string(r.body), tc.msg) {
+					t.Fatalf("status %d, want %d with %s: %s", r.status, tc.want, tc.msg, r.body)
+				}
+				if tc.want != http.StatusCreated {
+					return
+				}
+				got := decode[map[string]any](t, f.mustDo("GET", "/meshes/default/meshtimeouts/t1?namespace=kuma-system", "", http.StatusOK).body)
+				if got["name"] != "t1" {
+					t.Fatalf("stored as %v", got)
+				}
+			})
+		}
+	}
+}

@@ -408,7 +408,7 @@ func (s *Server) decodeBody(r *http.Request, d *resource.TypeDescriptor, key res
 		}
 		return nil, badRequest("cannot parse body: %v", err)
 	}
-	if err := matchURL(res, key, r.URL.Query().Has("namespace")); err != nil {
+	if err := matchURL(res, key, r.URL.Query(), s.cfg.SystemNamespace); err != nil {
 		return nil, err
 	}
 	if err := s.adm.Prepare(res); err != nil {
@@ -418,25 +418,34 @@ func (s *Server) decodeBody(r *http.Request, d *resource.TypeDescriptor, key res
 }
 
 // matchURL fills identity fields the body left out from the URL and rejects
-// a body that names another resource than the URL.
-func matchURL(res *resource.Resource, key resource.Key, urlHasNamespace bool) error {
+// a body that names another resource than the URL. The system namespace is
+// stored as "" (as the URL's ?namespace= is read), so the body's is mapped
+// the same way before comparing; messages quote what the caller sent.
+func matchURL(res *resource.Resource, key resource.Key, query url.Values, systemNS string) error {
+	if systemNS != "" && res.Namespace == systemNS {
+		if query.Has("namespace") && query.Get("namespace") != systemNS {
+			return fieldError("namespace", "%q in the body does not match %q in the URL", systemNS, query.Get("namespace"))
+		}
+		res.Namespace = ""
+	}
 	checks := []struct {
 		field    string
 		body     *string
 		url      string
+		shown    string // the URL's value as sent
 		optional bool
 	}{
-		{"type", &res.Type, key.Type, false},
-		{"mesh", &res.Mesh, key.Mesh, false},
-		{"name", &res.Name, key.Name, false},
-		{"namespace", &res.Namespace, key.Namespace, !urlHasNamespace},
+		{"type", &res.Type, key.Type, key.Type, false},
+		{"mesh", &res.Mesh, key.Mesh, key.Mesh, false},
+		{"name", &res.Name, key.Name, key.Name, false},
+		{"namespace", &res.Namespace, key.Namespace, query.Get("namespace"), !query.Has("namespace")},
 	}
 	for _, c := range checks {
 		switch {
 		case *c.body == "":
 			*c.body = c.url
 		case *c.body != c.url && !c.optional:
-			return fieldError(c.field, "%q in the body does not match %q in the URL", *c.body, c.url)
+			return fieldError(c.field, "%q in the body does not match %q in the URL", *c.body, c.shown)
 		}
 	}
 	return nil
