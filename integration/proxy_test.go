@@ -11,8 +11,10 @@ import (
 )
 
 // linkProxy is a TCP proxy on loopback between a zone and the global, for
-// fault tests: it can cut every connection (a partition) or stall them (the
-// connections stay open but no byte moves, as with a dead middlebox).
+// fault tests: it can cut every connection, stay down (a partition: cut and
+// refuse new connections), stall them (the connections stay open but no
+// byte moves, as with a dead middlebox) or throttle them (bytes per second,
+// each direction).
 type linkProxy struct {
 	t      *testing.T
 	ln     net.Listener
@@ -20,6 +22,8 @@ type linkProxy struct {
 
 	mu      sync.Mutex
 	stalled bool
+	down    bool
+	rate    int // bytes per second per direction; 0 = unlimited
 	cond    *sync.Cond
 	conns   []net.Conn
 }
@@ -49,6 +53,13 @@ func (p *linkProxy) accept() {
 		if err != nil {
 			return
 		}
+		p.mu.Lock()
+		down := p.down
+		p.mu.Unlock()
+		if down {
+			_ = c.Close()
+			continue
+		}
 		up, err := net.Dial("tcp", p.target)
 		if err != nil {
 			_ = c.Close()
@@ -67,13 +78,23 @@ func (p *linkProxy) pipe(src, dst net.Conn) {
 	defer dst.Close()
 	buf := make([]byte, 16<<10)
 	for {
-		n, err := src.Read(buf)
+		p.mu.Lock()
+		rate := p.rate
+		p.mu.Unlock()
+		chunk := buf
+		if rate > 0 {
+			chunk = buf[:min(len(buf), max(rate/20, 512))] // ~20 writes a second
+		}
+		n, err := src.Read(chunk)
 		if n > 0 {
 			p.mu.Lock()
 			for p.stalled {
 				p.cond.Wait()
 			}
 			p.mu.Unlock()
+			if rate > 0 {
+				time.Sleep(time.Duration(n) * time.Second / time.Duration(rate))
+			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
@@ -93,6 +114,25 @@ func (p *linkProxy) setStalled(v bool) {
 	defer p.mu.Unlock()
 	p.stalled = v
 	p.cond.Broadcast()
+}
+
+// setDown partitions the link (cuts every connection and refuses new ones)
+// or heals it.
+func (p *linkProxy) setDown(v bool) {
+	p.mu.Lock()
+	p.down = v
+	p.mu.Unlock()
+	if v {
+		p.cut()
+	}
+}
+
+// setRate throttles every connection to bytes per second per direction
+// (0: unlimited).
+func (p *linkProxy) setRate(bytesPerSecond int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.rate = bytesPerSecond
 }
 
 // cut closes every connection (new ones are still accepted).
