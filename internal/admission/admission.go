@@ -106,6 +106,11 @@ func (c *Controller) Prepare(res *resource.Resource) error {
 	if !ok {
 		return fmt.Errorf("%w: unknown type %q", ErrForbidden, res.Type)
 	}
+	if c.cfg.Mode == Global && res.Type == "Dataplane" {
+		// Kuma refuses it too: a Dataplane lives in the zone that runs its
+		// proxy; on the global it would configure nothing.
+		return fmt.Errorf("%w: a Dataplane is created on the zone control plane that runs its proxy, not on the global", ErrForbidden)
+	}
 	res.Status = nil
 	c.cfg.Registry.Normalize(res, c.cfg.SystemNamespace)
 	if err := c.systemLabels(res, d); err != nil {

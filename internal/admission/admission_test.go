@@ -74,7 +74,9 @@ func TestPrepareAndPut(t *testing.T) {
 		seed []*resource.Resource
 		res  *resource.Resource
 		want error
-		msg  string
+		// invalid: the error is a *resource.ValidationError
+		invalid bool
+		msg     string
 	}{
 		{name: "global refuses a zone label", c: global, seed: []*resource.Resource{mesh("default", nil)},
 			res: timeout("default", "t", map[string]string{resource.LabelZone: "zone-1"}), want: admission.ErrForbidden, msg: "kuma.io/zone"},
@@ -86,6 +88,11 @@ func TestPrepareAndPut(t *testing.T) {
 			res: timeout("default", "t", map[string]string{resource.LabelZone: "zone-2"}), want: admission.ErrForbidden, msg: "zone-2"},
 		{name: "zone refuses a namespace label that is not the namespace", c: zone, seed: []*resource.Resource{mesh("default", nil)},
 			res: timeout("default", "t", map[string]string{resource.LabelNamespace: "pay"}), want: admission.ErrForbidden, msg: "does not match"},
+		{name: "global refuses a Dataplane", c: global, seed: []*resource.Resource{mesh("default", nil)},
+			res:  &resource.Resource{Type: "Dataplane", Mesh: "default", Name: "dp", Spec: []byte(`{"networking":{"address":"1.1.1.1","inbound":[{"port":80,"tags":{"kuma.io/service":"a"}}]}}`)},
+			want: admission.ErrForbidden, msg: "created on the zone control plane"},
+		{name: "a kuma.io/mesh label names the mesh", c: global, seed: []*resource.Resource{mesh("default", nil)},
+			res: timeout("default", "t", map[string]string{resource.LabelMesh: "other"}), invalid: true, msg: `labels["kuma.io/mesh"]: "other" does not match the resource's mesh "default"`},
 		{name: "mesh must exist", c: global, res: timeout("nope", "t", nil), want: admission.ErrMeshMissing, msg: `mesh "nope"`},
 		{name: "federated zone creates no mesh", c: federated, res: mesh("new", nil), want: admission.ErrForbidden, msg: "create meshes there"},
 		{name: "standalone zone creates meshes", c: zone, res: mesh("new", nil)},
@@ -108,6 +115,13 @@ func TestPrepareAndPut(t *testing.T) {
 				seed(t, s, tt.seed...)
 			}
 			err := put(t, s, tt.c, tt.res)
+			if tt.invalid {
+				var verr *resource.ValidationError
+				if !errors.As(err, &verr) || !strings.Contains(err.Error(), tt.msg) {
+					t.Fatalf("err %v, want a validation error containing %q", err, tt.msg)
+				}
+				return
+			}
 			if !errors.Is(err, tt.want) || (tt.want != nil && !strings.Contains(err.Error(), tt.msg)) {
 				t.Fatalf("err %v, want %v containing %q", err, tt.want, tt.msg)
 			}

@@ -289,10 +289,15 @@ func kubernetesMetadata() []string {
 		"deletionGracePeriodSeconds", "managedFields", "ownerReferences", "finalizers", "generateName", "selfLink"}
 }
 
+// KumaAPIVersion is the apiVersion of Kuma's Kubernetes resources.
+const KumaAPIVersion = "kuma.io/v1alpha1"
+
 func (reg *Registry) decodeKubernetes(obj map[string]any) (*Resource, error) {
 	errs := &ValidationError{}
-	if api := stringField("apiVersion", obj["apiVersion"], errs); !strings.HasPrefix(api, "kuma.io/") {
-		errs.Add("apiVersion", "unsupported apiVersion %q: must be kuma.io/v1alpha1", api)
+	// Every Kuma CRD is served as kuma.io/v1alpha1; anything else would be
+	// refused by the Kubernetes API server before Kuma saw it.
+	if api := stringField("apiVersion", obj["apiVersion"], errs); api != KumaAPIVersion {
+		errs.Add("apiVersion", "unsupported apiVersion %q: must be %s", api, KumaAPIVersion)
 	}
 	d := reg.lookupType("kind", obj["kind"], errs)
 	if d == nil {

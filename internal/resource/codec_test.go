@@ -152,6 +152,8 @@ func TestDecodeErrors(t *testing.T) {
 			"metadata.name: must be a string, got number", "type: unknown field"}},
 		{"kubernetes metadata", "apiVersion: kuma.io/v1alpha1\nkind: Mesh\nmetadata: []\n", []string{"metadata: must be an object, got list"}},
 		{"kubernetes without kind", "apiVersion: kuma.io/v1alpha1\n", []string{"kind: must be set"}},
+		{"kubernetes other kuma version", "apiVersion: kuma.io/v2\nkind: MeshTimeout\nmetadata: {name: x}\nspec: {}\n", []string{
+			`apiVersion: unsupported apiVersion "kuma.io/v2": must be kuma.io/v1alpha1`}},
 	}
 	reg := NewDefaultRegistry()
 	for _, tc := range cases {

@@ -2,6 +2,7 @@ package resource
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/meridian-mesh/meridian/internal/condition"
@@ -114,6 +115,13 @@ func validateTargetRefPolicy(cond *condition.Env, d *TypeDescriptor, r *Resource
 	if d.ProxyWide {
 		validateConfBlocks(cond, d, "spec", spec, errs)
 	}
+	if d.InboundRules {
+		validateInboundRules(d, spec, errs)
+	}
+	checkSectionName(spec, errs)
+	if d.ToOnlyForGateways && isNonEmpty(spec["to"]) && !includesGateways(spec) {
+		errs.Add("spec.to", "must not be defined: %s to applies to gateways only (a top-level MeshGateway, or Mesh/MeshSubset including Gateway proxies)", d.Name)
+	}
 	requireContent(d, spec, errs)
 	if d.Rules {
 		checkRouteTargets(spec, errs)
@@ -126,7 +134,7 @@ func validateTargetRefPolicy(cond *condition.Env, d *TypeDescriptor, r *Resource
 // checkPolicyKeys reports unknown top-level keys, naming the ones that exist
 // on other policy types so the message says what is wrong.
 func checkPolicyKeys(d *TypeDescriptor, spec map[string]any, errs *ValidationError) {
-	allowed := map[string]bool{"targetRef": true, "to": d.To, "from": d.From}
+	allowed := map[string]bool{"targetRef": true, "to": d.To, "from": d.From, "rules": d.InboundRules}
 	for _, k := range confBlockKeys() {
 		allowed[k] = d.ProxyWide
 	}
@@ -183,6 +191,63 @@ func validateFromEntry(cond *condition.Env, d *TypeDescriptor, path string, e ma
 	}
 	checkEntryKeys(path, e, errs, append(confBlockKeys(), "targetRef"))
 	validateConfBlocks(cond, d, path, e, errs)
+}
+
+// validateInboundRules checks spec.rules (Kuma 2.10+ inbound policies): each
+// item's default applies to all inbound traffic of the selected proxies; a
+// policy with rules has no to or from (Kuma refuses the mix).
+func validateInboundRules(d *TypeDescriptor, spec map[string]any, errs *ValidationError) {
+	if !isNonEmpty(spec["rules"]) {
+		return
+	}
+	switch {
+	case d.To && (isNonEmpty(spec["to"]) || isNonEmpty(spec["from"])):
+		errs.Add("spec", "fields 'to' and 'from' must be empty when 'rules' is defined")
+	case isNonEmpty(spec["from"]):
+		errs.Add("spec", "field 'from' must be empty when 'rules' is defined")
+	}
+	if k := topLevelKind(spec); k == KindMeshGateway || k == KindMeshHTTPRoute {
+		errs.Add("spec.rules", "must not be defined with a top-level %s: rules apply to inbound traffic", k)
+	}
+	conf := d.Conf
+	if d.RuleConf != nil {
+		conf = d.RuleConf
+	}
+	forEachEntry("spec.rules", spec["rules"], errs, func(path string, e map[string]any) {
+		checkEntryKeys(path, e, errs, []string{"default", "matches"})
+		if e["matches"] != nil {
+			errs.Add(path+".matches", "is not supported by Meridian yet: a rule applies to all inbound traffic of the selected proxies (leave matches out)")
+		}
+		if e["default"] == nil {
+			errs.Add(path+".default", "must be set")
+		} else if conf != nil {
+			conf.validate(path+".default", e["default"], errs)
+		}
+	})
+}
+
+// checkSectionName: sectionName on a top-level Dataplane narrows an inbound
+// policy to one inbound or listener; Kuma allows it only on policies with
+// rules.
+func checkSectionName(spec map[string]any, errs *ValidationError) {
+	ref, _ := spec["targetRef"].(map[string]any)
+	if ref["kind"] == KindDataplane && ref["sectionName"] != nil && !isNonEmpty(spec["rules"]) {
+		errs.Add("spec.targetRef.sectionName", "can only be used with inbound policies (spec.rules)")
+	}
+}
+
+// includesGateways: the top-level targetRef may select gateway proxies
+// (Kuma's IncludesGateways).
+func includesGateways(spec map[string]any) bool {
+	ref, _ := spec["targetRef"].(map[string]any)
+	switch kind, _ := ref["kind"].(string); kind {
+	case "", KindMesh, KindMeshSubset:
+		types, _ := ref["proxyTypes"].([]any)
+		return len(types) == 0 || slices.Contains(types, any("Gateway"))
+	case KindMeshGateway, KindMeshHTTPRoute:
+		return true
+	}
+	return false
 }
 
 // validateRouteEntry: a route's to[] item carries rules, each validated by
@@ -293,6 +358,7 @@ func requireContent(d *TypeDescriptor, spec map[string]any, errs *ValidationErro
 	}
 	add(d.To, "to")
 	add(d.From, "from")
+	add(d.InboundRules, "rules")
 	add(d.ProxyWide, "default", "override")
 	switch {
 	case has || len(want) == 0:
@@ -401,6 +467,7 @@ type kindRule struct {
 	required     []string
 	forbidden    []string
 	nameOrLabels bool // exactly one of name, labels (seed 004 label refs)
+	labelsOrName bool // at most one of labels, name+namespace
 }
 
 func kindRules(kind string) kindRule {
@@ -408,7 +475,12 @@ func kindRules(kind string) kindRule {
 	case KindMesh:
 		return kindRule{forbidden: []string{"name", "namespace", "labels", "tags", "sectionName"}}
 	case KindMeshSubset:
-		return kindRule{required: []string{"tags"}, forbidden: []string{"name", "namespace", "labels", "sectionName"}}
+		// Tags may be left out: MeshSubset with only proxyTypes (Kuma).
+		return kindRule{forbidden: []string{"name", "namespace", "labels", "sectionName"}}
+	case KindDataplane:
+		// Every Dataplane, one by name (and namespace), or those with
+		// labels; sectionName picks one inbound or listener.
+		return kindRule{forbidden: []string{"tags", "mesh", "proxyTypes"}, labelsOrName: true}
 	case KindMeshServiceSubset:
 		return kindRule{required: []string{"name", "tags"}, forbidden: []string{"labels", "sectionName"}}
 	case KindMeshGateway:
@@ -471,6 +543,9 @@ func validateTargetRef(path string, v any, kinds []string, errs *ValidationError
 	}
 	if rule.nameOrLabels {
 		checkNameOrLabels(path, kind, ref, errs)
+	}
+	if rule.labelsOrName && ref["labels"] != nil && (ref["name"] != nil || ref["namespace"] != nil) {
+		errs.Add(path+".labels", "either labels or name and namespace must be specified")
 	}
 }
 

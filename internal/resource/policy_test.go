@@ -61,7 +61,7 @@ func TestTargetRefPolicyStructure(t *testing.T) {
 	runSpecCases(t, []specCase{
 		{name: "minimal", typ: "MeshTimeout", spec: `{"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"1s"}}]}`},
 		{name: "empty spec", typ: "MeshTimeout", spec: `{}`,
-			want: []string{"spec: at least one of to, from must be defined"}},
+			want: []string{"spec: at least one of to, from, rules must be defined"}},
 		{name: "null spec", typ: "MeshRetry", spec: `null`,
 			want: []string{"spec.to: must be set"}},
 		{name: "spec not an object", typ: "MeshRetry", spec: `[]`,
@@ -84,9 +84,9 @@ func TestTargetRefPolicyStructure(t *testing.T) {
 		{name: "unknown entry key", typ: "MeshTimeout", spec: `{"to":[{"targetRef":{"kind":"Mesh"},"defaults":{}}]}`,
 			want: []string{"spec.to[0].defaults: unknown field"}},
 		{name: "top-level kind", typ: "MeshRetry", spec: `{"targetRef":{"kind":"MeshExternalService","name":"x"},"to":[{"targetRef":{"kind":"Mesh"}}]}`,
-			want: []string{`spec.targetRef.kind: invalid value "MeshExternalService": must be one of Mesh, MeshSubset, MeshService, MeshServiceSubset, MeshGateway, MeshHTTPRoute`}},
+			want: []string{`spec.targetRef.kind: invalid value "MeshExternalService": must be one of Mesh, Dataplane, MeshSubset, MeshService, MeshServiceSubset, MeshGateway, MeshHTTPRoute`}},
 		{name: "to kind", typ: "MeshHealthCheck", spec: `{"to":[{"targetRef":{"kind":"MeshHTTPRoute","name":"r"}}]}`,
-			want: []string{`spec.to[0].targetRef.kind: invalid value "MeshHTTPRoute": must be one of Mesh, MeshService, MeshExternalService`}},
+			want: []string{`spec.to[0].targetRef.kind: invalid value "MeshHTTPRoute": must be one of Mesh, MeshService, MeshExternalService, MeshMultiZoneService`}},
 		{name: "from kind", typ: "MeshTrafficPermission", spec: `{"from":[{"targetRef":{"kind":"MeshGateway","name":"g"},"default":{"action":"Allow"}}]}`,
 			want: []string{`spec.from[0].targetRef.kind: invalid value "MeshGateway": must be one of Mesh, MeshSubset, MeshService, MeshServiceSubset`}},
 		{name: "missing kind", typ: "MeshTrafficPermission", spec: `{"targetRef":{},"from":[{"default":{"action":"Allow"}}]}`,
@@ -105,7 +105,8 @@ func TestTargetRefKinds(t *testing.T) {
 			want: []string{"spec.targetRef.name: must not be set with kind Mesh", "spec.targetRef.tags: must not be set with kind Mesh"}},
 		{name: "MeshSubset", typ: "MeshTrafficPermission", spec: mtp(`{"kind":"MeshSubset","tags":{"kuma.io/zone":"east"}}`)},
 		{name: "MeshSubset without tags", typ: "MeshTrafficPermission", spec: mtp(`{"kind":"MeshSubset","name":"x"}`),
-			want: []string{"spec.targetRef.tags: must be set with kind MeshSubset", "spec.targetRef.name: must not be set with kind MeshSubset"}},
+			want: []string{"spec.targetRef.name: must not be set with kind MeshSubset"}},
+		{name: "MeshSubset with only proxyTypes", typ: "MeshTrafficPermission", spec: mtp(`{"kind":"MeshSubset","proxyTypes":["Sidecar"]}`)},
 		{name: "MeshService", typ: "MeshTrafficPermission", spec: mtp(`{"kind":"MeshService","name":"web","namespace":"web-ns","sectionName":"http"}`)},
 		{name: "MeshService without name", typ: "MeshTrafficPermission", spec: mtp(`{"kind":"MeshService"}`),
 			want: []string{"spec.targetRef.name: must be set with kind MeshService (or use labels)"}},
@@ -369,4 +370,53 @@ func TestCanonicalTrafficAction(t *testing.T) {
 	if _, ok := CanonicalTrafficAction("allow"); ok {
 		t.Error("lower case accepted")
 	}
+}
+
+// TestKuma214PolicyAPI: the Kuma 2.10+ shapes — a top-level Dataplane
+// (by name, labels, or all; sectionName only with rules), spec.rules on
+// inbound policies (MeshTrafficPermission's SPIFFE ID matchers), and
+// MeshRateLimit's to on gateways — with Kuma's errors for what it refuses.
+func TestKuma214PolicyAPI(t *testing.T) {
+	timeoutRules := func(ref string) string {
+		return `{"targetRef":` + ref + `,"rules":[{"default":{"idleTimeout":"20s"}}]}`
+	}
+	runSpecCases(t, []specCase{
+		{name: "Dataplane by name with rules", typ: "MeshTimeout", spec: timeoutRules(`{"kind":"Dataplane","name":"web-01","sectionName":"http"}`)},
+		{name: "Dataplane by labels", typ: "MeshTimeout", spec: timeoutRules(`{"kind":"Dataplane","labels":{"app":"web"}}`)},
+		{name: "every Dataplane", typ: "MeshTimeout", spec: timeoutRules(`{"kind":"Dataplane"}`)},
+		{name: "Dataplane labels with name", typ: "MeshTimeout", spec: timeoutRules(`{"kind":"Dataplane","labels":{"app":"web"},"name":"x"}`),
+			want: []string{"spec.targetRef.labels: either labels or name and namespace must be specified"}},
+		{name: "Dataplane with tags", typ: "MeshTimeout", spec: timeoutRules(`{"kind":"Dataplane","tags":{"a":"b"}}`),
+			want: []string{"spec.targetRef.tags: must not be set with kind Dataplane"}},
+		{name: "sectionName without rules", typ: "MeshTimeout",
+			spec: `{"targetRef":{"kind":"Dataplane","name":"web","sectionName":"http"},"from":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"2s"}}]}`,
+			want: []string{"spec.targetRef.sectionName: can only be used with inbound policies (spec.rules)"}},
+		{name: "rules with from", typ: "MeshTimeout",
+			spec: `{"targetRef":{"kind":"Mesh"},"rules":[{"default":{"idleTimeout":"2s"}}],"from":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"2s"}}]}`,
+			want: []string{"spec: fields 'to' and 'from' must be empty when 'rules' is defined"}},
+		{name: "rule without default", typ: "MeshTimeout", spec: `{"rules":[{}]}`,
+			want: []string{"spec.rules[0].default: must be set"}},
+		{name: "rule with invalid conf", typ: "MeshTimeout", spec: `{"rules":[{"default":{"idleTimeout":"soon"}}]}`,
+			want: []string{`spec.rules[0].default.idleTimeout: invalid duration "soon"`}},
+		{name: "rule matches", typ: "MeshTimeout", spec: `{"rules":[{"matches":[{"spiffeID":{"type":"Exact","value":"spiffe://a/b"}}],"default":{"idleTimeout":"2s"}}]}`,
+			want: []string{"spec.rules[0].matches: is not supported by Meridian yet: a rule applies to all inbound traffic of the selected proxies (leave matches out)"}},
+		{name: "rules on a type without them", typ: "MeshRetry", spec: `{"rules":[{"default":{}}],"to":[{"targetRef":{"kind":"Mesh"},"default":{}}]}`,
+			want: []string{"spec.rules: MeshRetry does not support rules"}},
+		{name: "MTP rules", typ: "MeshTrafficPermission",
+			spec: `{"targetRef":{"kind":"Dataplane","labels":{"app":"db"}},"rules":[{"default":{"allow":[{"spiffeID":{"type":"Prefix","value":"spiffe://default.zone-1.mesh.local/ns/web"}}],"deny":[{"spiffeID":{"type":"Exact","value":"spiffe://default.zone-1.mesh.local/ns/web/sa/legacy"}}]}}]}`},
+		{name: "MTP rule empty", typ: "MeshTrafficPermission", spec: `{"rules":[{"default":{}}]}`,
+			want: []string{"spec.rules[0].default: at least one of 'allow', 'allowWithShadowDeny', 'deny' has to be defined"}},
+		{name: "MTP rule bad spiffe", typ: "MeshTrafficPermission", spec: `{"rules":[{"default":{"allow":[{"spiffeID":{"type":"Exact","value":"web"}}]}}]}`,
+			want: []string{`spec.rules[0].default.allow[0].spiffeID.value: invalid SPIFFE ID "web": must start with spiffe://`}},
+		{name: "MTP rules with from", typ: "MeshTrafficPermission",
+			spec: `{"rules":[{"default":{"allow":[{"spiffeID":{"type":"Exact","value":"spiffe://a/b"}}]}}],"from":[{"targetRef":{"kind":"Mesh"},"default":{"action":"Allow"}}]}`,
+			want: []string{"spec: field 'from' must be empty when 'rules' is defined"}},
+		{name: "MeshRateLimit to on gateways", typ: "MeshRateLimit",
+			spec: `{"targetRef":{"kind":"MeshGateway","name":"edge"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"local":{"http":{"requestRate":{"num":5,"interval":"10s"}}}}}]}`},
+		{name: "MeshRateLimit to on a service", typ: "MeshRateLimit",
+			spec: `{"targetRef":{"kind":"MeshService","name":"web"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"local":{"http":{"requestRate":{"num":5,"interval":"10s"}}}}}]}`,
+			want: []string{"spec.to: must not be defined: MeshRateLimit to applies to gateways only (a top-level MeshGateway, or Mesh/MeshSubset including Gateway proxies)"}},
+		{name: "MeshMultiZoneService as a to target", typ: "MeshTimeout",
+			spec: `{"to":[{"targetRef":{"kind":"MeshMultiZoneService","name":"backend"},"default":{"idleTimeout":"5s"}}]}`},
+	})
 }

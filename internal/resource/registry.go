@@ -40,6 +40,10 @@ const (
 	KindMeshServiceSubset   = "MeshServiceSubset"
 	KindMeshHTTPRoute       = "MeshHTTPRoute"
 	KindMeshExternalService = "MeshExternalService"
+	// Kuma 2.10+ kinds: a Dataplane (by name or labels, optionally one
+	// inbound or listener by sectionName), and a service spanning zones.
+	KindDataplane            = "Dataplane"
+	KindMeshMultiZoneService = "MeshMultiZoneService"
 )
 
 // Sync says which directions a type crosses between global and zones. The
@@ -70,6 +74,15 @@ type TypeDescriptor struct {
 	FromKinds     []string
 	ProxyWide     bool // a top-level "default" (MeshTrace, MeshMetric, MeshProxyPatch)
 	Rules         bool // to[].rules (MeshHTTPRoute, MeshTCPRoute)
+	// InboundRules: a top-level spec.rules list (Kuma 2.10+ inbound
+	// policies): each item's default applies to all inbound traffic of the
+	// selected proxies. RuleConf, when set, validates a rule's default
+	// instead of Conf (MeshTrafficPermission's allow/deny lists).
+	InboundRules bool
+	RuleConf     *Schema
+	// ToOnlyForGateways: to[] is allowed only when the top-level targetRef
+	// may select gateways (MeshRateLimit).
+	ToOnlyForGateways bool
 
 	// AppendFields are conf fields whose lists concatenate on merge instead of
 	// being replaced (SPEC 3.3).
@@ -164,22 +177,26 @@ func (reg *Registry) Names() []string { return append([]string(nil), reg.names..
 // (DefaultTypes promises fresh descriptors; a shared slice would let one
 // caller's change leak into every registry).
 func topLevelAll() []string {
-	return []string{KindMesh, KindMeshSubset, KindMeshService, KindMeshServiceSubset, KindMeshGateway, KindMeshHTTPRoute}
+	return []string{KindMesh, KindDataplane, KindMeshSubset, KindMeshService, KindMeshServiceSubset, KindMeshGateway, KindMeshHTTPRoute}
 }
 
 func topLevelNoRt() []string {
-	return []string{KindMesh, KindMeshSubset, KindMeshService, KindMeshServiceSubset, KindMeshGateway}
+	return []string{KindMesh, KindDataplane, KindMeshSubset, KindMeshService, KindMeshServiceSubset, KindMeshGateway}
 }
 
 func toKindsAll() []string {
-	return []string{KindMesh, KindMeshService, KindMeshExternalService, KindMeshHTTPRoute}
+	return []string{KindMesh, KindMeshService, KindMeshExternalService, KindMeshMultiZoneService, KindMeshHTTPRoute}
 }
 
-func toKindsNoRt() []string { return []string{KindMesh, KindMeshService, KindMeshExternalService} }
+func toKindsNoRt() []string {
+	return []string{KindMesh, KindMeshService, KindMeshExternalService, KindMeshMultiZoneService}
+}
 
 // routeToKinds: routes attach to a service, or to all traffic of a
 // MeshGateway (kind Mesh, allowed only with a top-level MeshGateway; seed 004).
-func routeToKinds() []string { return []string{KindMesh, KindMeshService, KindMeshExternalService} }
+func routeToKinds() []string {
+	return []string{KindMesh, KindMeshService, KindMeshExternalService, KindMeshMultiZoneService}
+}
 
 func fromKinds() []string {
 	return []string{KindMesh, KindMeshSubset, KindMeshService, KindMeshServiceSubset}
@@ -198,24 +215,32 @@ func DefaultTypes() []*TypeDescriptor {
 		{Name: "MeshService", Plural: "meshservices", Spec: meshServiceSpec(), Sync: bothWays},
 		{Name: "MeshExternalService", Plural: "meshexternalservices", Spec: meshExternalServiceSpec(), Sync: globalToZone},
 		{Name: "MeshGateway", Plural: "meshgateways", UniversalTopLevel: true, Spec: meshGatewaySpec(), Sync: globalToZone},
+		{Name: "MeshMultiZoneService", Plural: "meshmultizoneservices", Spec: meshMultiZoneServiceSpec(), Sync: globalToZone},
+		{Name: "ExternalService", Plural: "externalservices", UniversalTopLevel: true, Spec: externalServiceSpec(), Sync: globalToZone},
 
 		// targetRef policies.
 		{Name: "MeshTrafficPermission", Plural: "meshtrafficpermissions", Shape: ShapeTargetRef,
-			TopLevelKinds: topLevelNoRt(), From: true, FromKinds: fromKinds(), Conf: meshTrafficPermissionConf(), Sync: bothWays},
+			TopLevelKinds: topLevelNoRt(), From: true, FromKinds: fromKinds(), Conf: meshTrafficPermissionConf(),
+			InboundRules: true, RuleConf: meshTrafficPermissionRuleConf(), AppendFields: mtpRuleLists(), Sync: bothWays},
 		{Name: "MeshTimeout", Plural: "meshtimeouts", Shape: ShapeTargetRef,
-			TopLevelKinds: topLevelAll(), To: true, ToKinds: toKindsAll(), From: true, FromKinds: fromKinds(), Conf: meshTimeoutConf(), Sync: bothWays},
+			TopLevelKinds: topLevelAll(), To: true, ToKinds: toKindsAll(), From: true, FromKinds: fromKinds(), InboundRules: true,
+			Conf: meshTimeoutConf(), Sync: bothWays},
 		{Name: "MeshRetry", Plural: "meshretries", Shape: ShapeTargetRef,
 			TopLevelKinds: topLevelAll(), To: true, ToKinds: toKindsAll(), Conf: meshRetryConf(), Sync: bothWays},
 		{Name: "MeshCircuitBreaker", Plural: "meshcircuitbreakers", Shape: ShapeTargetRef,
-			TopLevelKinds: topLevelNoRt(), To: true, ToKinds: toKindsNoRt(), From: true, FromKinds: fromKinds(), Conf: meshCircuitBreakerConf(), Sync: bothWays},
+			TopLevelKinds: topLevelNoRt(), To: true, ToKinds: toKindsNoRt(), From: true, FromKinds: fromKinds(), InboundRules: true,
+			Conf: meshCircuitBreakerConf(), Sync: bothWays},
 		{Name: "MeshHealthCheck", Plural: "meshhealthchecks", Shape: ShapeTargetRef,
 			TopLevelKinds: topLevelNoRt(), To: true, ToKinds: toKindsNoRt(), Conf: meshHealthCheckConf(), Sync: bothWays},
 		{Name: "MeshRateLimit", Plural: "meshratelimits", Shape: ShapeTargetRef,
-			TopLevelKinds: topLevelAll(), From: true, FromKinds: fromKinds(), Conf: meshRateLimitConf(), Sync: bothWays},
+			TopLevelKinds: topLevelAll(), From: true, FromKinds: fromKinds(), InboundRules: true,
+			To: true, ToKinds: []string{KindMesh}, ToOnlyForGateways: true, Conf: meshRateLimitConf(), Sync: bothWays},
 		{Name: "MeshFaultInjection", Plural: "meshfaultinjections", Shape: ShapeTargetRef,
-			TopLevelKinds: topLevelNoRt(), From: true, FromKinds: fromKinds(), Conf: meshFaultInjectionConf(), Sync: bothWays},
+			TopLevelKinds: topLevelNoRt(), From: true, FromKinds: fromKinds(), InboundRules: true,
+			Conf: meshFaultInjectionConf(), Sync: bothWays},
 		{Name: "MeshAccessLog", Plural: "meshaccesslogs", Shape: ShapeTargetRef,
-			TopLevelKinds: topLevelAll(), To: true, ToKinds: toKindsAll(), From: true, FromKinds: fromKinds(), Conf: meshAccessLogConf(), Sync: bothWays},
+			TopLevelKinds: topLevelAll(), To: true, ToKinds: toKindsAll(), From: true, FromKinds: fromKinds(), InboundRules: true,
+			Conf: meshAccessLogConf(), Sync: bothWays},
 		{Name: "MeshLoadBalancingStrategy", Plural: "meshloadbalancingstrategies", Shape: ShapeTargetRef,
 			TopLevelKinds: topLevelNoRt(), To: true, ToKinds: toKindsNoRt(), Conf: meshLoadBalancingStrategyConf(), Sync: bothWays},
 		{Name: "MeshTrace", Plural: "meshtraces", Shape: ShapeTargetRef,

@@ -1,6 +1,7 @@
 package resource
 
 import (
+	"fmt"
 	"net"
 	"strconv"
 )
@@ -106,8 +107,16 @@ func dataplaneSpec() *Schema {
 			opt("labels", stringMap()),
 		)),
 	).with(checkOutboundTarget)
+	listener := object(
+		req("type", enum("ZoneIngress", "ZoneEgress")),
+		opt("address", str().with(stringCheck(checkAddress))),
+		req("port", port()),
+		opt("name", str()),
+		opt("state", enum("Ready", "NotReady")),
+	)
 	networking := object(
 		req("address", nonEmptyStr().with(stringCheck(checkAddress))),
+		opt("listeners", listOf(listener)),
 		opt("advertisedAddress", str().with(stringCheck(checkAddress))),
 		opt("advertisedPort", port()),
 		opt("inbound", listOf(inbound)),
@@ -142,8 +151,8 @@ func checkDataplaneRole(path string, v any, errs *ValidationError) {
 	switch _, gw := obj["gateway"].(map[string]any); {
 	case gw && len(inbounds) > 0:
 		errs.Add(joinPath(path, "inbound"), "must not be set together with gateway")
-	case !gw && len(inbounds) == 0:
-		errs.Add(path, "must have at least one inbound or a gateway")
+	case !gw && len(inbounds) == 0 && obj["listeners"] == nil:
+		errs.Add(path, "must have at least one inbound, a listener or a gateway")
 	}
 }
 
@@ -173,6 +182,56 @@ func meshServiceSpec() *Schema {
 		))),
 		opt("state", enum("Available", "Unavailable")),
 	)
+}
+
+// meshMultiZoneServiceSpec: Kuma's MeshMultiZoneService, a service made of
+// the MeshServices of several zones, selected by labels.
+func meshMultiZoneServiceSpec() *Schema {
+	return object(
+		req("selector", object(req("meshService", object(req("matchLabels", stringMap()))))),
+		req("ports", nonEmptyList(object(
+			req("port", port()),
+			opt("name", str()),
+			opt("appProtocol", nonEmptyStr()),
+		))),
+	)
+}
+
+// externalServiceSpec: Kuma's legacy ExternalService (Universal shape:
+// networking and tags at the top level).
+func externalServiceSpec() *Schema {
+	dataSource := func() *Schema {
+		return object(opt("secret", nonEmptyStr()), opt("file", nonEmptyStr()), opt("inline", nonEmptyStr()),
+			opt("inlineString", nonEmptyStr())).with(atMostOneOf("secret", "file", "inline", "inlineString"))
+	}
+	return object(
+		req("networking", object(
+			req("address", nonEmptyStr().with(stringCheck(checkHostPort))),
+			opt("tls", object(
+				opt("enabled", boolean()),
+				opt("caCert", dataSource()),
+				opt("clientCert", dataSource()),
+				opt("clientKey", dataSource()),
+				opt("allowRenegotiation", boolean()),
+				opt("serverName", nonEmptyStr()),
+				opt("skipHostnameVerification", boolean()),
+			)),
+			opt("disableHostDNSEntry", boolean()),
+		)),
+		req("tags", tagMap().with(requireTag(ServiceTag))),
+	)
+}
+
+// checkHostPort: an ExternalService address is host:port.
+func checkHostPort(s string) string {
+	host, portStr, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Sprintf("invalid address %q: must be host:port", s)
+	}
+	if p, err := strconv.Atoi(portStr); err != nil || p < 1 || p > 65535 {
+		return fmt.Sprintf("invalid address %q: port must be 1-65535", s)
+	}
+	return checkAddress(host)
 }
 
 // checkPortOrName: Kubernetes' IntOrString target port.

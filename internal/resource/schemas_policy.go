@@ -49,6 +49,71 @@ func meshTrafficPermissionConf() *Schema {
 	}))))
 }
 
+// mtpRuleLists are the lists of a MeshTrafficPermission rule: every rule of
+// every policy on an inbound contributes to them (Kuma unions them: a deny
+// anywhere wins over any allow), so they concatenate on merge.
+func mtpRuleLists() []string { return []string{"allow", "allowWithShadowDeny", "deny"} }
+
+// meshTrafficPermissionRuleConf is a rules[].default of MeshTrafficPermission
+// (Kuma 2.12+): SPIFFE ID matchers that are denied, allowed, or allowed with
+// a shadow deny.
+func meshTrafficPermissionRuleConf() *Schema {
+	match := object(
+		opt("spiffeID", object(
+			req("type", enum("Exact", "Prefix")),
+			req("value", nonEmptyStr().with(stringCheck(checkSpiffeID))),
+		)),
+		opt("sni", anyValue().with(func(path string, _ any, errs *ValidationError) {
+			errs.Add(path, "SNI matches are not supported by Meridian yet: match by spiffeID")
+		})),
+	).with(func(path string, v any, errs *ValidationError) {
+		if obj, _ := v.(map[string]any); obj["spiffeID"] == nil && obj["sni"] == nil {
+			errs.Add(path, "must specify at least one of 'spiffeID' or 'sni'")
+		}
+	})
+	lists := make([]field, 0, 3)
+	for _, l := range mtpRuleLists() {
+		lists = append(lists, opt(l, listOf(match)))
+	}
+	return object(lists...).with(func(path string, v any, errs *ValidationError) {
+		obj, _ := v.(map[string]any)
+		for _, l := range mtpRuleLists() {
+			if isNonEmptyValue(obj[l]) {
+				return
+			}
+		}
+		errs.Add(path, "at least one of 'allow', 'allowWithShadowDeny', 'deny' has to be defined")
+	})
+}
+
+// checkSpiffeID accepts spiffe://<trust domain>[/<path>] as the SPIFFE spec
+// writes it: a lowercase trust domain, non-empty path segments.
+func checkSpiffeID(s string) string {
+	rest, ok := strings.CutPrefix(s, "spiffe://")
+	if !ok {
+		return fmt.Sprintf("invalid SPIFFE ID %q: must start with spiffe://", s)
+	}
+	td, path, _ := strings.Cut(rest, "/")
+	if td == "" || strings.Trim(td, "abcdefghijklmnopqrstuvwxyz0123456789.-_") != "" {
+		return fmt.Sprintf("invalid SPIFFE ID %q: the trust domain must be lowercase letters, digits, '.', '-' or '_'", s)
+	}
+	if path != "" {
+		for _, seg := range strings.Split(path, "/") {
+			if seg == "" || seg == "." || seg == ".." {
+				return fmt.Sprintf("invalid SPIFFE ID %q: empty, '.' or '..' path segment", s)
+			}
+		}
+	}
+	return ""
+}
+
+func isNonEmptyValue(v any) bool {
+	if list, ok := v.([]any); ok {
+		return len(list) > 0
+	}
+	return v != nil
+}
+
 func meshTimeoutConf() *Schema {
 	return object(
 		opt("connectionTimeout", positiveDuration()),

@@ -65,6 +65,9 @@ func (reg *Registry) Validate(r *Resource, opts ValidateOptions) error {
 		return errs.OrNil()
 	}
 	validateMesh(d, r.Mesh, errs)
+	if m, ok := r.Labels[LabelMesh]; ok && d.Scope == ScopeMesh && m != r.Mesh {
+		errs.Add("labels["+strconv.Quote(LabelMesh)+"]", "%q does not match the resource's mesh %q", m, r.Mesh)
+	}
 	validateNamespace(d, r.Namespace, opts, errs)
 	reg.validateSpec(d, r, opts, errs)
 	return errs.OrNil()

@@ -101,7 +101,7 @@ func TestValidateInfrastructureSpecs(t *testing.T) {
 		{name: "zone", typ: "Zone", spec: `{"enabled":"yes"}`, want: []string{"spec.enabled: must be a boolean, got string"}},
 		{name: "zone insight is opaque", typ: "ZoneInsight", spec: `{"anything":[1,2,3]}`},
 		{name: "dataplane without inbound", typ: "Dataplane", spec: `{"networking":{"address":"10.0.0.1"}}`,
-			want: []string{"spec.networking: must have at least one inbound or a gateway"}},
+			want: []string{"spec.networking: must have at least one inbound, a listener or a gateway"}},
 		{name: "dataplane gateway and inbound", typ: "Dataplane", spec: `{"networking":{"address":"10.0.0.1","gateway":{"tags":{"kuma.io/service":"g"}},"inbound":[{"port":1,"tags":{"kuma.io/service":"a"}}]}}`,
 			want: []string{"spec.networking.inbound: must not be set together with gateway"}},
 		{name: "dataplane outbounds", typ: "Dataplane", spec: `{"networking":{"address":"host.local","inbound":[{"port":1,"tags":{"kuma.io/service":"a"},"state":"Up"}],
