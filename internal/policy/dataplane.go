@@ -3,6 +3,7 @@ package policy
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
@@ -12,8 +13,16 @@ type dpSpec struct {
 	Networking struct {
 		Inbound []struct {
 			Port int               `json:"port"`
+			Name string            `json:"name"`
 			Tags map[string]string `json:"tags"`
 		} `json:"inbound"`
+		// Listeners are zone proxy listeners embedded in the Dataplane
+		// (Kuma 2.13+): inbounds without tags, selected by Mesh and
+		// Dataplane targetRefs only.
+		Listeners []struct {
+			Port int    `json:"port"`
+			Name string `json:"name"`
+		} `json:"listeners"`
 		Outbound []struct {
 			Port       int               `json:"port"`
 			Address    string            `json:"address"`
@@ -40,10 +49,13 @@ type dataplane struct {
 	outbounds []*outbound
 	// gateway holds a gateway's effective tags; nil for a sidecar.
 	gateway map[string]string
-	// sets are the tag sets top-level targetRefs are matched against: one
-	// per inbound, and a gateway's tags.
+	// sets are the tag sets legacy selectors are matched against: one per
+	// inbound (listeners aside), and a gateway's tags.
 	sets []map[string]string
-	kind string // proxy type for targetRef.proxyTypes: Sidecar or Gateway
+	// sections are what top-level targetRefs select: every inbound and
+	// listener, and the gateway.
+	sections []section
+	kind     string // proxy type for targetRef.proxyTypes: Sidecar or Gateway
 
 	byService map[string][]int // outbound indexes by service name
 	byBackend map[string][]int // outbound indexes by "Kind/name" of the backendRef
@@ -53,6 +65,33 @@ type dataplane struct {
 type inbound struct {
 	port int
 	tags map[string]string // effective: with kuma.io/zone and k8s.kuma.io/namespace
+	sec  section
+}
+
+// section is one part of a Dataplane a top-level targetRef can select: an
+// inbound, an embedded listener, or the gateway.
+type section struct {
+	kind sectionKind
+	tags map[string]string // effective tags (a listener has only the implied ones)
+	// name is what a Dataplane targetRef's sectionName matches: the
+	// inbound's or listener's name, else its port (Kuma's GetSectionName).
+	name string
+}
+
+type sectionKind int
+
+const (
+	sectionInbound sectionKind = iota
+	sectionListener
+	sectionGateway
+)
+
+// sectionName is Kuma's GetSectionName: the name, else the port.
+func sectionName(name string, port int) string {
+	if name != "" {
+		return name
+	}
+	return strconv.Itoa(port)
 }
 
 type outbound struct {
@@ -84,7 +123,14 @@ func (b *builder) addDataplane(r *resource.Resource) {
 	}
 	n := &spec.Networking
 	for _, in := range n.Inbound {
-		dp.inbounds = append(dp.inbounds, &inbound{port: in.Port, tags: b.effectiveTags(in.Tags, dp.ns)})
+		tags := b.effectiveTags(in.Tags, dp.ns)
+		dp.inbounds = append(dp.inbounds, &inbound{port: in.Port, tags: tags,
+			sec: section{kind: sectionInbound, tags: tags, name: sectionName(in.Name, in.Port)}})
+	}
+	for _, l := range n.Listeners {
+		tags := b.effectiveTags(nil, dp.ns)
+		dp.inbounds = append(dp.inbounds, &inbound{port: l.Port, tags: tags,
+			sec: section{kind: sectionListener, tags: tags, name: sectionName(l.Name, l.Port)}})
 	}
 	if n.Gateway != nil {
 		dp.gateway = b.effectiveTags(n.Gateway.Tags, dp.ns)
@@ -153,6 +199,12 @@ func (b *builder) backendNames(kind, name string, labels map[string]string, ns s
 				names = append(names, r.Name)
 			}
 		}
+	case resource.KindMeshMultiZoneService:
+		for _, r := range b.s.multis {
+			if hasLabels(r.Labels, labels) {
+				names = append(names, r.Name)
+			}
+		}
 	}
 	return names
 }
@@ -168,6 +220,9 @@ func (b *builder) backendService(kind, name, ns string) string {
 		}
 	}
 	if r := b.s.externals[nsName{"", name}]; r != nil && kind == resource.KindMeshExternalService {
+		return r.DisplayName()
+	}
+	if r := b.s.multis[nsName{"", name}]; r != nil && kind == resource.KindMeshMultiZoneService {
 		return r.DisplayName()
 	}
 	return name
@@ -193,10 +248,14 @@ func (dp *dataplane) proxyType() string { return dp.kind }
 func (dp *dataplane) finish() {
 	dp.kind = "Sidecar"
 	for _, in := range dp.inbounds {
-		dp.sets = append(dp.sets, in.tags)
+		dp.sections = append(dp.sections, in.sec)
+		if in.sec.kind == sectionInbound {
+			dp.sets = append(dp.sets, in.tags)
+		}
 	}
 	if dp.gateway != nil {
 		dp.sets = append(dp.sets, dp.gateway)
+		dp.sections = append(dp.sections, section{kind: sectionGateway, tags: dp.gateway})
 		dp.kind = "Gateway"
 	}
 }

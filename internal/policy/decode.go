@@ -53,6 +53,8 @@ type rawSpec struct {
 	TargetRef    *targetRef      `json:"targetRef"`
 	To           []rawEntry      `json:"to"`
 	From         []rawEntry      `json:"from"`
+	Rules        []rawEntry      `json:"rules"` // inbound rules (Kuma 2.10+); to[].rules are routes'
+
 	Sources      []selector      `json:"sources"`
 	Destinations []selector      `json:"destinations"`
 	Selectors    []selector      `json:"selectors"`
@@ -123,7 +125,10 @@ type decodedPolicy struct {
 	role     string
 	top      *targetRef
 	to, from []decodedEntry
-	proxy    blocks
+	// rules are spec.rules items (Kuma 2.10+): defaults for all inbound
+	// traffic, merged like from entries of kind Mesh.
+	rules []decodedEntry
+	proxy blocks
 
 	sources, destinations, selectors []selector
 	legacy                           confBlock
@@ -171,6 +176,11 @@ func decodePolicy(r *resource.Resource, d *resource.TypeDescriptor, sysNS string
 	}
 	if d.From {
 		if dec.from, err = decodeEntries(cond, d, "from", spec.From); err != nil {
+			return nil, err
+		}
+	}
+	if d.InboundRules {
+		if dec.rules, err = decodeEntries(cond, d, "rules", spec.Rules); err != nil {
 			return nil, err
 		}
 	}

@@ -10,23 +10,52 @@ import (
 // Ordering (SPEC 3.2). Everything sorts ascending: the later item is the
 // more specific one and wins the merge.
 
-// kindRank orders targetRef kinds: Mesh < MeshSubset < MeshGateway <
-// MeshService < MeshServiceSubset < MeshHTTPRoute. A MeshExternalService
-// entry names one destination like a MeshService and ranks with it.
+// kindRank orders targetRef kinds as Kuma 2.14 does: Mesh < Dataplane <
+// MeshSubset < MeshGateway < MeshService < MeshServiceSubset <
+// MeshHTTPRoute. A MeshExternalService or MeshMultiZoneService entry names
+// one destination like a MeshService and ranks with it (an outbound is one
+// of the three, so their relative order never decides a merge).
 func kindRank(kind string) int {
 	switch kind {
 	case resource.KindMesh:
 		return 0
-	case resource.KindMeshSubset:
+	case resource.KindDataplane:
 		return 1
-	case resource.KindMeshGateway:
+	case resource.KindMeshSubset:
 		return 2
-	case resource.KindMeshService, resource.KindMeshExternalService:
+	case resource.KindMeshGateway:
 		return 3
-	case resource.KindMeshServiceSubset:
+	case resource.KindMeshService, resource.KindMeshExternalService, resource.KindMeshMultiZoneService:
 		return 4
-	case resource.KindMeshHTTPRoute:
+	case resource.KindMeshServiceSubset:
 		return 5
+	case resource.KindMeshHTTPRoute:
+		return 6
+	}
+	return 0
+}
+
+// compareDataplaneRefs orders two top-level Dataplane targetRefs (Kuma's
+// CompareDataplaneKind): by labels < by name, and without sectionName <
+// with it. Any other pair is equal here.
+func compareDataplaneRefs(a, b *targetRef) int {
+	if a.Kind != resource.KindDataplane || b.Kind != resource.KindDataplane {
+		return 0
+	}
+	byName := func(r *targetRef) bool { return r.Name != "" }
+	byLabels := func(r *targetRef) bool { return r.Labels != nil }
+	switch {
+	case byName(a) && byLabels(b):
+		return 1
+	case byLabels(a) && byName(b):
+		return -1
+	}
+	return cmp.Compare(boolRank(a.SectionName != ""), boolRank(b.SectionName != ""))
+}
+
+func boolRank(b bool) int {
+	if b {
+		return 1
 	}
 	return 0
 }
@@ -48,6 +77,9 @@ func roleRank(role string) int {
 // comparePolicyLevel compares SPEC 3.2 keys 1-3.
 func comparePolicyLevel(a, b *policy) int {
 	if c := cmp.Compare(kindRank(a.top.Kind), kindRank(b.top.Kind)); c != 0 {
+		return c
+	}
+	if c := compareDataplaneRefs(&a.top, &b.top); c != 0 {
 		return c
 	}
 	if c := cmp.Compare(a.origin, b.origin); c != 0 {
@@ -125,6 +157,9 @@ func compareOverrides(a, b *policy, aKind, bKind, aIndex, bIndex int) int {
 		return c
 	}
 	if c := cmp.Compare(kindRank(b.top.Kind), kindRank(a.top.Kind)); c != 0 {
+		return c
+	}
+	if c := compareDataplaneRefs(&b.top, &a.top); c != 0 {
 		return c
 	}
 	if c := cmp.Compare(bKind, aKind); c != 0 {

@@ -189,12 +189,6 @@ func doCase(r *rand.Rand, list string) ([]*resource.Resource, []*doEntry) {
 	return rs, entries
 }
 
-func boolRank(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
 
 // reference computes SPEC 3.6 for the entries that apply, given in apply
 // order.

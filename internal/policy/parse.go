@@ -114,7 +114,7 @@ func (b *builder) parsePolicy(r *resource.Resource, d *resource.TypeDescriptor) 
 	}
 	b.effectiveTop(p, dec.top)
 	p.to = b.entries(p, "to", dec.to)
-	p.from = b.entries(p, "from", dec.from)
+	p.from = append(b.entries(p, "from", dec.from), b.entries(p, "rules", dec.rules)...)
 	if d.ProxyWide {
 		p.proxy = newContribution(p, -1, blockDefault, dec.proxy.def)
 		p.proxyOver = overrideContribution(p, -1, dec.proxy.over)
@@ -196,16 +196,23 @@ func (b *builder) entries(p *policy, list string, items []decodedEntry) []*entry
 		if item.ref != nil {
 			e.ref = *item.ref
 		}
-		if e.ref.Kind == "" && list == "from" {
-			e.ref.Kind = resource.KindMesh // seed 004: missing from[].targetRef means Mesh
+		inbound := list == "from" || list == "rules"
+		if e.ref.Kind == "" && inbound {
+			// seed 004: a missing from[].targetRef means Mesh; a rule
+			// applies to all inbound traffic.
+			e.ref.Kind = resource.KindMesh
 		}
 		e.kind = kindRank(e.ref.Kind)
 		e.c = newContribution(p, i, blockDefault, item.def)
 		e.c.list = list
+		if list == "rules" {
+			e.c.origin.List = list
+			e.c.origin = e.c.origin.withEncoding()
+		}
 		if e.o = overrideContribution(p, i, item.over); e.o != nil {
 			e.o.list = list
 		}
-		if list == "from" {
+		if inbound {
 			e.tags, e.never = clientTags(e.ref)
 		}
 		out = append(out, e)

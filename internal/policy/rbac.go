@@ -2,6 +2,7 @@ package policy
 
 import (
 	"encoding/json"
+	"slices"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
@@ -34,6 +35,7 @@ type Permission struct {
 type Principal struct {
 	Any           bool           `json:"any,omitempty"`
 	AndIDs        *PrincipalSet  `json:"and_ids,omitempty"`
+	OrIDs         *PrincipalSet  `json:"or_ids,omitempty"`
 	NotID         *Principal     `json:"not_id,omitempty"`
 	Authenticated *Authenticated `json:"authenticated,omitempty"`
 }
@@ -48,9 +50,11 @@ type Authenticated struct {
 	PrincipalName StringMatcher `json:"principal_name"`
 }
 
-// StringMatcher is type.matcher.v3.StringMatcher (exact only).
+// StringMatcher is type.matcher.v3.StringMatcher: exact, or prefix (SPIFFE
+// ID prefixes of MeshTrafficPermission rules).
 type StringMatcher struct {
-	Exact string `json:"exact"`
+	Exact  string `json:"exact,omitempty"`
+	Prefix string `json:"prefix,omitempty"`
 }
 
 // Names of the RBAC policies (SPEC 3.5).
@@ -70,6 +74,9 @@ const (
 // one principal per policy, and an ALLOW RBAC without policies matches
 // nothing, so it denies every connection.
 func rbacFilter(mesh string, rules []Rule) RBACFilter {
+	if lists, ok := ruleLists(rules); ok {
+		return rulesRBAC(lists)
+	}
 	return RBACFilter{
 		Rules: rbacConfig(mesh, rbacPolicy, rules, func(a string) bool {
 			return a == resource.ActionAllow || a == resource.ActionAllowWithShadowDeny
@@ -133,4 +140,100 @@ func identity(mesh, key, value string) string {
 		return "spiffe://" + mesh + "/" + value
 	}
 	return "kuma://" + key + "/" + value
+}
+
+// MeshTrafficPermission rules (Kuma 2.12+): SPIFFE ID matchers instead of
+// tag subsets. As in Kuma 2.14, once any policy with rules applies to an
+// inbound, its RBAC comes from the rules alone (from-based permissions of
+// other policies on that inbound no longer count), and the rules of every
+// policy are unioned: a deny anywhere wins over any allow, and a client
+// matching no allow is denied.
+
+// spiffeMatch is one rules[].default list item.
+type spiffeMatch struct {
+	SpiffeID *struct {
+		Type  string `json:"type"`
+		Value string `json:"value"`
+	} `json:"spiffeID"`
+}
+
+// mtpLists are the unioned lists of every rule on an inbound.
+type mtpLists struct {
+	allow, allowWithShadowDeny, deny []spiffeMatch
+}
+
+// ruleLists unions the rule lists of the inbound's rules; ok is false when
+// no rule carries any (a from-based inbound).
+func ruleLists(rules []Rule) (mtpLists, bool) {
+	var out mtpLists
+	found := false
+	seen := map[string]bool{}
+	for _, r := range rules {
+		var conf struct {
+			Allow               []spiffeMatch `json:"allow"`
+			AllowWithShadowDeny []spiffeMatch `json:"allowWithShadowDeny"`
+			Deny                []spiffeMatch `json:"deny"`
+		}
+		if json.Unmarshal(r.Conf, &conf) != nil {
+			continue
+		}
+		for _, l := range []struct {
+			name string
+			in   []spiffeMatch
+			out  *[]spiffeMatch
+		}{{"allow", conf.Allow, &out.allow}, {"shadow", conf.AllowWithShadowDeny, &out.allowWithShadowDeny}, {"deny", conf.Deny, &out.deny}} {
+			for _, m := range l.in {
+				found = true
+				if m.SpiffeID == nil {
+					continue
+				}
+				key := l.name + "\x00" + m.SpiffeID.Type + "\x00" + m.SpiffeID.Value
+				if !seen[key] {
+					seen[key] = true
+					*l.out = append(*l.out, m)
+				}
+			}
+		}
+	}
+	return out, found
+}
+
+// rulesRBAC: enforced, a client is allowed when it matches allow or
+// allowWithShadowDeny and no deny; in the shadow config allowWithShadowDeny
+// turns into a deny.
+func rulesRBAC(l mtpLists) RBACFilter {
+	return RBACFilter{
+		Rules:       allowUnless(rbacPolicy, append(slices.Clone(l.allow), l.allowWithShadowDeny...), l.deny),
+		ShadowRules: allowUnless(rbacShadowPolicy, l.allow, append(slices.Clone(l.deny), l.allowWithShadowDeny...)),
+	}
+}
+
+func allowUnless(name string, allow, deny []spiffeMatch) *RBAC {
+	cfg := &RBAC{Action: "ALLOW", Policies: map[string]RBACPolicy{}}
+	if len(allow) == 0 {
+		return cfg // nothing allowed: deny all
+	}
+	principal := anyOf(allow)
+	if len(deny) > 0 {
+		denied := anyOf(deny)
+		principal = Principal{AndIDs: &PrincipalSet{IDs: []Principal{principal, {NotID: &denied}}}}
+	}
+	cfg.Policies[name] = RBACPolicy{Permissions: []Permission{{Any: true}}, Principals: []Principal{principal}}
+	return cfg
+}
+
+// anyOf is one principal matching any of ms (or_ids when more than one).
+func anyOf(ms []spiffeMatch) Principal {
+	ids := make([]Principal, len(ms))
+	for i, m := range ms {
+		sm := StringMatcher{Exact: m.SpiffeID.Value}
+		if m.SpiffeID.Type == "Prefix" {
+			sm = StringMatcher{Prefix: m.SpiffeID.Value}
+		}
+		ids[i] = Principal{Authenticated: &Authenticated{PrincipalName: sm}}
+	}
+	if len(ids) == 1 {
+		return ids[0]
+	}
+	return Principal{OrIDs: &PrincipalSet{IDs: ids}}
 }

@@ -14,21 +14,43 @@ import (
 // input must not loop.
 const maxRouteDepth = 2
 
-// selectsTags reports whether p's top-level targetRef (and implicit scope)
-// selects a proxy whose inbound (or gateway) carries tags.
-func (s *MeshSnapshot) selectsTags(p *policy, tags map[string]string, proxyType string, depth int) bool {
+// selectsSection reports whether p's top-level targetRef (and implicit
+// scope) selects one section of dp: an inbound, a listener or the gateway.
+func (s *MeshSnapshot) selectsSection(p *policy, dp *dataplane, sec *section, depth int) bool {
+	tags := sec.tags
 	for _, t := range p.scope {
 		if tags[t.key] != t.value {
 			return false
 		}
 	}
 	ref := &p.top
+	proxyType := dp.proxyType()
 	if len(ref.ProxyTypes) > 0 && !slices.Contains(ref.ProxyTypes, proxyType) {
 		return false
 	}
 	switch ref.Kind {
 	case resource.KindMesh:
 		return true
+	case resource.KindDataplane:
+		// Kuma: a Dataplane targetRef selects inbounds and listeners, never
+		// a builtin gateway.
+		return sec.kind != sectionGateway && s.selectsDataplane(p, dp) &&
+			(ref.SectionName == "" || ref.SectionName == sec.name)
+	case resource.KindMeshHTTPRoute:
+		if depth >= maxRouteDepth {
+			return false
+		}
+		for _, r := range s.lookupRoutes(ref, p.ownNS) {
+			if s.selectsSection(r, dp, sec, depth+1) {
+				return true
+			}
+		}
+		return false
+	}
+	if sec.kind == sectionListener {
+		return false // listeners carry no tags to select by
+	}
+	switch ref.Kind {
 	case resource.KindMeshSubset:
 		return tagListMatch(p.topTags, tags)
 	case resource.KindMeshService:
@@ -37,17 +59,31 @@ func (s *MeshSnapshot) selectsTags(p *policy, tags map[string]string, proxyType 
 		return tags[resource.ServiceTag] == ref.Name && tagListMatch(p.topTags, tags)
 	case resource.KindMeshGateway:
 		return proxyType == "Gateway" && s.gatewaySelects(ref, tags)
-	case resource.KindMeshHTTPRoute:
-		if depth >= maxRouteDepth {
-			return false
-		}
-		for _, r := range s.lookupRoutes(ref, p.ownNS) {
-			if s.selectsTags(r, tags, proxyType, depth+1) {
-				return true
-			}
-		}
 	}
 	return false
+}
+
+// selectsDataplane: a Dataplane targetRef names dp by labels (all of them
+// on the Dataplane), by name in a namespace (the reference's, else the
+// policy's own, as Kuma resolves it), or, with neither, every Dataplane.
+func (s *MeshSnapshot) selectsDataplane(p *policy, dp *dataplane) bool {
+	ref := &p.top
+	switch {
+	case ref.Labels != nil:
+		for k, v := range ref.Labels {
+			if got, ok := dp.res.Labels[k]; !ok || got != v {
+				return false
+			}
+		}
+		return true
+	case ref.Name != "":
+		ns := s.normNS(ref.Namespace)
+		if ref.Namespace == "" {
+			ns = p.ownNS
+		}
+		return dp.res.Name == ref.Name && dp.ns == ns
+	}
+	return true
 }
 
 // tagsMatch: every selector tag is present with the same value, or with any
@@ -89,10 +125,10 @@ func (s *MeshSnapshot) gatewaySelects(ref *targetRef, tags map[string]string) bo
 }
 
 // selectsDP: a policy applies to a Dataplane when it selects any of its
-// inbounds (or its gateway).
+// sections (inbounds, listeners, gateway).
 func (s *MeshSnapshot) selectsDP(p *policy, dp *dataplane) bool {
-	for _, tags := range dp.tagSets() {
-		if s.selectsTags(p, tags, dp.proxyType(), 0) {
+	for i := range dp.sections {
+		if s.selectsSection(p, dp, &dp.sections[i], 0) {
 			return true
 		}
 	}
@@ -216,7 +252,9 @@ func (b *builder) resolveTo(p *policy, e *entry) *toTarget {
 	case resource.KindMeshService:
 		return b.resolveService(p, e)
 	case resource.KindMeshExternalService:
-		return b.resolveExternal(p, e)
+		return b.resolveResource(p, e, b.s.externals, b.s.extByName)
+	case resource.KindMeshMultiZoneService:
+		return b.resolveResource(p, e, b.s.multis, b.s.multiByName)
 	case resource.KindMeshHTTPRoute:
 		routes := b.s.lookupRoutes(ref, p.ownNS)
 		if len(routes) == 0 {
@@ -281,27 +319,31 @@ func (b *builder) findServices(ref *targetRef, ns string) []*meshService {
 	return out
 }
 
-func (b *builder) resolveExternal(p *policy, e *entry) *toTarget {
+// resolveResource resolves a to-entry naming a MeshExternalService or a
+// MeshMultiZoneService (byKey, byName: that kind's resources): by labels, by
+// stored name, else by display name (a synced copy). Outbounds match by
+// backendRef, or by the service tag carrying the display name.
+func (b *builder) resolveResource(p *policy, e *entry, byKey map[nsName]*resource.Resource, byName map[string][]*resource.Resource) *toTarget {
 	ref := &e.ref
 	t := &toTarget{}
 	var found []*resource.Resource
 	if ref.Name == "" {
-		for _, key := range sortedNSKeys(b.s.externals) {
-			if r := b.s.externals[key]; hasLabels(r.Labels, ref.Labels) {
+		for _, key := range sortedNSKeys(byKey) {
+			if r := byKey[key]; hasLabels(r.Labels, ref.Labels) {
 				found = append(found, r)
 			}
 		}
-	} else if r := b.s.externals[nsName{b.normNS(ref.Namespace), ref.Name}]; r != nil {
+	} else if r := byKey[nsName{b.normNS(ref.Namespace), ref.Name}]; r != nil {
 		found = []*resource.Resource{r}
 	} else {
-		found = b.s.extByName[ref.Name]
+		found = byName[ref.Name]
 	}
 	for _, r := range found {
 		t.services = append(t.services, svcMatch{service: r.DisplayName()})
-		t.backends = append(t.backends, resource.KindMeshExternalService+"/"+r.Name)
+		t.backends = append(t.backends, ref.Kind+"/"+r.Name)
 	}
 	if len(found) == 0 {
-		p.warnings = append(p.warnings, policyWarning(p, "spec.to[%d].targetRef: MeshExternalService %q not found", e.index, refName(ref)))
+		p.warnings = append(p.warnings, policyWarning(p, "spec.to[%d].targetRef: %s %q not found", e.index, ref.Kind, refName(ref)))
 		if ref.Name != "" {
 			t.services = []svcMatch{{service: ref.Name}}
 		}

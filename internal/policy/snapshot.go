@@ -26,7 +26,7 @@ type Inputs struct {
 	// result is the same either way. It must have been built with the same
 	// Registry and SystemNamespace, else it is ignored.
 	// Resources: policies of every type, Dataplanes, MeshServices,
-	// MeshExternalServices and MeshGateways of Mesh. Other infrastructure
+	// MeshExternalServices, MeshMultiZoneServices and MeshGateways of Mesh. Other infrastructure
 	// types are ignored. The snapshot keeps the pointers: the caller must not
 	// change the resources afterwards (resource.Resource is immutable by
 	// contract).
@@ -50,6 +50,8 @@ type MeshSnapshot struct {
 	svcByName   map[string][]*meshService // by display name
 	externals   map[nsName]*resource.Resource
 	extByName   map[string][]*resource.Resource // by display name
+	multis      map[nsName]*resource.Resource   // MeshMultiZoneServices
+	multiByName map[string][]*resource.Resource // by display name
 	gateways    map[string]*gateway
 	routes      map[nsName]*policy // MeshHTTPRoutes, for targetRefs of kind MeshHTTPRoute
 	routeByName map[string][]*policy
@@ -142,6 +144,7 @@ func NewMeshSnapshot(in Inputs) (*MeshSnapshot, error) {
 		dataplanes: map[nsName]*dataplane{}, types: map[string]*typeIndex{},
 		services: map[nsName]*meshService{}, svcByName: map[string][]*meshService{},
 		externals: map[nsName]*resource.Resource{}, extByName: map[string][]*resource.Resource{},
+		multis: map[nsName]*resource.Resource{}, multiByName: map[string][]*resource.Resource{},
 		gateways: map[string]*gateway{}, routes: map[nsName]*policy{}, routeByName: map[string][]*policy{},
 		reg: in.Registry, decodes: map[resource.Key]*cachedDecode{},
 	}
@@ -223,6 +226,9 @@ func (b *builder) addInfra(r *resource.Resource) {
 	case "MeshExternalService":
 		b.s.externals[key] = r
 		b.s.extByName[r.DisplayName()] = append(b.s.extByName[r.DisplayName()], r)
+	case "MeshMultiZoneService":
+		b.s.multis[key] = r
+		b.s.multiByName[r.DisplayName()] = append(b.s.multiByName[r.DisplayName()], r)
 	case "MeshGateway":
 		var spec struct {
 			Selectors []selector `json:"selectors"`

@@ -31,6 +31,9 @@ type Origin struct {
 	// Block is "override" for an override block (SPEC 3.6); absent for
 	// defaults, so plain policies keep SPEC 5's shape.
 	Block string `json:"block,omitempty"`
+	// List is "rules" when Entry indexes spec.rules (Kuma 2.10+ inbound
+	// rules); absent for to/from entries.
+	List string `json:"list,omitempty"`
 
 	// encoded caches the JSON of a contribution's origin: the same origin
 	// appears under every outbound and rule it reached, and encoding its

@@ -342,7 +342,7 @@ func (s *MeshSnapshot) inboundEntries(t *typeIndex, dp *dataplane, in *inbound) 
 		p := e.pol
 		if sel[p.idx] == unknown {
 			sel[p.idx] = no
-			if s.selectsTags(p, in.tags, dp.proxyType(), 0) {
+			if s.selectsSection(p, dp, &in.sec, 0) {
 				sel[p.idx] = yes
 			}
 		}
