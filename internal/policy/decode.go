@@ -50,10 +50,10 @@ type selector struct {
 // shapes. Fields a shape does not use stay empty.
 type rawSpec struct {
 	rawBlocks
-	TargetRef    *targetRef      `json:"targetRef"`
-	To           []rawEntry      `json:"to"`
-	From         []rawEntry      `json:"from"`
-	Rules        []rawEntry      `json:"rules"` // inbound rules (Kuma 2.10+); to[].rules are routes'
+	TargetRef *targetRef `json:"targetRef"`
+	To        []rawEntry `json:"to"`
+	From      []rawEntry `json:"from"`
+	Rules     []rawEntry `json:"rules"` // inbound rules (Kuma 2.10+); to[].rules are routes'
 
 	Sources      []selector      `json:"sources"`
 	Destinations []selector      `json:"destinations"`

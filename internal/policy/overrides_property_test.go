@@ -189,7 +189,6 @@ func doCase(r *rand.Rand, list string) ([]*resource.Resource, []*doEntry) {
 	return rs, entries
 }
 
-
 // reference computes SPEC 3.6 for the entries that apply, given in apply
 // order.
 func reference(t *testing.T, env *condition.Env, es []*doEntry) any {
