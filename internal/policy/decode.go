@@ -34,12 +34,20 @@ type rawBlocks struct {
 	Unset []string `json:"unset"`
 }
 
-// rawEntry is one to/from item as written.
+// rawEntry is one to/from/rules item as written.
 type rawEntry struct {
 	rawBlocks
 	TargetRef *targetRef      `json:"targetRef"`
 	Rules     json.RawMessage `json:"rules"`
 	Hostnames json.RawMessage `json:"hostnames"`
+	// Matches (spec.rules items): the clients the rule applies to, by
+	// SPIFFE ID; none = all inbound traffic.
+	Matches []struct {
+		SpiffeID *struct {
+			Type  string `json:"type"`
+			Value string `json:"value"`
+		} `json:"spiffeID"`
+	} `json:"matches"`
 }
 
 type selector struct {
@@ -137,6 +145,18 @@ type decodedPolicy struct {
 type decodedEntry struct {
 	ref *targetRef
 	blocks
+	// matches of a rules item, as client tags (spiffeIDTag); each is an
+	// alternative (Kuma expands a rule into one rule per match).
+	matches []tag
+}
+
+// spiffeIDTag is the client "tag" a rule's SPIFFE ID match conditions on:
+// spiffeID.exact or spiffeID.prefix with the ID as value. Clients are
+// otherwise described by tags, so a match shows in rule views as a matcher
+// on this key, and a client given without it matches only unconditioned
+// rules.
+func spiffeIDTag(typ, value string) tag {
+	return tag{key: "spiffeID." + strings.ToLower(typ), value: value}
 }
 
 // cachedDecode remembers what a decode was computed from.
@@ -230,6 +250,11 @@ func decodeEntries(cond *condition.Env, d *resource.TypeDescriptor, list string,
 		}
 		bl.over = normalizeBlock(d.Name, bl.over)
 		out[i] = decodedEntry{ref: item.TargetRef, blocks: bl}
+		for _, m := range item.Matches {
+			if m.SpiffeID != nil {
+				out[i].matches = append(out[i].matches, spiffeIDTag(m.SpiffeID.Type, m.SpiffeID.Value))
+			}
+		}
 	}
 	return out, nil
 }

@@ -215,7 +215,17 @@ func (b *builder) entries(p *policy, list string, items []decodedEntry) []*entry
 		if inbound {
 			e.tags, e.never = clientTags(e.ref)
 		}
-		out = append(out, e)
+		if len(item.matches) == 0 {
+			out = append(out, e)
+			continue
+		}
+		// A rule with matches applies to the clients of each match: one
+		// entry per match, sharing the rule's contribution.
+		for _, m := range item.matches {
+			em := *e
+			em.tags = []tag{m}
+			out = append(out, &em)
+		}
 	}
 	return out
 }

@@ -216,7 +216,11 @@ func validateInboundRules(d *TypeDescriptor, spec map[string]any, errs *Validati
 	forEachEntry("spec.rules", spec["rules"], errs, func(path string, e map[string]any) {
 		checkEntryKeys(path, e, errs, []string{"default", "matches"})
 		if e["matches"] != nil {
-			errs.Add(path+".matches", "is not supported by Meridian yet: a rule applies to all inbound traffic of the selected proxies (leave matches out)")
+			if d.RuleConf != nil {
+				errs.Add(path+".matches", "must not be set: %s rules match clients in their default", d.Name)
+			} else {
+				listOf(spiffeIDMatch()).validate(path+".matches", e["matches"], errs)
+			}
 		}
 		if e["default"] == nil {
 			errs.Add(path+".default", "must be set")

@@ -217,6 +217,8 @@ func DefaultTypes() []*TypeDescriptor {
 		{Name: "MeshGateway", Plural: "meshgateways", UniversalTopLevel: true, Spec: meshGatewaySpec(), Sync: globalToZone},
 		{Name: "MeshMultiZoneService", Plural: "meshmultizoneservices", Spec: meshMultiZoneServiceSpec(), Sync: globalToZone},
 		{Name: "ExternalService", Plural: "externalservices", UniversalTopLevel: true, Spec: externalServiceSpec(), Sync: globalToZone},
+		{Name: "MeshIdentity", Plural: "meshidentities", Spec: meshIdentitySpec(), Sync: globalToZone},
+		{Name: "MeshTrust", Plural: "meshtrusts", Spec: meshTrustSpec(), Sync: bothWays},
 
 		// targetRef policies.
 		{Name: "MeshTrafficPermission", Plural: "meshtrafficpermissions", Shape: ShapeTargetRef,
@@ -249,6 +251,12 @@ func DefaultTypes() []*TypeDescriptor {
 			TopLevelKinds: topLevelNoRt(), ProxyWide: true, Conf: meshMetricConf(), Sync: bothWays},
 		{Name: "MeshProxyPatch", Plural: "meshproxypatches", Shape: ShapeTargetRef,
 			TopLevelKinds: topLevelNoRt(), ProxyWide: true, AppendFields: []string{"appendModifications"}, Conf: meshProxyPatchConf(), Sync: bothWays},
+		{Name: "MeshPassthrough", Plural: "meshpassthroughs", Shape: ShapeTargetRef,
+			TopLevelKinds: []string{KindMesh, KindDataplane, KindMeshSubset}, ProxyWide: true, AppendFields: []string{"appendMatch"},
+			Conf: meshPassthroughConf(), Sync: bothWays},
+		{Name: "MeshTLS", Plural: "meshtlses", Shape: ShapeTargetRef,
+			TopLevelKinds: []string{KindMesh, KindDataplane, KindMeshSubset, KindMeshService, KindMeshServiceSubset},
+			From: true, FromKinds: []string{KindMesh}, InboundRules: true, Conf: meshTLSConf(), Sync: bothWays},
 		{Name: "MeshHTTPRoute", Plural: "meshhttproutes", Shape: ShapeTargetRef,
 			TopLevelKinds: topLevelNoRt(), To: true, ToKinds: routeToKinds(), Rules: true, Conf: meshHTTPRouteRule(), Sync: bothWays},
 		{Name: "MeshTCPRoute", Plural: "meshtcproutes", Shape: ShapeTargetRef,

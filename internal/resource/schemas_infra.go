@@ -197,6 +197,46 @@ func meshMultiZoneServiceSpec() *Schema {
 	)
 }
 
+// labelSelector is Kubernetes' LabelSelector.
+func labelSelector() *Schema {
+	return object(
+		opt("matchLabels", stringMap()),
+		opt("matchExpressions", listOf(object(
+			req("key", nonEmptyStr()),
+			req("operator", enum("In", "NotIn", "Exists", "DoesNotExist")),
+			opt("values", listOf(str())),
+		))),
+	)
+}
+
+// meshIdentitySpec: Kuma 2.12+'s MeshIdentity, which Dataplanes get which
+// SPIFFE identity from which provider. The providers' blocks are theirs to
+// check (opaque here).
+func meshIdentitySpec() *Schema {
+	return object(
+		opt("selector", object(opt("dataplane", labelSelector()))),
+		opt("spiffeID", object(opt("trustDomain", nonEmptyStr()), opt("path", nonEmptyStr()))),
+		opt("provider", object(
+			req("type", enum("Bundled", "Spire", "Extension")),
+			opt("bundled", anyValue()),
+			opt("spire", anyValue()),
+			opt("extension", anyValue()),
+		)),
+	)
+}
+
+// meshTrustSpec: Kuma 2.12+'s MeshTrust, the CA bundles of a trust domain.
+func meshTrustSpec() *Schema {
+	return object(
+		opt("origin", object(opt("kri", nonEmptyStr()))),
+		req("trustDomain", nonEmptyStr()),
+		req("caBundles", listOf(object(
+			req("type", enum("Pem")),
+			opt("pem", object(req("value", nonEmptyStr()))),
+		))),
+	)
+}
+
 // externalServiceSpec: Kuma's legacy ExternalService (Universal shape:
 // networking and tags at the top level).
 func externalServiceSpec() *Schema {

@@ -54,11 +54,10 @@ func meshTrafficPermissionConf() *Schema {
 // anywhere wins over any allow), so they concatenate on merge.
 func mtpRuleLists() []string { return []string{"allow", "allowWithShadowDeny", "deny"} }
 
-// meshTrafficPermissionRuleConf is a rules[].default of MeshTrafficPermission
-// (Kuma 2.12+): SPIFFE ID matchers that are denied, allowed, or allowed with
-// a shadow deny.
-func meshTrafficPermissionRuleConf() *Schema {
-	match := object(
+// spiffeIDMatch is one match of a rule (Kuma's common Match): a SPIFFE ID,
+// exact or by prefix. Kuma's SNI match is not supported yet.
+func spiffeIDMatch() *Schema {
+	return object(
 		opt("spiffeID", object(
 			req("type", enum("Exact", "Prefix")),
 			req("value", nonEmptyStr().with(stringCheck(checkSpiffeID))),
@@ -71,6 +70,13 @@ func meshTrafficPermissionRuleConf() *Schema {
 			errs.Add(path, "must specify at least one of 'spiffeID' or 'sni'")
 		}
 	})
+}
+
+// meshTrafficPermissionRuleConf is a rules[].default of MeshTrafficPermission
+// (Kuma 2.12+): SPIFFE ID matchers that are denied, allowed, or allowed with
+// a shadow deny.
+func meshTrafficPermissionRuleConf() *Schema {
+	match := spiffeIDMatch()
 	lists := make([]field, 0, 3)
 	for _, l := range mtpRuleLists() {
 		lists = append(lists, opt(l, listOf(match)))
@@ -112,6 +118,32 @@ func isNonEmptyValue(v any) bool {
 		return len(list) > 0
 	}
 	return v != nil
+}
+
+// meshPassthroughConf is MeshPassthrough's proxy-wide default (Kuma 2.9+):
+// which traffic leaving the mesh passes through.
+func meshPassthroughConf() *Schema {
+	return object(
+		opt("passthroughMode", enum("All", "Matched", "None")),
+		opt("appendMatch", listOf(object(
+			req("type", enum("Domain", "IP", "CIDR")),
+			req("value", nonEmptyStr()),
+			opt("port", port()),
+			opt("protocol", enum("tcp", "tls", "grpc", "http", "http2", "mysql")),
+		))),
+	)
+}
+
+// meshTLSConf is MeshTLS's from/rules default (Kuma 2.9+).
+func meshTLSConf() *Schema {
+	versions := []string{"TLSAuto", "TLS10", "TLS11", "TLS12", "TLS13"}
+	return object(
+		opt("tlsVersion", object(opt("min", enum(versions...)), opt("max", enum(versions...)))),
+		opt("tlsCiphers", listOf(enum("ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-ECDSA-AES256-GCM-SHA384",
+			"ECDHE-ECDSA-CHACHA20-POLY1305", "ECDHE-RSA-AES128-GCM-SHA256", "ECDHE-RSA-AES256-GCM-SHA384",
+			"ECDHE-RSA-CHACHA20-POLY1305"))),
+		opt("mode", enum("Strict", "Permissive")),
+	)
 }
 
 func meshTimeoutConf() *Schema {
@@ -329,14 +361,27 @@ func meshAccessLogConf() *Schema {
 	return object(opt("backends", listOf(backend)))
 }
 
+// accessLogFormat: type Plain or Json with its block; Kuma's docs also
+// leave type out and give only the block, which then says the type.
 func accessLogFormat() *Schema {
 	blocks := union{typeField: "type", blocks: map[string]string{"Plain": "plain", "Json": "json"}, required: true}
 	return object(
-		req("type", enum(blocks.types()...)),
+		opt("type", enum(blocks.types()...)),
 		opt("plain", str()),
 		opt("json", listOf(object(req("key", nonEmptyStr()), req("value", str())))),
 		opt("omitEmptyValues", boolean()),
-	).with(blocks.check)
+	).with(blocks.check).with(func(path string, v any, errs *ValidationError) {
+		obj := v.(map[string]any)
+		if obj["type"] != nil {
+			return
+		}
+		switch set := present(obj, "plain", "json"); len(set) {
+		case 0:
+			errs.Add(path, "one of plain or json must be set (with type Plain or Json)")
+		case 2:
+			errs.Add(path, "only one of plain or json may be set")
+		}
+	})
 }
 
 func meshLoadBalancingStrategyConf() *Schema {
@@ -503,7 +548,9 @@ func proxyPatchMod(ops []string, match ...field) *Schema {
 // meshHTTPRouteRule is one entry of MeshHTTPRoute's to[].rules.
 func meshHTTPRouteRule() *Schema {
 	return object(
-		req("matches", nonEmptyList(httpRouteMatch())),
+		// No matches: the rule matches every request (Kuma's default
+		// prefix "/").
+		opt("matches", listOf(httpRouteMatch())),
 		req("default", object(
 			opt("filters", listOf(httpRouteFilter())),
 			opt("backendRefs", listOf(backendRef())),
