@@ -256,7 +256,7 @@ func DefaultTypes() []*TypeDescriptor {
 			Conf: meshPassthroughConf(), Sync: bothWays},
 		{Name: "MeshTLS", Plural: "meshtlses", Shape: ShapeTargetRef,
 			TopLevelKinds: []string{KindMesh, KindDataplane, KindMeshSubset, KindMeshService, KindMeshServiceSubset},
-			From: true, FromKinds: []string{KindMesh}, InboundRules: true, Conf: meshTLSConf(), Sync: bothWays},
+			From:          true, FromKinds: []string{KindMesh}, InboundRules: true, Conf: meshTLSConf(), Sync: bothWays},
 		{Name: "MeshHTTPRoute", Plural: "meshhttproutes", Shape: ShapeTargetRef,
 			TopLevelKinds: topLevelNoRt(), To: true, ToKinds: routeToKinds(), Rules: true, Conf: meshHTTPRouteRule(), Sync: bothWays},
 		{Name: "MeshTCPRoute", Plural: "meshtcproutes", Shape: ShapeTargetRef,
