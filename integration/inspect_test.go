@@ -83,9 +83,14 @@ func TestStandaloneZoneEvaluatesSeed001Permissions(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `"shadow_rules"`) || !strings.Contains(out, "spiffe://default/web") {
 		t.Errorf("inspect --config: exit %d\n%s", code, out)
 	}
-	out, code = z.ctl("", "inspect", "dataplane", "backend-1")
+	out, code = z.ctl("", "inspect", "dataplane", "backend-1", "--rules")
 	if code != 0 || !strings.Contains(out, `"fromRules"`) || !strings.Contains(out, "default-timeout-global") {
-		t.Errorf("inspect (rules): exit %d\n%s", code, out)
+		t.Errorf("inspect --rules: exit %d\n%s", code, out)
+	}
+	out, code = z.ctl("", "inspect", "dataplane", "backend-1")
+	if code != 0 || !strings.Contains(out, "Inbound 8080 (backend)") || !strings.Contains(out, "MeshTrafficPermission") ||
+		!strings.Contains(out, "from backend-permissions") {
+		t.Errorf("inspect (summary): exit %d\n%s", code, out)
 	}
 	if status, body := z.request("GET", "/meshes/default/dataplanes/nope/_rules", ""); status != 404 {
 		t.Errorf("unknown dataplane: %d %s", status, body)

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -80,7 +82,10 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s %s: %w", method, u.Path, err)
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		return nil, nil, c.unreachable(err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
@@ -91,6 +96,11 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 		e := &apiError{Status: resp.StatusCode}
 		if json.Unmarshal(data, e) != nil || (e.Title == "" && e.Details == "") {
 			e.Details = fmt.Sprintf("%s %s: %s: %s", method, u.Path, resp.Status, strings.TrimSpace(string(data)))
+		}
+		if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed {
+			if err := c.wrongPlane(ctx, path); err != nil {
+				return nil, resp.Header, err
+			}
 		}
 		return nil, resp.Header, e
 	}
@@ -113,4 +123,73 @@ func resourcePath(d *resource.TypeDescriptor, mesh, name string) string {
 		p += "/" + url.PathEscape(name)
 	}
 	return p
+}
+
+// unreachable explains a request that got no answer: which address was
+// tried and how to point meridianctl elsewhere.
+func (c *client) unreachable(err error) error {
+	var detail string
+	var opErr *net.OpError
+	var dnsErr *net.DNSError
+	switch {
+	case errors.As(err, &dnsErr):
+		detail = "host " + dnsErr.Name + " not found"
+	case errors.As(err, &opErr) && opErr.Op == "dial":
+		detail = opErr.Err.Error()
+	default:
+		detail = err.Error()
+	}
+	return fmt.Errorf("cannot reach a control plane at %s (%s): start one, or point meridianctl at it with --api-address or MERIDIAN_API_ADDRESS",
+		c.base.Redacted(), detail)
+}
+
+// planeOf says which control plane serves an API path: "zone" for the
+// inspect views of a Dataplane, "global" for zones and zone tokens, "" for
+// paths both serve.
+func planeOf(path string) string {
+	switch {
+	case strings.HasPrefix(path, "/zones"), strings.HasPrefix(path, "/tokens/zone"):
+		return "global"
+	case strings.Contains(path, "/dataplanes/") && strings.Contains(path, "/_"),
+		strings.Contains(path, "/_resources/"):
+		return "zone"
+	}
+	return ""
+}
+
+// wrongPlane returns an error saying so when path is served only by the
+// other kind of control plane than the one at the address; nil otherwise
+// (a genuine 404).
+func (c *client) wrongPlane(ctx context.Context, path string) error {
+	if want := planeOf(path); want != "" {
+		return c.checkPlane(ctx, want)
+	}
+	return nil
+}
+
+// checkPlane returns an error when the control plane at the address is not
+// of kind want ("zone" or "global"); nil when it is, or cannot tell.
+func (c *client) checkPlane(ctx context.Context, want string) error {
+	u := *c.base
+	u.Path = strings.TrimSuffix(u.Path, "/") + "/"
+	req, err := http.NewRequestWithContext(ctx, "GET", u.String(), nil)
+	if err != nil {
+		return nil
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var index struct {
+		Mode string `json:"mode"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&index) != nil || index.Mode == "" || index.Mode == want {
+		return nil
+	}
+	return fmt.Errorf("this command needs a %s control plane, and %s is a %s control plane: point --api-address at a %s",
+		want, c.base.Redacted(), index.Mode, want)
 }

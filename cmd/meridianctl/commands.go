@@ -5,9 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
-	"os"
+	"slices"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -17,86 +16,6 @@ import (
 
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
-
-func (a *app) applyCommand() *cobra.Command {
-	var file string
-	cmd := &cobra.Command{
-		Use:   "apply -f FILE|-",
-		Short: "Create or update resources from a multi-document YAML or JSON file",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			data, err := a.readInput(file)
-			if err != nil {
-				return err
-			}
-			return a.apply(cmd, data)
-		},
-	}
-	cmd.Flags().StringVarP(&file, "file", "f", "", "file to apply, - for standard input (required)")
-	_ = cmd.MarkFlagRequired("file")
-	return cmd
-}
-
-func (a *app) readInput(file string) ([]byte, error) {
-	if file == "-" {
-		return io.ReadAll(a.stdin)
-	}
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", file, err)
-	}
-	return data, nil
-}
-
-// apply sends every document, reporting each outcome; it fails if any did.
-func (a *app) apply(cmd *cobra.Command, data []byte) error {
-	docs, err := resource.SplitDocuments(data)
-	if err != nil {
-		return err
-	}
-	failed := 0
-	for i, doc := range docs {
-		label, outcome, err := a.applyOne(cmd, doc)
-		if label == "" {
-			label = fmt.Sprintf("document %d", i+1)
-		}
-		if err != nil {
-			failed++
-			fmt.Fprintf(a.stdout, "%s: error: %v\n", label, err)
-			continue
-		}
-		fmt.Fprintf(a.stdout, "%s %s\n", label, outcome)
-	}
-	if failed > 0 {
-		return fmt.Errorf("%d of %d resources failed", failed, len(docs))
-	}
-	return nil
-}
-
-func (a *app) applyOne(cmd *cobra.Command, doc []byte) (string, string, error) {
-	res, err := a.reg.Decode(doc)
-	if err != nil {
-		return "", "", describe(err)
-	}
-	d, _ := a.reg.Lookup(res.Type)
-	if d.Scope == resource.ScopeMesh && res.Mesh == "" {
-		res.Mesh = "default"
-	}
-	label := res.Key().String()
-	q := url.Values{}
-	if res.Namespace != "" {
-		q.Set("namespace", res.Namespace)
-	}
-	body, err := a.reg.EncodeJSON(res)
-	if err != nil {
-		return label, "", err
-	}
-	_, hdr, err := a.client.do(cmd.Context(), "PUT", resourcePath(d, res.Mesh, res.Name), q, body, "")
-	if err != nil {
-		return label, "", err
-	}
-	return label, hdr.Get("Meridian-Outcome"), nil
-}
 
 // describe renders a local validation error with every cause.
 func describe(err error) error {
@@ -115,9 +34,9 @@ func (a *app) getCommand() *cobra.Command {
 		Short: "List resources of a type, or show one",
 		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, ok := a.reg.Resolve(args[0])
-			if !ok {
-				return fmt.Errorf("unknown resource type %q (known: %v)", args[0], a.reg.Names())
+			d, err := a.resolveType(args[0])
+			if err != nil {
+				return err
 			}
 			q := url.Values{}
 			if namespace != "" {
@@ -151,25 +70,38 @@ func (a *app) getOne(cmd *cobra.Command, d *resource.TypeDescriptor, mesh, name 
 	if err != nil {
 		return err
 	}
-	if output == "table" {
+	switch output {
+	case "table":
+		if d.Name == "Zone" {
+			return a.printZoneList(json.RawMessage(`{"items":[` + string(body) + `]}`))
+		}
 		var item listItem
 		if err := json.Unmarshal(body, &item); err != nil {
 			return fmt.Errorf("decode response: %w", err)
 		}
-		return a.printTable([]listItem{item})
+		return a.printTable(d, []listItem{item})
+	case "yaml":
+		return a.printResourceYAML(body)
 	}
 	return a.printRaw(body, output)
 }
 
 // listItem holds the columns of the table view.
 type listItem struct {
-	Type             string    `json:"type"`
-	Mesh             string    `json:"mesh"`
-	Name             string    `json:"name"`
-	Namespace        string    `json:"namespace"`
-	Version          uint64    `json:"version"`
-	ModificationTime time.Time `json:"modificationTime"`
-	Status           struct {
+	Type             string            `json:"type"`
+	Mesh             string            `json:"mesh"`
+	Name             string            `json:"name"`
+	Namespace        string            `json:"namespace"`
+	Version          uint64            `json:"version"`
+	ModificationTime time.Time         `json:"modificationTime"`
+	Labels           map[string]string `json:"labels"`
+	// Spec holds what the Mesh table shows.
+	Spec struct {
+		MTLS struct {
+			EnabledBackend string `json:"enabledBackend"`
+		} `json:"mtls"`
+	} `json:"spec"`
+	Status struct {
 		Conditions []struct {
 			Type   string `json:"type"`
 			Status string `json:"status"`
@@ -222,12 +154,36 @@ func (a *app) getList(cmd *cobra.Command, d *resource.TypeDescriptor, mesh strin
 			break
 		}
 	}
-	if output != "table" {
+	if len(all) == 0 && d.Scope == resource.ScopeMesh {
+		if err := a.meshExists(cmd, mesh); err != nil {
+			return err
+		}
+	}
+	switch output {
+	case "yaml":
+		// One document per resource: apply -f takes it back unchanged.
+		for i, raw := range all {
+			if i > 0 {
+				fmt.Fprintln(a.stdout, "---")
+			}
+			if err := a.printResourceYAML(raw); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "json":
 		body, err := json.Marshal(map[string]any{"total": len(all), "items": all})
 		if err != nil {
 			return err
 		}
 		return a.printRaw(body, output)
+	}
+	if d.Name == "Zone" {
+		body, err := json.Marshal(map[string]any{"items": all})
+		if err != nil {
+			return err
+		}
+		return a.printZoneList(body)
 	}
 	items := make([]listItem, 0, len(all))
 	for _, raw := range all {
@@ -237,7 +193,69 @@ func (a *app) getList(cmd *cobra.Command, d *resource.TypeDescriptor, mesh strin
 		}
 		items = append(items, it)
 	}
-	return a.printTable(items)
+	return a.printTable(d, items)
+}
+
+// meshExists turns a list of an unknown mesh into an error instead of an
+// empty table.
+func (a *app) meshExists(cmd *cobra.Command, mesh string) error {
+	_, _, err := a.client.do(cmd.Context(), "GET", "/meshes/"+url.PathEscape(mesh), nil, nil, "")
+	var apiErr *apiError
+	if errors.As(err, &apiErr) && apiErr.Status == 404 {
+		return fmt.Errorf("mesh %q not found (list meshes with: meridianctl get meshes)", mesh)
+	}
+	return err
+}
+
+// envelopeOrder is the order of a resource's top-level keys in YAML output:
+// identity first, then labels, spec and status, then the read-only fields.
+var envelopeOrder = []string{"type", "mesh", "name", "namespace", "labels", "spec", "status"}
+
+// printResourceYAML prints one resource (the API's JSON) as YAML in
+// envelope order, which apply -f takes back.
+func (a *app) printResourceYAML(body []byte) error {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(body, &obj); err != nil {
+		return fmt.Errorf("decode response: %w", err)
+	}
+	keys := make([]string, 0, len(obj))
+	for _, k := range envelopeOrder {
+		if _, ok := obj[k]; ok {
+			keys = append(keys, k)
+		}
+	}
+	rest := make([]string, 0, len(obj))
+	for k := range obj {
+		if !slices.Contains(envelopeOrder, k) {
+			rest = append(rest, k)
+		}
+	}
+	slices.Sort(rest)
+	var buf bytes.Buffer
+	for _, k := range append(keys, rest...) {
+		one, err := json.Marshal(map[string]json.RawMessage{k: obj[k]})
+		if err != nil {
+			return err
+		}
+		y, err := yaml.JSONToYAML(one)
+		if err != nil {
+			return err
+		}
+		buf.Write(y)
+	}
+	_, err := a.stdout.Write(buf.Bytes())
+	return err
+}
+
+// printZoneList prints the global's zones (GET /zones) as inspect zones does.
+func (a *app) printZoneList(body []byte) error {
+	var page struct {
+		Items []zoneRow `json:"items"`
+	}
+	if err := json.Unmarshal(body, &page); err != nil {
+		return fmt.Errorf("decode response: %w", err)
+	}
+	return a.printZones(page.Items)
 }
 
 func (a *app) printRaw(body []byte, output string) error {
@@ -258,7 +276,10 @@ func (a *app) printRaw(body []byte, output string) error {
 	return err
 }
 
-func (a *app) printTable(items []listItem) error {
+func (a *app) printTable(d *resource.TypeDescriptor, items []listItem) error {
+	if d.Name == "Mesh" {
+		return a.printMeshes(items)
+	}
 	withStatus := false
 	for _, it := range items {
 		withStatus = withStatus || len(it.Status.Conditions) > 0
@@ -283,6 +304,25 @@ func (a *app) printTable(items []listItem) error {
 	return tw.Flush()
 }
 
+// printMeshes: a mesh's name, mTLS backend and origin mean something; a
+// mesh column and a namespace do not.
+func (a *app) printMeshes(items []listItem) error {
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 3, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tMTLS\tORIGIN\tVERSION\tAGE")
+	for _, it := range items {
+		mtls := "off"
+		if it.Spec.MTLS.EnabledBackend != "" {
+			mtls = it.Spec.MTLS.EnabledBackend
+		}
+		age := "-"
+		if !it.ModificationTime.IsZero() {
+			age = time.Since(it.ModificationTime).Round(time.Second).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", it.Name, mtls, dash(it.Labels["kuma.io/origin"]), it.Version, age)
+	}
+	return tw.Flush()
+}
+
 func dash(s string) string {
 	if s == "" {
 		return "-"
@@ -297,9 +337,9 @@ func (a *app) deleteCommand() *cobra.Command {
 		Short: "Delete a resource",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, ok := a.reg.Resolve(args[0])
-			if !ok {
-				return fmt.Errorf("unknown resource type %q (known: %v)", args[0], a.reg.Names())
+			d, err := a.resolveType(args[0])
+			if err != nil {
+				return err
 			}
 			q := url.Values{}
 			if namespace != "" {
@@ -308,7 +348,11 @@ func (a *app) deleteCommand() *cobra.Command {
 			if _, _, err := a.client.do(cmd.Context(), "DELETE", resourcePath(d, mesh, args[1]), q, nil, ""); err != nil {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "%s %s deleted\n", d.Name, args[1])
+			key := resource.Key{Type: d.Name, Name: args[1], Namespace: namespace}
+			if d.Scope == resource.ScopeMesh {
+				key.Mesh = mesh
+			}
+			fmt.Fprintf(a.stdout, "%s deleted\n", key)
 			return nil
 		},
 	}

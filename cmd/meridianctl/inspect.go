@@ -23,8 +23,8 @@ func (a *app) inspectDataplaneCommand() *cobra.Command {
 	var rules, config bool
 	var ex explainFlags
 	cmd := &cobra.Command{
-		Use:   "dataplane NAME [--rules|--config|--explain --type T (--outbound S | --inbound P --client k:v,...)]",
-		Short: "Show a proxy's policy rules, effective config, or why a field has its value (zone control plane)",
+		Use:   "dataplane NAME [-o json|yaml] [--rules|--config|--explain --type T (--outbound S | --inbound P --client k:v,...)]",
+		Short: "Summarize a proxy's effective config (default), or show its rules, config, or why a field has its value (zone control plane)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if (rules && config) || (ex.explain && (rules || config)) {
@@ -38,19 +38,25 @@ func (a *app) inspectDataplaneCommand() *cobra.Command {
 				return a.explain(cmd, mesh, args[0], q, ex, output)
 			}
 			if output == "" {
-				output = "json"
+				output = "summary"
+				if rules || config {
+					output = "json"
+				}
 			}
-			if output != "json" && output != "yaml" {
-				return fmt.Errorf("--output: want json or yaml, got %q", output)
+			if output != "json" && output != "yaml" && output != "summary" {
+				return fmt.Errorf("--output: want summary, json or yaml, got %q", output)
 			}
 			view := "_rules"
-			if config {
+			if config || output == "summary" {
 				view = "_config"
 			}
 			path := "/meshes/" + url.PathEscape(mesh) + "/dataplanes/" + url.PathEscape(args[0]) + "/" + view
 			body, _, err := a.client.do(cmd.Context(), "GET", path, q, nil, "")
 			if err != nil {
 				return err
+			}
+			if output == "summary" {
+				return a.printConfigSummary(body)
 			}
 			return a.printRaw(body, output)
 		},
@@ -64,6 +70,6 @@ func (a *app) inspectDataplaneCommand() *cobra.Command {
 	cmd.Flags().StringVar(&ex.outbound, "outbound", "", "with --explain: the outbound's service")
 	cmd.Flags().IntVar(&ex.inbound, "inbound", 0, "with --explain: the inbound's port")
 	cmd.Flags().StringVar(&ex.client, "client", "", "with --explain --inbound: the client's tags, k:v,k2:v2")
-	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: json or yaml (--explain: table, json or yaml; default table)")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: summary (default), json or yaml (the full _rules or, with --config, _config document); --explain: table, json or yaml")
 	return cmd
 }

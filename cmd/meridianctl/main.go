@@ -99,6 +99,6 @@ func (a *app) rootCommand() *cobra.Command {
 	root.PersistentFlags().StringVar(&a.caFile, "ca-file", "", "CA bundle (PEM) to verify an https:// API, e.g. DATA_DIR/kds-server.crt (env MERIDIAN_CA_FILE)")
 	root.PersistentFlags().StringVar(&a.tokenFile, "token-file", "", "file holding the user token, e.g. DATA_DIR/admin-token (env MERIDIAN_API_TOKEN_FILE)")
 	root.AddCommand(a.applyCommand(), a.getCommand(), a.deleteCommand(), a.inspectCommand(), a.generateCommand(),
-		a.revokeCommand(), a.rotateCommand(), a.retireCommand())
+		a.revokeCommand(), a.rotateCommand(), a.retireCommand(), a.versionCommand())
 	return root
 }

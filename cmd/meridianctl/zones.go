@@ -116,6 +116,11 @@ func (a *app) inspectZonesCommand() *cobra.Command {
 			if err := checkOutput(output); err != nil {
 				return err
 			}
+			// A zone answers GET /zones too (its own, empty, list of Zone
+			// resources): say where the sync status lives instead.
+			if err := a.client.checkPlane(cmd.Context(), "global"); err != nil {
+				return err
+			}
 			body, _, err := a.client.do(cmd.Context(), "GET", "/zones", nil, nil, "")
 			if err != nil {
 				return err

@@ -345,3 +345,25 @@ func TestSystemNamespaceInBodyAndURL(t *testing.T) {
 		}
 	}
 }
+
+// TestDryRun: ?dryRun=true runs every check of a PUT and stores nothing.
+func TestDryRun(t *testing.T) {
+	f := newFixture(t, api.ModeGlobal)
+	body := `{"type":"MeshTimeout","mesh":"default","name":"t","spec":{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"5s"}}]}}`
+	r := f.mustDo("PUT", "/meshes/default/meshtimeouts/t?dryRun=true", body, http.StatusCreated)
+	if got := r.header.Get(api.OutcomeHeader); got != "created (dry run)" {
+		t.Errorf("outcome %q", got)
+	}
+	f.mustDo("GET", "/meshes/default/meshtimeouts/t", "", http.StatusNotFound)
+	f.mustDo("PUT", "/meshes/default/meshtimeouts/t?dryRun=true", strings.Replace(body, "5s", "soon", 1), http.StatusBadRequest)
+	f.mustDo("PUT", "/meshes/nope/meshtimeouts/t?dryRun=true", strings.Replace(body, `"default","name"`, `"nope","name"`, 1), http.StatusBadRequest)
+	f.mustDo("PUT", "/meshes/default/meshtimeouts/t", body, http.StatusCreated)
+	r = f.mustDo("PUT", "/meshes/default/meshtimeouts/t?dryRun=1", strings.Replace(body, "5s", "6s", 1), http.StatusOK)
+	if got := r.header.Get(api.OutcomeHeader); got != "updated (dry run)" {
+		t.Errorf("outcome %q", got)
+	}
+	if got := string(f.mustDo("GET", "/meshes/default/meshtimeouts/t", "", http.StatusOK).body); !strings.Contains(got, `"5s"`) {
+		t.Errorf("a dry run changed the stored resource: %s", got)
+	}
+	f.mustDo("PUT", "/meshes/default/meshtimeouts/t?dryRun=maybe", body, http.StatusBadRequest)
+}

@@ -352,9 +352,18 @@ func (s *Server) handlePut(w http.ResponseWriter, r *http.Request) {
 
 // put decodes the body, checks it against the URL, validates and stores it.
 func (s *Server) put(w http.ResponseWriter, r *http.Request, d *resource.TypeDescriptor, key resource.Key) {
+	dry, err := dryRunParam(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	res, err := s.decodeBody(r, d, key)
 	if err != nil {
 		s.writeError(w, r, err)
+		return
+	}
+	if dry {
+		s.dryRunPut(w, r, res)
 		return
 	}
 	result, err := s.store.Apply(r.Context(), s.adm.Put(res))
@@ -369,6 +378,64 @@ func (s *Server) put(w http.ResponseWriter, r *http.Request, d *resource.TypeDes
 		status = http.StatusCreated
 	}
 	s.writeResource(w, r, status, stored)
+}
+
+// errDryRun aborts a dry run's transaction once every check passed.
+var errDryRun = errors.New("dry run: nothing stored")
+
+// dryRunParam reads ?dryRun=true|false.
+func dryRunParam(r *http.Request) (bool, error) {
+	v := r.URL.Query().Get("dryRun")
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fieldError("dryRun", "must be true or false, got %q", v)
+	}
+	return b, nil
+}
+
+// dryRunPut runs every check of a PUT — validation, and the admission
+// preconditions inside the store's write transaction (owner, mesh, name
+// squatting) — and stores nothing: the transaction is aborted once they
+// pass. The response is the resource as it would be stored, with the
+// outcome it would have in the Meridian-Outcome header ("created (dry run)").
+func (s *Server) dryRunPut(w http.ResponseWriter, r *http.Request, res *resource.Resource) {
+	batch := s.adm.Put(res)
+	check, key := batch.Check, res.Key()
+	var existing *resource.Resource
+	batch.Check = func(tx storage.TxReader) ([]resource.Key, error) {
+		if check != nil {
+			if _, err := check(tx); err != nil {
+				return nil, err
+			}
+		}
+		existing = nil
+		got, err := tx.Get(key)
+		switch {
+		case err == nil:
+			existing = got
+		case !errors.Is(err, storage.ErrNotFound):
+			return nil, err
+		}
+		return nil, errDryRun
+	}
+	_, err := s.store.Apply(r.Context(), batch)
+	if !errors.Is(err, errDryRun) {
+		if err == nil {
+			err = errors.New("dry run: the store did not run the checks")
+		}
+		s.writeError(w, r, err)
+		return
+	}
+	outcome, status := storage.Created, http.StatusCreated
+	if existing != nil {
+		outcome, status = storage.Updated, http.StatusOK
+		res.Version, res.CreationTime = existing.Version, existing.CreationTime
+	}
+	w.Header().Set(OutcomeHeader, outcome.String()+" (dry run)")
+	s.writeResource(w, r, status, res)
 }
 
 // readBody reads the request body. A body cut short (the client went away
