@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -75,12 +77,27 @@ func run(ctx context.Context, once, verbose bool) error {
 	if err := c.demo(ctx); err != nil {
 		return err
 	}
+	c.printTryIt()
 	if once {
 		return nil
 	}
 	fmt.Println("\nrunning; try the meridianctl commands above. Ctrl-C stops everything.")
 	<-ctx.Done()
+	c.stopAll()
+	fmt.Println("\nstopped: global, zone-1 and zone-2 shut down; their temporary data directory is removed.")
 	return nil
+}
+
+// printTryIt says how to run meridianctl against the running planes.
+func (c *cluster) printTryIt() {
+	fmt.Printf("\n=== try it yourself\n")
+	fmt.Printf("meridianctl is built at %s (or run: go run ./cmd/meridianctl); its address comes from\n", c.bins.Meridianctl)
+	fmt.Printf("--api-address or MERIDIAN_API_ADDRESS, and loopback callers are admin without a token:\n\n")
+	fmt.Printf("  export MERIDIAN_API_ADDRESS=%s   # the global\n", c.apis["global"])
+	fmt.Printf("  %s get meshtimeouts\n", c.bins.Meridianctl)
+	fmt.Printf("  %s inspect zones\n", c.bins.Meridianctl)
+	fmt.Printf("  go run ./cmd/meridianctl --api-address %s inspect dataplane web-1 -n web-ns   # zone-1\n", c.apis["zone-1"])
+	fmt.Printf("  go run ./cmd/meridianctl --api-address %s get meshtimeouts                    # zone-2\n", c.apis["zone-2"])
 }
 
 func (c *cluster) startAll(ctx context.Context, tmp string) error {
@@ -139,12 +156,15 @@ func (c *cluster) zoneToken(ctx context.Context, zone, path string) error {
 	return os.WriteFile(path, out, 0o600)
 }
 
+// stopAll stops every process (SIGTERM, then SIGKILL after 5 s); a second
+// call does nothing.
 func (c *cluster) stopAll() {
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		if err := c.procs[i].Stop(5 * time.Second); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 		}
 	}
+	c.procs = nil
 }
 
 // ctl runs meridianctl against one control plane, echoing the command.
@@ -193,24 +213,102 @@ func (c *cluster) demo(ctx context.Context) error {
 		{"global", []string{"apply", "-f", "examples/global-policies.yaml"}, false, "fleet-wide policies on the global"},
 		{"global", []string{"apply", "-f", "examples/global-guardrails.yaml"}, false, "a guardrail: an override that zones cannot undo"},
 		{"zone-1", []string{"apply", "-f", "examples/zone-1-resources.yaml"}, false, "proxies and a producer policy in zone-1"},
-		{"global", []string{"apply", "-f", "examples/invalid-policy.yaml"}, true, "invalid policies are rejected with field paths"},
+		{"global", []string{"apply", "-f", "examples/invalid-policy.yaml"}, true,
+			"invalid policies are rejected with field paths (this failure is intended: the file is wrong on purpose)"},
 	})
 	if err != nil {
 		return err
 	}
+	fmt.Println("(intended: the global refused the invalid policies and stored nothing; the demo goes on)")
 	// Sync is asynchronous (milliseconds); wait until zone-2 has the
 	// producer policy relayed from zone-1, the last thing to arrive.
 	c.waitFor(ctx, "zone-2", "/meshes/default/meshtimeouts?filter[labels.kuma.io/display-name]=backend-timeouts")
 	c.waitFor(ctx, "zone-1", "/meshes/default/meshtimeouts?filter[labels.kuma.io/display-name]=idle-timeout-cap")
-	return run([]step{
+	err = run([]step{
 		{"global", []string{"inspect", "zones"}, false, "the zones, as the global sees them"},
 		{"global", []string{"get", "meshtimeouts"}, false, "what the global holds: its own policies and zone-1's producer policy"},
 		{"zone-1", []string{"get", "meshtimeouts"}, false, "what zone-1 sees: the global's policies (hashed names) and its own"},
 		{"zone-2", []string{"get", "meshtimeouts"}, false, "what zone-2 sees: the global's policies and zone-1's producer policy"},
-		{"zone-1", []string{"inspect", "dataplane", "web-1", "-n", "web-ns", "--config", "-o", "yaml"}, false, "web-1's effective config in zone-1"},
+	})
+	if err != nil {
+		return err
+	}
+	if err := c.summarize(ctx, "zone-1", "web-ns", "web-1"); err != nil {
+		return err
+	}
+	return run([]step{
+		{"zone-1", []string{"inspect", "dataplane", "web-1", "-n", "web-ns"}, false, "web-1's effective config in zone-1, per inbound and outbound"},
 		{"zone-1", []string{"inspect", "dataplane", "web-1", "-n", "web-ns", "--explain", "--type", "MeshTimeout", "--outbound", "backend"},
 			false, "why web-1's timeouts to backend are what they are: who set each field, who lost"},
 	})
+}
+
+// summarize prints one sentence about a proxy's effective config, from
+// its _config view: how many inbounds and outbounds, which policy types
+// shape it, and from how many policies.
+func (c *cluster) summarize(ctx context.Context, cp, ns, name string) error {
+	req, err := http.NewRequestWithContext(ctx, "GET", c.apis[cp]+"/meshes/default/dataplanes/"+name+"/_config?namespace="+ns, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var cfg struct {
+		Inbounds []struct {
+			Policies map[string]struct {
+				Rules []struct {
+					Origin []struct{ Name string } `json:"origin"`
+				} `json:"rules"`
+			} `json:"policies"`
+		} `json:"inbounds"`
+		Outbounds []struct {
+			Policies map[string]struct {
+				Origin []struct{ Name string } `json:"origin"`
+			} `json:"policies"`
+		} `json:"outbounds"`
+		Proxy map[string]struct {
+			Origin []struct{ Name string } `json:"origin"`
+		} `json:"proxy"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&cfg); err != nil {
+		return fmt.Errorf("%s _config: %w", name, err)
+	}
+	types, policies := map[string]bool{}, map[string]bool{}
+	for _, in := range cfg.Inbounds {
+		for t, p := range in.Policies {
+			types[t] = true
+			for _, r := range p.Rules {
+				for _, o := range r.Origin {
+					policies[o.Name] = true
+				}
+			}
+		}
+	}
+	for _, out := range cfg.Outbounds {
+		for t, p := range out.Policies {
+			types[t] = true
+			for _, o := range p.Origin {
+				policies[o.Name] = true
+			}
+		}
+	}
+	for t, p := range cfg.Proxy {
+		types[t] = true
+		for _, o := range p.Origin {
+			policies[o.Name] = true
+		}
+	}
+	names := make([]string, 0, len(types))
+	for t := range types {
+		names = append(names, t)
+	}
+	sort.Strings(names)
+	fmt.Printf("\n=== in one sentence\n%s in %s has %d inbound(s) and %d outbound(s), shaped by %d policies of %d types (%s).\n",
+		name, cp, len(cfg.Inbounds), len(cfg.Outbounds), len(policies), len(names), strings.Join(names, ", "))
+	return nil
 }
 
 // waitFor polls a zone's list path until it has an item, for up to 10 s.

@@ -51,9 +51,10 @@ type configView struct {
 }
 
 type originRef struct {
-	Name      string `json:"name"`
-	Namespace string `json:"namespace"`
-	Block     string `json:"block"`
+	Name      string            `json:"name"`
+	Namespace string            `json:"namespace"`
+	Labels    map[string]string `json:"labels"`
+	Block     string            `json:"block"`
 }
 
 // printConfigSummary prints a Dataplane's _config readably: per inbound
@@ -155,7 +156,17 @@ func origins(os []originRef) string {
 	}
 	names := make([]string, 0, len(os))
 	for _, o := range os {
+		// A synced copy by the name it was written under, and where.
 		n := qualifiedName(o.Namespace, o.Name)
+		if display := o.Labels["kuma.io/display-name"]; display != "" {
+			n = qualifiedName(o.Labels["k8s.kuma.io/namespace"], display)
+			switch {
+			case o.Labels["kuma.io/origin"] == "global":
+				n += " (global)"
+			case o.Labels["kuma.io/zone"] != "":
+				n += " (" + o.Labels["kuma.io/zone"] + ")"
+			}
+		}
 		if o.Block != "" {
 			n += " (" + o.Block + ")"
 		}
