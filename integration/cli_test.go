@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/meridian-mesh/meridian/internal/sync/mapping"
 )
 
 // TestCLIPolish runs the real meridianctl against a real global and zone:
@@ -96,6 +98,15 @@ func TestCLIPolish(t *testing.T) {
 	out, code = g.ctl("", "get", "meshes")
 	if code != 0 || !strings.HasPrefix(out, "NAME") || !strings.Contains(out, "MTLS") || !strings.Contains(out, "default") {
 		t.Errorf("get meshes: exit %d\n%s", code, out)
+	}
+
+	// Kuma 2.14 resources: a MeshMultiZoneService reaches the zones like a
+	// global MeshService; a Dataplane is refused on the global.
+	apply(t, g, "type: MeshMultiZoneService\nmesh: default\nname: backend-mz\nspec:\n  selector:\n    meshService:\n      matchLabels:\n        kuma.io/display-name: backend\n  ports:\n    - port: 80\n      appProtocol: http\n")
+	waitPresent(t, z, "/meshes/default/meshmultizoneservices/"+mapping.HashedName("default", "backend-mz"))
+	out, code = g.ctl("type: Dataplane\nmesh: default\nname: dp-1\nnetworking:\n  address: 10.0.0.1\n  inbound:\n    - port: 80\n      tags:\n        kuma.io/service: web\n", "apply", "-f", "-")
+	if code == 0 || !strings.Contains(out, "created on the zone control plane") {
+		t.Errorf("a Dataplane on the global: exit %d\n%s", code, out)
 	}
 
 	// A control plane that is not there: the address tried and the flag.
