@@ -130,6 +130,11 @@ func (c *Controller) systemLabels(res *resource.Resource, d *resource.TypeDescri
 		res.Labels = map[string]string{}
 	}
 	res.Labels[resource.LabelOrigin] = origin
+	if res.Labels[resource.LabelNamespace] == c.cfg.SystemNamespace {
+		// The system namespace is no namespace: Kuma accepts the label with
+		// that value everywhere; it means what its absence means.
+		delete(res.Labels, resource.LabelNamespace)
+	}
 	switch c.cfg.Mode {
 	case Global:
 		// Only sync writes zone labels on the global: a resource written
