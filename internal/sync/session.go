@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -224,7 +225,7 @@ func (s *session) loop(ctx context.Context, resume uint64, recvC <-chan *syncv1.
 		case err = <-recvErr:
 			err = fmt.Errorf("receive: %w", err)
 		case err = <-sendErr:
-			err = fmt.Errorf("send: %w", err)
+			err = s.sendFailure(err, recvErr)
 		case sc <- head:
 			s.queue[0] = nil
 			s.queue = s.queue[1:]
@@ -261,6 +262,23 @@ func (s *session) loop(ctx context.Context, resume uint64, recvC <-chan *syncv1.
 		if err != nil {
 			return err
 		}
+	}
+}
+
+// sendFailure explains a failed Send. gRPC reports a stream the peer ended
+// as io.EOF on Send and gives the peer's status only to Recv: wait briefly
+// for it, so that the reason (a revoked token, a shutdown) is not lost.
+func (s *session) sendFailure(err error, recvErr <-chan error) error {
+	if !errors.Is(err, io.EOF) {
+		return fmt.Errorf("send: %w", err)
+	}
+	t := s.clock.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case rerr := <-recvErr:
+		return fmt.Errorf("receive: %w", rerr)
+	case <-t.C():
+		return fmt.Errorf("send: %w", err)
 	}
 }
 
