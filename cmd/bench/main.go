@@ -1,0 +1,195 @@
+// Command bench measures Meridian end to end with real processes: it builds
+// global-cp and zone-cp, starts them on loopback with fresh embedded stores,
+// drives them over their APIs, and prints a table (min, median and max over
+// the runs, with the machine's cores and CPU model) beside SPEC 7's bars and
+// the performance issue's targets.
+//
+//	go run ./cmd/bench                 # 3 runs, 10,000 policies, 100 simulated zones
+//	go run ./cmd/bench -runs 5 -n 10000 -sim-zones 100
+//
+// Scenarios per run: a global with two zone processes (PUT rate with 8
+// clients, last write → every zone lists all, a cold zone, one change
+// global → zone, zone → global and zone → global → zone, _rules of a proxy
+// every policy matches, reconnect with no changes, RSS and CPU, idle CPU);
+// a global with ten zone processes (PUT rate, last write → all ten); and a
+// global with simulated zones (internal/zonesim: real KDS streams, in-memory
+// zones) for the fan-out to many zones.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/meridian-mesh/meridian/internal/launcher"
+)
+
+type binariesAndN struct {
+	bins launcher.Binaries
+	n    int
+}
+
+// figure is one row of the table.
+type figure struct {
+	key, label, unit string
+	// target is the bar; lower says whether a value below it passes.
+	target float64
+	lower  bool
+	source string // where the bar comes from
+}
+
+func figures(n, simZones int) []figure {
+	return []figure{
+		{"put_rate_1zone", "PUT rate, 8 clients, 2 zones connected", "/s", 5000, false, "issue 10"},
+		{"put_rate_10zones", "PUT rate, 8 clients, 10 zone processes", "/s", 2500, false, "issue 10"},
+		{"last_write_to_zones_ms", fmt.Sprintf("last write → 2 zones list all %d", n), "ms", 1000, true, "SPEC 7"},
+		{"last_write_to_10zones_ms", fmt.Sprintf("last write → 10 zones list all %d", n), "ms", 2000, true, "issue 10"},
+		{"cold_zone_ms", fmt.Sprintf("cold zone (process start) → lists all %d", n), "ms", 2000, true, "issue 10"},
+		{"global_to_zone_p50_ms", "one change global → zone, p50", "ms", 0, true, ""},
+		{"global_to_zone_p99_ms", "one change global → zone, p99", "ms", 100, true, "SPEC 7"},
+		{"zone_to_global_p50_ms", "one change zone → global, p50", "ms", 0, true, ""},
+		{"zone_to_global_p99_ms", "one change zone → global, p99", "ms", 100, true, "SPEC 7"},
+		{"zone_to_zone_p50_ms", "one change zone A → global → zone B (relayed), p50", "ms", 0, true, ""},
+		{"zone_to_zone_p99_ms", "one change zone A → global → zone B (relayed), p99", "ms", 200, true, "SPEC 7"},
+		{"rules_first_ms", fmt.Sprintf("_rules of a proxy matched by %d policies, first after a change", n), "ms", 100, true, "issue 10"},
+		{"rules_warm_ms", fmt.Sprintf("_rules of a proxy matched by %d policies, warm", n), "ms", 0, true, ""},
+		{"reconnect_resent", "zone restart with no changes: resources resent", "", 0, true, "SPEC 7"},
+		{"reconnect_ms", "zone restart with no changes: process start → connected", "ms", 0, true, ""},
+		{"global_rss_mib", fmt.Sprintf("global RSS after %d policies, 3 zones", n), "MiB", 0, true, ""},
+		{"global_cpu_s", "global CPU seconds (whole run)", "s", 0, true, ""},
+		{"zone-1_rss_mib", fmt.Sprintf("zone RSS after %d policies and a proxy view", n), "MiB", 0, true, ""},
+		{"zone-1_cpu_s", "zone CPU seconds (whole run)", "s", 0, true, ""},
+		{"idle_cpu_pct", "idle CPU, global + 3 zones", "%", 1, true, "SPEC 7"},
+		{"sim_fanout_ms", fmt.Sprintf("last write → %d simulated zones hold all %d", simZones, n), "ms", 2000, true, "issue 10"},
+		{"sim_change_p99_ms", fmt.Sprintf("one change → all %d simulated zones, p99", simZones), "ms", 50, true, "issue 10"},
+		{"sim_global_rss_mib", fmt.Sprintf("global RSS, %d simulated zones, %d policies", simZones, n), "MiB", 200, true, "issue 10"},
+		{"sim_global_cpu_ms_per_zone", "global CPU per simulated zone (writes + fan-out)", "ms", 0, true, ""},
+	}
+}
+
+func main() {
+	runs := flag.Int("runs", 3, "runs of every scenario")
+	n := flag.Int("n", 10000, "policies per scenario")
+	simZones := flag.Int("sim-zones", 100, "simulated zones (0: skip)")
+	skipTen := flag.Bool("skip-ten", false, "skip the ten-zone-process scenario")
+	flag.Parse()
+	if err := run(*runs, *n, *simZones, *skipTen); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(runs, n, simZones int, skipTen bool) error {
+	wd, _ := os.Getwd()
+	root, err := launcher.ModuleRoot(wd)
+	if err != nil {
+		return err
+	}
+	binDir, err := os.MkdirTemp("", "meridian-bench-bin-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(binDir)
+	fmt.Fprintln(os.Stderr, "building global-cp and zone-cp ...")
+	bins, err := launcher.Build(context.Background(), root, filepath.Join(binDir, "bin"))
+	if err != nil {
+		return err
+	}
+	b := binariesAndN{bins: bins, n: n}
+	all := make([]results, 0, runs)
+	for i := range runs {
+		r := results{}
+		steps := []struct {
+			name string
+			fn   func() error
+		}{
+			{"global + zones", func() error { return fleet(b, r) }},
+			{"ten zone processes", func() error {
+				if skipTen {
+					return nil
+				}
+				return tenZones(b, r)
+			}},
+			{"simulated zones", func() error {
+				if simZones == 0 {
+					return nil
+				}
+				return simulated(b, simZones, r)
+			}},
+		}
+		for _, s := range steps {
+			t0 := time.Now()
+			if err := s.fn(); err != nil {
+				return fmt.Errorf("run %d, %s: %w", i+1, s.name, err)
+			}
+			fmt.Fprintf(os.Stderr, "run %d/%d: %s done in %s\n", i+1, runs, s.name, time.Since(t0).Round(100*time.Millisecond))
+		}
+		all = append(all, r)
+	}
+	printTable(figures(n, simZones), all, runs)
+	return nil
+}
+
+func printTable(figs []figure, all []results, runs int) {
+	fmt.Printf("Meridian %s — %d runs — %d cores, %s — %s\n\n", "bench", runs, runtime.NumCPU(), cpuModel(), time.Now().UTC().Format(time.RFC3339))
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "figure\tmin\tmedian\tmax\tbar\tresult")
+	for _, f := range figs {
+		var vals []float64
+		for _, r := range all {
+			if v, ok := r[f.key]; ok {
+				vals = append(vals, v)
+			}
+		}
+		if len(vals) == 0 {
+			continue
+		}
+		slices.Sort(vals)
+		med := vals[len(vals)/2]
+		bar, verdict := "-", "-"
+		if f.source != "" {
+			cmp := "≥"
+			pass := med >= f.target
+			if f.lower {
+				cmp, pass = "≤", med <= f.target
+			}
+			bar = fmt.Sprintf("%s %s%s (%s)", cmp, num(f.target), f.unit, f.source)
+			verdict = "pass"
+			if !pass {
+				verdict = "FAIL"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s%s\t%s%s\t%s%s\t%s\t%s\n", f.label, num(vals[0]), f.unit, num(med), f.unit, num(vals[len(vals)-1]), f.unit, bar, verdict)
+	}
+	_ = tw.Flush()
+}
+
+func num(v float64) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func cpuModel() string {
+	data, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return runtime.GOARCH
+}

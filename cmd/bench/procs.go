@@ -1,0 +1,235 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/meridian-mesh/meridian/internal/launcher"
+)
+
+// plane is one control plane process with a fresh data dir.
+type plane struct {
+	name    string
+	proc    *launcher.Process
+	api     string // http://host:port
+	dataDir string
+	kds     string // the global's KDS address
+}
+
+// env builds and runs processes for one run of a scenario.
+type env struct {
+	bins   launcher.Binaries
+	tmp    string
+	planes []*plane
+	http   *http.Client
+}
+
+func newEnv(bins launcher.Binaries) (*env, error) {
+	tmp, err := os.MkdirTemp("", "meridian-bench-")
+	if err != nil {
+		return nil, err
+	}
+	return &env{bins: bins, tmp: tmp, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 60 * time.Second}}, nil
+}
+
+// close stops every process and removes the data.
+func (e *env) close() {
+	for i := len(e.planes) - 1; i >= 0; i-- {
+		_ = e.planes[i].proc.Stop(10 * time.Second)
+	}
+	_ = os.RemoveAll(e.tmp)
+}
+
+func (e *env) start(name, bin string, args ...string) (*plane, error) {
+	addr, err := launcher.FreeAddress()
+	if err != nil {
+		return nil, err
+	}
+	p := &plane{name: name, api: "http://" + addr, dataDir: filepath.Join(e.tmp, name)}
+	full := append([]string{"--data-dir", p.dataDir, "--api-address", addr, "--log-level", "warn"}, args...)
+	p.proc = &launcher.Process{Name: name, Path: bin, Args: full, Log: io.Discard}
+	if err := p.restart(); err != nil {
+		return nil, err
+	}
+	e.planes = append(e.planes, p)
+	return p, nil
+}
+
+// restart starts (again) the plane's process and waits until it is ready.
+func (p *plane) restart() error {
+	if err := p.proc.Start(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	return p.proc.WaitHTTP(ctx, p.api+"/readyz")
+}
+
+func (e *env) global() (*plane, error) {
+	kds, err := launcher.FreeAddress()
+	if err != nil {
+		return nil, err
+	}
+	g, err := e.start("global", e.bins.Global, "--kds-address", kds)
+	if err != nil {
+		return nil, err
+	}
+	g.kds = kds
+	return g, nil
+}
+
+// zone starts a zone connected to g.
+func (e *env) zone(g *plane, name, environment string) (*plane, error) {
+	token, err := e.zoneToken(g, name)
+	if err != nil {
+		return nil, err
+	}
+	tokenFile := filepath.Join(e.tmp, name+".token")
+	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
+		return nil, err
+	}
+	return e.start(name, e.bins.Zone, "--zone", name, "--environment", environment, "--global-address", g.kds,
+		"--zone-token-file", tokenFile, "--kds-ca-file", filepath.Join(g.dataDir, "kds-server.crt"))
+}
+
+func (e *env) zoneToken(g *plane, zone string) (string, error) {
+	var resp struct {
+		Token string `json:"token"`
+	}
+	if err := e.do("POST", g.api+"/tokens/zone", fmt.Sprintf(`{"zone":%q,"validFor":"2h"}`, zone), &resp); err != nil {
+		return "", err
+	}
+	return resp.Token, nil
+}
+
+// do sends a request and decodes a JSON answer into out (nil: discard).
+func (e *env) do(method, url, body string, out any) error {
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp, err := e.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("%s %s: %d %s", method, url, resp.StatusCode, bytes.TrimSpace(data))
+	}
+	if out != nil {
+		return json.Unmarshal(data, out)
+	}
+	return nil
+}
+
+// timeoutBody is a MeshTimeout for all traffic with idle seconds.
+func timeoutBody(name string, idle int) string {
+	return fmt.Sprintf(`{"type":"MeshTimeout","mesh":"default","name":%q,"spec":{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"%ds"}}]}}`, name, idle)
+}
+
+// putAll writes names with workers concurrent clients; it returns the
+// elapsed time.
+func (e *env) putAll(api string, names []string, workers int, body func(name string) string) (time.Duration, error) {
+	start := time.Now()
+	next := make(chan string)
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := range next {
+				if err := e.do("PUT", api+"/meshes/default/meshtimeouts/"+n, body(n), nil); err != nil {
+					errs <- err
+					for range next {
+					}
+					return
+				}
+			}
+		}()
+	}
+	for _, n := range names {
+		next <- n
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+func names(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = prefix + strconv.Itoa(i)
+	}
+	return out
+}
+
+// total is a list's total on a plane.
+func (e *env) total(api, plural, query string) (int, error) {
+	var page struct {
+		Total int `json:"total"`
+	}
+	err := e.do("GET", api+"/meshes/default/"+plural+"?size=1"+query, "", &page)
+	return page.Total, err
+}
+
+// waitTotal polls until every plane lists want resources of plural; it
+// returns when the last one did, measured from since.
+func (e *env) waitTotal(planes []*plane, plural string, want int, since time.Time, timeout time.Duration) (time.Duration, error) {
+	deadline := time.Now().Add(timeout)
+	for _, p := range planes {
+		for {
+			n, err := e.total(p.api, plural, "")
+			if err == nil && n >= want {
+				break
+			}
+			if time.Now().After(deadline) {
+				return 0, fmt.Errorf("%s lists %d %s, want %d, after %s (%v)", p.name, n, plural, want, timeout, err)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	return time.Since(since), nil
+}
+
+// usage reads a process's RSS (MiB) and CPU seconds (user+system) from /proc.
+func usage(pid int) (rssMiB, cpuSec float64) {
+	if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+				rssMiB = kb / 1024
+			}
+		}
+	}
+	if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		// Fields after the command name (which may hold spaces): utime
+		// and stime are the 12th and 13th after the closing parenthesis.
+		s := string(data)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) > 12 {
+			ut, _ := strconv.ParseFloat(fields[11], 64)
+			st, _ := strconv.ParseFloat(fields[12], 64)
+			cpuSec = (ut + st) / 100 // USER_HZ is 100 on Linux
+		}
+	}
+	return rssMiB, cpuSec
+}

@@ -1,0 +1,382 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/encoding/gzip"
+
+	"github.com/meridian-mesh/meridian/internal/auth"
+	"github.com/meridian-mesh/meridian/internal/resource"
+	"github.com/meridian-mesh/meridian/internal/zonesim"
+)
+
+// results collects one run's figures by name.
+type results map[string]float64
+
+// fleet runs the process scenarios of one run: a global with one zone
+// (PUT rate, propagation, cold zone, one change both ways and relayed,
+// reconnect, resources, idle CPU, _rules).
+func fleet(bins binariesAndN, r results) error {
+	e, err := newEnv(bins.bins)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	g, err := e.global()
+	if err != nil {
+		return err
+	}
+	z1, err := e.zone(g, "zone-1", resource.EnvKubernetes)
+	if err != nil {
+		return err
+	}
+	z2, err := e.zone(g, "zone-2", resource.EnvUniversal)
+	if err != nil {
+		return err
+	}
+	if _, err := e.waitTotal([]*plane{z1, z2}, "meshtimeouts", 0, time.Now(), 30*time.Second); err != nil {
+		return err
+	}
+	n := bins.n
+	took, err := e.putAll(g.api, names("t-", n), 8, func(name string) string { return timeoutBody(name, 1) })
+	if err != nil {
+		return err
+	}
+	last := time.Now()
+	r["put_rate_1zone"] = float64(n) / took.Seconds()
+	if r["last_write_to_zones_ms"], err = ms(e.waitTotal([]*plane{z1, z2}, "meshtimeouts", n, last, 60*time.Second)); err != nil {
+		return err
+	}
+
+	// A cold zone: process start to listing every policy.
+	start := time.Now()
+	z3, err := e.zone(g, "zone-3", resource.EnvUniversal)
+	if err != nil {
+		return err
+	}
+	if r["cold_zone_ms"], err = ms(e.waitTotal([]*plane{z3}, "meshtimeouts", n, start, 60*time.Second)); err != nil {
+		return err
+	}
+
+	// One change at a time, each direction.
+	if err := oneChanges(e, g, []*plane{z1}, "t-0", "global_to_zone", r, func(v int) (string, string) {
+		return g.api + "/meshes/default/meshtimeouts/t-0", withRound(timeoutBody("t-0", 1), v)
+	}); err != nil {
+		return err
+	}
+	if err := oneChanges(e, z2, []*plane{g}, "z2-own", "zone_to_global", r, func(v int) (string, string) {
+		return z2.api + "/meshes/default/meshtimeouts/z2-own", withRound(timeoutBody("z2-own", 1), v)
+	}); err != nil {
+		return err
+	}
+	producer := func(v int) (string, string) {
+		body := `{"type":"MeshTimeout","mesh":"default","name":"relayed","namespace":"backend-ns","spec":{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"MeshService","name":"backend"},"default":{"idleTimeout":"5s"}}]}}`
+		return z1.api + "/meshes/default/meshtimeouts/relayed?namespace=backend-ns", withRound(body, v)
+	}
+	if err := oneChanges(e, z1, []*plane{z2}, "relayed", "zone_to_zone", r, producer); err != nil {
+		return err
+	}
+
+	// _rules of a proxy every policy matches: first call after a change,
+	// and warm.
+	dp := `{"type":"Dataplane","mesh":"default","name":"web-1","networking":{"address":"10.0.0.1","inbound":[{"port":8080,"tags":{"kuma.io/service":"web"}}],"outbound":[{"port":10001,"tags":{"kuma.io/service":"backend"}}]}}`
+	if err := e.do("PUT", z2.api+"/meshes/default/dataplanes/web-1", dp, nil); err != nil {
+		return err
+	}
+	if err := oneChanges(e, g, []*plane{z2}, "t-1", "", nil, func(v int) (string, string) {
+		return g.api + "/meshes/default/meshtimeouts/t-1", withRound(timeoutBody("t-1", 1), v)
+	}); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if err := e.do("GET", z2.api+"/meshes/default/dataplanes/web-1/_rules", "", nil); err != nil {
+		return err
+	}
+	r["rules_first_ms"] = msOf(time.Since(t0))
+	t0 = time.Now()
+	if err := e.do("GET", z2.api+"/meshes/default/dataplanes/web-1/_rules", "", nil); err != nil {
+		return err
+	}
+	r["rules_warm_ms"] = msOf(time.Since(t0))
+
+	// Reconnect with no changes: what the global resends, and how long
+	// until the zone is connected and synced again.
+	before, err := sentTo(e, g, "zone-2")
+	if err != nil {
+		return err
+	}
+	if err := z2.proc.Stop(10 * time.Second); err != nil {
+		return err
+	}
+	t0 = time.Now()
+	if err := z2.restart(); err != nil {
+		return err
+	}
+	for {
+		var st struct {
+			Connected bool `json:"connected"`
+		}
+		if err := e.do("GET", g.api+"/zones/zone-2/_overview", "", &st); err == nil && st.Connected {
+			break
+		}
+		if time.Since(t0) > 30*time.Second {
+			return fmt.Errorf("zone-2 did not reconnect")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	r["reconnect_ms"] = msOf(time.Since(t0))
+	time.Sleep(500 * time.Millisecond)
+	after, err := sentTo(e, g, "zone-2")
+	if err != nil {
+		return err
+	}
+	r["reconnect_resent"] = float64(after - before)
+
+	// Resources, then idle CPU over 5 s.
+	for _, p := range []*plane{g, z1} {
+		rss, cpu := usage(p.proc.PID())
+		r[p.name+"_rss_mib"] = rss
+		r[p.name+"_cpu_s"] = cpu
+	}
+	var idle0 []float64
+	for _, p := range []*plane{g, z1, z2, z3} {
+		_, c := usage(p.proc.PID())
+		idle0 = append(idle0, c)
+	}
+	time.Sleep(5 * time.Second)
+	idle := 0.0
+	for i, p := range []*plane{g, z1, z2, z3} {
+		_, c := usage(p.proc.PID())
+		idle += c - idle0[i]
+	}
+	r["idle_cpu_pct"] = idle / 5 * 100
+	return nil
+}
+
+// sentTo is how many resources (and removals) the global sent a zone.
+func sentTo(e *env, g *plane, zone string) (uint64, error) {
+	var st struct {
+		GlobalToZone struct {
+			ResourcesSent uint64 `json:"resourcesSent"`
+			RemovalsSent  uint64 `json:"removalsSent"`
+		} `json:"globalToZone"`
+	}
+	err := e.do("GET", g.api+"/zones/"+zone+"/_overview", "", &st)
+	return st.GlobalToZone.ResourcesSent + st.GlobalToZone.RemovalsSent, err
+}
+
+// oneChanges writes one resource 30 times with a new value each time and
+// measures, for each write, how long until every target lists it (by
+// display name) with that value; p50 and p99 go to r under key (none
+// without a key: a single change to wait for).
+func oneChanges(e *env, src *plane, targets []*plane, display, key string, r results, write func(v int) (string, string)) error {
+	rounds := 30
+	if key == "" {
+		rounds = 1
+	}
+	var lat []time.Duration
+	for i := range rounds {
+		v := 1000 + i + int(time.Now().UnixNano()%1000)*1000
+		url, body := write(v)
+		if err := e.do("PUT", url, body, nil); err != nil {
+			return err
+		}
+		t0 := time.Now()
+		want := fmt.Sprintf("round:%d", v)
+		for _, t := range targets {
+			for {
+				got, err := displayBody(e, t, display)
+				if err == nil && strings.Contains(got, want) {
+					break
+				}
+				if time.Since(t0) > 30*time.Second {
+					return fmt.Errorf("%s: %s never reached %s", key, display, t.name)
+				}
+				time.Sleep(500 * time.Microsecond)
+			}
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	if key != "" {
+		slices.Sort(lat)
+		r[key+"_p50_ms"] = msOf(lat[len(lat)/2])
+		r[key+"_p99_ms"] = msOf(lat[(len(lat)*99+99)/100-1])
+	}
+	_ = src
+	return nil
+}
+
+// roundLabel marks each write of a change measurement; it syncs with the
+// resource, and nothing normalizes it.
+const roundLabel = "bench.meridian.dev/round"
+
+func withRound(body string, v int) string {
+	return strings.Replace(body, `"spec":`, fmt.Sprintf(`"labels":{%q:"%d"},"spec":`, roundLabel, v), 1)
+}
+
+func displayBody(e *env, p *plane, display string) (string, error) {
+	var page struct {
+		Items []struct {
+			Labels map[string]string `json:"labels"`
+		} `json:"items"`
+	}
+	if err := e.do("GET", p.api+"/meshes/default/meshtimeouts?filter[labels.kuma.io/display-name]="+url.QueryEscape(display), "", &page); err != nil {
+		return "", err
+	}
+	var out []string
+	for _, it := range page.Items {
+		out = append(out, "round:"+it.Labels[roundLabel])
+	}
+	return strings.Join(out, ","), nil
+}
+
+// tenZones: the PUT rate with ten zone processes on the same machine.
+func tenZones(bins binariesAndN, r results) error {
+	e, err := newEnv(bins.bins)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	g, err := e.global()
+	if err != nil {
+		return err
+	}
+	var zones []*plane
+	for i := range 10 {
+		z, err := e.zone(g, fmt.Sprintf("zone-%d", i+1), resource.EnvUniversal)
+		if err != nil {
+			return err
+		}
+		zones = append(zones, z)
+	}
+	took, err := e.putAll(g.api, names("t-", bins.n), 8, func(name string) string { return timeoutBody(name, 1) })
+	if err != nil {
+		return err
+	}
+	r["put_rate_10zones"] = float64(bins.n) / took.Seconds()
+	last := time.Now()
+	r["last_write_to_10zones_ms"], err = ms(e.waitTotal(zones, "meshtimeouts", bins.n, last, 120*time.Second))
+	return err
+}
+
+// simulated: N policies fanned out to many simulated zones (zonesim), one
+// change to all of them, and the global's RSS and CPU per zone.
+func simulated(bins binariesAndN, zones int, r results) error {
+	e, err := newEnv(bins.bins)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	g, err := e.global()
+	if err != nil {
+		return err
+	}
+	tokens := map[string]string{}
+	var mu sync.Mutex
+	arrived := map[string]map[string]time.Time{} // marker -> zone -> time
+	tlsCfg, err := auth.ClientTLS(auth.ClientTLSConfig{CAFile: filepath.Join(g.dataDir, "kds-server.crt")})
+	if err != nil {
+		return err
+	}
+	sim, err := zonesim.New(zonesim.Config{
+		Zones: zones, Prefix: "sim-", Target: g.kds,
+		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
+			grpc.WithDefaultCallOptions(grpc.UseCompressor(gzip.Name), grpc.MaxCallRecvMsgSize(6<<20))},
+		Token: func(zone string) (string, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return tokens[zone], nil
+		},
+		OnApply: func(zone string, res *resource.Resource, at time.Time) {
+			if res.Labels[resource.LabelDisplayName] != "probe" {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			marker := "round:" + res.Labels[roundLabel]
+			if arrived[marker] == nil {
+				arrived[marker] = map[string]time.Time{}
+			}
+			arrived[marker][zone] = at
+		},
+	})
+	if err != nil {
+		return err
+	}
+	for _, name := range sim.Names() {
+		t, err := e.zoneToken(g, name)
+		if err != nil {
+			return err
+		}
+		tokens[name] = t
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sim.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	for t0 := time.Now(); sim.Connected() < zones; time.Sleep(10 * time.Millisecond) {
+		if time.Since(t0) > 60*time.Second {
+			return fmt.Errorf("only %d of %d simulated zones connected", sim.Connected(), zones)
+		}
+	}
+	_, cpu0 := usage(g.proc.PID())
+	if _, err := e.putAll(g.api, names("t-", bins.n), 8, func(name string) string { return timeoutBody(name, 1) }); err != nil {
+		return err
+	}
+	last := time.Now()
+	for sim.MinCount("MeshTimeout") < bins.n {
+		if time.Since(last) > 120*time.Second {
+			return fmt.Errorf("simulated zones hold at least %d of %d policies after 120 s", sim.MinCount("MeshTimeout"), bins.n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	r["sim_fanout_ms"] = msOf(time.Since(last))
+
+	// One change to every zone, 20 times: p99 over zones and changes.
+	var lat []time.Duration
+	for i := range 20 {
+		body := withRound(timeoutBody("probe", 5), 5000+i)
+		t0 := time.Now()
+		if err := e.do("PUT", g.api+"/meshes/default/meshtimeouts/probe", body, nil); err != nil {
+			return err
+		}
+		marker := fmt.Sprintf("round:%d", 5000+i)
+		for {
+			mu.Lock()
+			got := arrived[marker]
+			complete := len(got) == zones
+			if complete {
+				for _, at := range got {
+					lat = append(lat, at.Sub(t0))
+				}
+			}
+			mu.Unlock()
+			if complete {
+				break
+			}
+			if time.Since(t0) > 30*time.Second {
+				return fmt.Errorf("a change reached %d of %d simulated zones", len(got), zones)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	slices.Sort(lat)
+	r["sim_change_p99_ms"] = msOf(lat[(len(lat)*99+99)/100-1])
+	rss, cpu := usage(g.proc.PID())
+	r["sim_global_rss_mib"] = rss
+	r["sim_global_cpu_ms_per_zone"] = (cpu - cpu0) * 1000 / float64(zones)
+	return nil
+}
+
+func ms(d time.Duration, err error) (float64, error) { return msOf(d), err }
+
+func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
