@@ -34,6 +34,11 @@ import (
 type binariesAndN struct {
 	bins launcher.Binaries
 	n    int
+	// profileDir, when set, receives CPU profiles of the global and a zone
+	// taken during the PUT phase.
+	profileDir string
+	// simGzip: simulated zones ask for gzip, as zone-cp does.
+	simGzip bool
 }
 
 // figure is one row of the table.
@@ -79,14 +84,17 @@ func main() {
 	n := flag.Int("n", 10000, "policies per scenario")
 	simZones := flag.Int("sim-zones", 100, "simulated zones (0: skip)")
 	skipTen := flag.Bool("skip-ten", false, "skip the ten-zone-process scenario")
+	skipFleet := flag.Bool("skip-fleet", false, "skip the global + zones scenario")
+	profileDir := flag.String("profile", "", "write CPU profiles of the global and zone-1 during the PUT phase to this directory")
+	simGzip := flag.Bool("sim-gzip", true, "simulated zones ask for gzip as zone-cp does (false: uncompressed streams)")
 	flag.Parse()
-	if err := run(*runs, *n, *simZones, *skipTen); err != nil {
+	if err := run(*runs, *n, *simZones, *skipTen, *skipFleet, *profileDir, *simGzip); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(runs, n, simZones int, skipTen bool) error {
+func run(runs, n, simZones int, skipTen, skipFleet bool, profileDir string, simGzip bool) error {
 	wd, _ := os.Getwd()
 	root, err := launcher.ModuleRoot(wd)
 	if err != nil {
@@ -102,7 +110,7 @@ func run(runs, n, simZones int, skipTen bool) error {
 	if err != nil {
 		return err
 	}
-	b := binariesAndN{bins: bins, n: n}
+	b := binariesAndN{bins: bins, n: n, profileDir: profileDir, simGzip: simGzip}
 	all := make([]results, 0, runs)
 	for i := range runs {
 		r := results{}
@@ -110,7 +118,12 @@ func run(runs, n, simZones int, skipTen bool) error {
 			name string
 			fn   func() error
 		}{
-			{"global + zones", func() error { return fleet(b, r) }},
+			{"global + zones", func() error {
+				if skipFleet {
+					return nil
+				}
+				return fleet(b, r)
+			}},
 			{"ten zone processes", func() error {
 				if skipTen {
 					return nil

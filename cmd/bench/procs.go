@@ -22,6 +22,7 @@ type plane struct {
 	name    string
 	proc    *launcher.Process
 	api     string // http://host:port
+	debug   string // http://host:port of /debug/pprof
 	dataDir string
 	kds     string // the global's KDS address
 }
@@ -55,8 +56,12 @@ func (e *env) start(name, bin string, args ...string) (*plane, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &plane{name: name, api: "http://" + addr, dataDir: filepath.Join(e.tmp, name)}
-	full := append([]string{"--data-dir", p.dataDir, "--api-address", addr, "--log-level", "warn"}, args...)
+	debug, err := launcher.FreeAddress()
+	if err != nil {
+		return nil, err
+	}
+	p := &plane{name: name, api: "http://" + addr, debug: "http://" + debug, dataDir: filepath.Join(e.tmp, name)}
+	full := append([]string{"--data-dir", p.dataDir, "--api-address", addr, "--debug-address", debug, "--log-level", "warn"}, args...)
 	p.proc = &launcher.Process{Name: name, Path: bin, Args: full, Log: io.Discard}
 	if err := p.restart(); err != nil {
 		return nil, err
@@ -232,4 +237,20 @@ func usage(pid int) (rssMiB, cpuSec float64) {
 		}
 	}
 	return rssMiB, cpuSec
+}
+
+// profile saves a CPU profile of the plane taken over d to dir/<name>-<tag>.pprof.
+func (e *env) profile(p *plane, dir, tag string, d time.Duration) error {
+	resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", p.debug, int(d.Seconds())))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(filepath.Join(dir, p.name+"-"+tag+".pprof"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
 }

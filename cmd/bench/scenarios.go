@@ -47,7 +47,15 @@ func fleet(bins binariesAndN, r results) error {
 		return err
 	}
 	n := bins.n
+	var profiles sync.WaitGroup
+	if bins.profileDir != "" {
+		for _, p := range []*plane{g, z1} {
+			profiles.Add(1)
+			go func() { defer profiles.Done(); _ = e.profile(p, bins.profileDir, "put", 3*time.Second) }()
+		}
+	}
 	took, err := e.putAll(g.api, names("t-", n), 8, func(name string) string { return timeoutBody(name, 1) })
+	profiles.Wait()
 	if err != nil {
 		return err
 	}
@@ -271,6 +279,10 @@ func tenZones(bins binariesAndN, r results) error {
 // simulated: N policies fanned out to many simulated zones (zonesim), one
 // change to all of them, and the global's RSS and CPU per zone.
 func simulated(bins binariesAndN, zones int, r results) error {
+	callOpts := []grpc.CallOption{grpc.MaxCallRecvMsgSize(6 << 20)}
+	if bins.simGzip {
+		callOpts = append(callOpts, grpc.UseCompressor(gzip.Name)) // as zone-cp dials
+	}
 	e, err := newEnv(bins.bins)
 	if err != nil {
 		return err
@@ -290,7 +302,7 @@ func simulated(bins binariesAndN, zones int, r results) error {
 	sim, err := zonesim.New(zonesim.Config{
 		Zones: zones, Prefix: "sim-", Target: g.kds,
 		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
-			grpc.WithDefaultCallOptions(grpc.UseCompressor(gzip.Name), grpc.MaxCallRecvMsgSize(6<<20))},
+			grpc.WithDefaultCallOptions(callOpts...)},
 		Token: func(zone string) (string, error) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -342,6 +354,12 @@ func simulated(bins binariesAndN, zones int, r results) error {
 	r["sim_fanout_ms"] = msOf(time.Since(last))
 
 	// One change to every zone, 20 times: p99 over zones and changes.
+	var profiles sync.WaitGroup
+	if bins.profileDir != "" {
+		profiles.Add(1)
+		go func() { defer profiles.Done(); _ = e.profile(g, bins.profileDir, "sim-changes", 2*time.Second) }()
+	}
+	defer profiles.Wait()
 	var lat []time.Duration
 	for i := range 20 {
 		body := withRound(timeoutBody("probe", 5), 5000+i)

@@ -32,6 +32,7 @@ func newCommand() *cobra.Command {
 				Mode:               api.ModeGlobal,
 				DataDir:            common.DataDir,
 				APIAddress:         common.APIAddress,
+				DebugAddress:       common.DebugAddress,
 				Version:            version.Version,
 				Logger:             logger,
 				TombstoneRetention: common.TombstoneRetention,

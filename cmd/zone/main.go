@@ -43,6 +43,7 @@ func newCommand() *cobra.Command {
 				SystemNamespace:    systemNamespace,
 				DataDir:            common.DataDir,
 				APIAddress:         common.APIAddress,
+				DebugAddress:       common.DebugAddress,
 				Version:            version.Version,
 				Logger:             logger.With("zone", zone),
 				TombstoneRetention: common.TombstoneRetention,

@@ -40,6 +40,8 @@ type Config struct {
 	GlobalAddress string
 	DataDir       string
 	APIAddress    string
+	// DebugAddress, when set, serves net/http/pprof (loopback only).
+	DebugAddress string
 	Version       string
 	Logger        hclog.Logger
 	// TombstoneRetention bounds how long deletions are remembered for resume.
@@ -109,6 +111,9 @@ func (c *Config) check() error {
 // or a component fails. Startup errors are returned as one readable line.
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.check(); err != nil {
+		return err
+	}
+	if err := serveDebug(ctx, cfg); err != nil {
 		return err
 	}
 	store, err := openStore(cfg)

@@ -35,6 +35,7 @@ type CommonFlags struct {
 	TLSKeyFile         string
 	HeartbeatInterval  time.Duration
 	HeartbeatTimeout   time.Duration
+	DebugAddress       string
 }
 
 // SyncStream turns the KDS flags into the sync stream's settings.
@@ -48,6 +49,7 @@ func (f *CommonFlags) Register(cmd *cobra.Command, defaultAPI string) {
 	fs.StringVar(&f.ConfigFile, "config", "", "YAML config file; keys are flag names (flags and "+EnvPrefix+"_* variables win)")
 	fs.StringVar(&f.DataDir, "data-dir", "", "directory of the embedded store (required)")
 	fs.StringVar(&f.APIAddress, "api-address", defaultAPI, "REST API listen address")
+	fs.StringVar(&f.DebugAddress, "debug-address", "", "serve Go's /debug/pprof profiles on this address (loopback only; off when empty)")
 	fs.StringVar(&f.LogLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	fs.StringVar(&f.LogFormat, "log-format", "text", "log format: text or json")
 	fs.DurationVar(&f.TombstoneRetention, "tombstone-retention", 24*time.Hour, "how long deletions are kept for resuming peers")

@@ -46,3 +46,34 @@ func BenchmarkGet(b *testing.B) {
 		_, _ = st.Get(context.Background(), key)
 	}
 }
+
+// BenchmarkFanOutOneChange: the global's cost of turning one changed policy
+// into the entries of 100 zone sessions, mapping per session (before) or
+// once for all of them (zoneCopies).
+func BenchmarkFanOutOneChange(b *testing.B) {
+	r := timeout("default-timeout-global", "", "")
+	r.Labels = map[string]string{resource.LabelOrigin: "global", resource.LabelPolicyRole: "system"}
+	for _, shared := range []bool{false, true} {
+		name := "per-session"
+		var copies *zoneCopies
+		if shared {
+			name, copies = "shared", newZoneCopies()
+		}
+		b.Run(name, func(b *testing.B) {
+			outs := make([]*outbound, 100)
+			for i := range outs {
+				outs[i] = &outbound{src: globalSource{reg: testRegistry, zone: "zone-" + itoa(i), copies: copies}}
+			}
+			b.ReportAllocs()
+			version := uint64(0)
+			for b.Loop() {
+				version++
+				r.Version = version // a new version: the first session maps it
+				for _, o := range outs {
+					send, _ := o.src.put(r)
+					_ = o.putEntry(r.Key(), send)
+				}
+			}
+		})
+	}
+}

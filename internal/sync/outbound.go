@@ -257,7 +257,7 @@ func (o *outbound) nextChunk(it *snapshotIter) (*syncv1.DeltaBatch, []entry) {
 		if send == nil {
 			continue
 		}
-		e := newEntry(r.Key(), send, nil)
+		e := o.putEntry(r.Key(), send)
 		if b.len() > 0 && b.size+e.size > o.limit() {
 			break
 		}
@@ -363,7 +363,7 @@ func (o *outbound) mapEvent(ev storage.Event) (entry, bool) {
 			if o.relayed != nil && o.src.(relayTracker).relayedFromZone(ev.Resource) {
 				o.relayed[key] = true
 			}
-			return newEntry(key, send, nil), true
+			return o.putEntry(key, send), true
 		case remove != nil:
 			if o.relayed != nil && o.src.(relayTracker).relayedFromZone(ev.Resource) {
 				held := o.relayed[key]
@@ -572,6 +572,17 @@ type entry struct {
 
 // entryOverhead approximates the field tag and length prefix of an entry.
 const entryOverhead = 8
+
+// putEntry is the entry sending send, encoded once for all sessions when
+// the source shares its copies (the global's).
+func (o *outbound) putEntry(local resource.Key, send *resource.Resource) entry {
+	if wc, ok := o.src.(wireCacher); ok {
+		if up, size := wc.wire(send); up != nil {
+			return entry{wireKey: send.Key(), local: local, up: up, size: size}
+		}
+	}
+	return newEntry(local, send, nil)
+}
 
 func newEntry(local resource.Key, send *resource.Resource, remove *resource.Key) entry {
 	if send != nil {

@@ -29,12 +29,17 @@ func typesWhere(reg *resource.Registry, pred func(*resource.TypeDescriptor) bool
 type globalSource struct {
 	reg  *resource.Registry
 	zone string
+	// copies, when set, shares the zone copies across sessions.
+	copies *zoneCopies
 }
 
 func (s globalSource) put(r *resource.Resource) (*resource.Resource, *resource.Key) {
 	d, _ := s.reg.Lookup(r.Type)
 	switch mapping.GlobalToZone(d, r, s.zone) {
 	case mapping.Send:
+		if s.copies != nil {
+			return s.copies.toZone(d, r), nil
+		}
 		return mapping.ToZone(d, r), nil
 	case mapping.Remove:
 		k := resource.Key{Type: r.Type, Mesh: r.Mesh, Name: mapping.ZoneName(d, r.Key(), r.Labels)}
@@ -43,7 +48,18 @@ func (s globalSource) put(r *resource.Resource) (*resource.Resource, *resource.K
 	return nil, nil
 }
 
+// wire implements wireCacher.
+func (s globalSource) wire(send *resource.Resource) (*syncv1.Resource, int) {
+	if s.copies == nil {
+		return nil, 0
+	}
+	return s.copies.wire(send)
+}
+
 func (s globalSource) remove(tomb *resource.Resource) *resource.Key {
+	if s.copies != nil {
+		s.copies.forget(tomb.Key())
+	}
 	d, _ := s.reg.Lookup(tomb.Type)
 	if !mapping.GlobalToZoneRemoval(d, tomb.Labels, s.zone) {
 		return nil

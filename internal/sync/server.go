@@ -112,6 +112,8 @@ type Server struct {
 	mu       gosync.Mutex
 	active   map[string]*activeStream
 	closed   bool
+	// copies are the zone copies every session shares (see zoneCopies).
+	copies *zoneCopies
 	rejected map[string]*rejections // per zone: what it rejected
 }
 
@@ -163,7 +165,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		}
 	}
 	return &Server{cfg: cfg, log: cfg.Logger, metrics: m, tracker: newTracker(cfg.Clock, m),
-		active: map[string]*activeStream{}}, nil
+		active: map[string]*activeStream{}, copies: newZoneCopies()}, nil
 }
 
 // Statuses returns every zone that connected since the server started,
@@ -369,7 +371,7 @@ func (s *Server) serve(ctx context.Context, ws wireStream, hs *syncv1.Handshake,
 		"zone_resume_revision", applied, "global_resume_revision", hs.GetResumeRevision())
 	p := sessionParams{
 		log: log, clock: s.cfg.Clock, stream: ws, cfg: s.cfg.Stream, store: s.cfg.Store,
-		src: globalSource{reg: s.cfg.Registry, zone: z.Name}, sendLog: log.Named("to-zone"), sent: g2z,
+		src: globalSource{reg: s.cfg.Registry, zone: z.Name, copies: s.copies}, sendLog: log.Named("to-zone"), sent: g2z,
 		rej:     s.rejectionsOf(z.Name),
 		sink:    globalSink{reg: s.cfg.Registry, store: s.cfg.Store, zone: z, systemNS: s.cfg.SystemNamespace},
 		recvLog: log.Named("from-zone"), received: z2g, metaKey: MetaKeyZoneRevision(z.Name),
