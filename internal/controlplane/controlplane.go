@@ -42,8 +42,8 @@ type Config struct {
 	APIAddress    string
 	// DebugAddress, when set, serves net/http/pprof (loopback only).
 	DebugAddress string
-	Version       string
-	Logger        hclog.Logger
+	Version      string
+	Logger       hclog.Logger
 	// TombstoneRetention bounds how long deletions are remembered for resume.
 	TombstoneRetention time.Duration
 	// ShutdownTimeout bounds graceful shutdown (SPEC: within 5 s).

@@ -109,11 +109,11 @@ type Server struct {
 
 	// mu guards active and closed: the cancel function of each zone's
 	// current stream (a newer stream of the same zone replaces it).
-	mu       gosync.Mutex
-	active   map[string]*activeStream
-	closed   bool
+	mu     gosync.Mutex
+	active map[string]*activeStream
+	closed bool
 	// copies are the zone copies every session shares (see zoneCopies).
-	copies *zoneCopies
+	copies   *zoneCopies
 	rejected map[string]*rejections // per zone: what it rejected
 }
 
