@@ -202,7 +202,7 @@ func oneChanges(e *env, src *plane, targets []*plane, display, key string, r res
 		want := fmt.Sprintf("round:%d", v)
 		for _, t := range targets {
 			for {
-				got, err := displayBody(e, t, display)
+				got, err := roundOf(e, t, display)
 				if err == nil && strings.Contains(got, want) {
 					break
 				}
@@ -231,20 +231,38 @@ func withRound(body string, v int) string {
 	return strings.Replace(body, `"spec":`, fmt.Sprintf(`"labels":{%q:"%d"},"spec":`, roundLabel, v), 1)
 }
 
-func displayBody(e *env, p *plane, display string) (string, error) {
-	var page struct {
-		Items []struct {
-			Labels map[string]string `json:"labels"`
-		} `json:"items"`
+// storedNames remembers where each plane stores a display name, so that
+// polling is a GET by name: a filtered list of 10,000 policies per poll
+// would load the plane being measured.
+var storedNames sync.Map // plane api + display -> "name?namespace=ns"
+
+// roundOf reads the round label of the resource a plane stores under a
+// display name ("round:" when it has none yet).
+func roundOf(e *env, p *plane, display string) (string, error) {
+	path, ok := storedNames.Load(p.api + display)
+	if !ok {
+		var page struct {
+			Items []struct {
+				Name      string `json:"name"`
+				Namespace string `json:"namespace"`
+			} `json:"items"`
+		}
+		if err := e.do("GET", p.api+"/meshes/default/meshtimeouts?filter[labels.kuma.io/display-name]="+url.QueryEscape(display), "", &page); err != nil {
+			return "", err
+		}
+		if len(page.Items) != 1 {
+			return "", fmt.Errorf("%s holds %d resources named %s", p.name, len(page.Items), display)
+		}
+		path = page.Items[0].Name + "?namespace=" + url.QueryEscape(page.Items[0].Namespace)
+		storedNames.Store(p.api+display, path)
 	}
-	if err := e.do("GET", p.api+"/meshes/default/meshtimeouts?filter[labels.kuma.io/display-name]="+url.QueryEscape(display), "", &page); err != nil {
+	var r struct {
+		Labels map[string]string `json:"labels"`
+	}
+	if err := e.do("GET", p.api+"/meshes/default/meshtimeouts/"+path.(string), "", &r); err != nil {
 		return "", err
 	}
-	var out []string
-	for _, it := range page.Items {
-		out = append(out, "round:"+it.Labels[roundLabel])
-	}
-	return strings.Join(out, ","), nil
+	return "round:" + r.Labels[roundLabel], nil
 }
 
 // tenZones: the PUT rate with ten zone processes on the same machine.
