@@ -490,7 +490,7 @@ func (s *Server) decodeBody(r *http.Request, d *resource.TypeDescriptor, key res
 // the same way before comparing; messages quote what the caller sent.
 func matchURL(res *resource.Resource, key resource.Key, query url.Values, systemNS string) error {
 	if systemNS != "" && res.Namespace == systemNS {
-		if query.Has("namespace") && query.Get("namespace") != systemNS {
+		if u := query.Get("namespace"); u != "" && u != systemNS {
 			return fieldError("namespace", "%q in the body does not match %q in the URL", systemNS, query.Get("namespace"))
 		}
 		res.Namespace = ""
