@@ -26,15 +26,11 @@ type results map[string]float64
 // (PUT rate, propagation, cold zone, one change both ways and relayed,
 // reconnect, resources, idle CPU, _rules).
 func fleet(bins binariesAndN, r results) error {
-	e, err := newEnv(bins.bins)
+	e, g, err := withGlobal(bins)
 	if err != nil {
 		return err
 	}
 	defer e.close()
-	g, err := e.global()
-	if err != nil {
-		return err
-	}
 	z1, err := e.zone(g, "zone-1", resource.EnvKubernetes)
 	if err != nil {
 		return err
@@ -170,6 +166,20 @@ func fleet(bins binariesAndN, r results) error {
 	return nil
 }
 
+// withGlobal is a fresh environment running a global; the caller closes it.
+func withGlobal(bins binariesAndN) (*env, *plane, error) {
+	e, err := newEnv(bins.bins)
+	if err != nil {
+		return nil, nil, err
+	}
+	g, err := e.global()
+	if err != nil {
+		e.close()
+		return nil, nil, err
+	}
+	return e, g, nil
+}
+
 // sentTo is how many resources (and removals) the global sent a zone.
 func sentTo(e *env, g *plane, zone string) (uint64, error) {
 	var st struct {
@@ -267,15 +277,11 @@ func roundOf(e *env, p *plane, display string) (string, error) {
 
 // tenZones: the PUT rate with ten zone processes on the same machine.
 func tenZones(bins binariesAndN, r results) error {
-	e, err := newEnv(bins.bins)
+	e, g, err := withGlobal(bins)
 	if err != nil {
 		return err
 	}
 	defer e.close()
-	g, err := e.global()
-	if err != nil {
-		return err
-	}
 	var zones []*plane
 	for i := range 10 {
 		z, err := e.zone(g, fmt.Sprintf("zone-%d", i+1), resource.EnvUniversal)
@@ -301,15 +307,11 @@ func simulated(bins binariesAndN, zones int, r results) error {
 	if bins.simGzip {
 		callOpts = append(callOpts, grpc.UseCompressor(gzip.Name)) // as zone-cp dials
 	}
-	e, err := newEnv(bins.bins)
+	e, g, err := withGlobal(bins)
 	if err != nil {
 		return err
 	}
 	defer e.close()
-	g, err := e.global()
-	if err != nil {
-		return err
-	}
 	tokens := map[string]string{}
 	var mu sync.Mutex
 	arrived := map[string]map[string]time.Time{} // marker -> zone -> time

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -70,7 +71,7 @@ func (a *app) printConfigSummary(body []byte) error {
 	fmt.Fprintf(w, ": %d inbound(s), %d outbound(s)\n", len(v.Inbounds), len(v.Outbounds))
 	for _, in := range v.Inbounds {
 		fmt.Fprintf(w, "\nInbound %d (%s)\n", in.Port, dash(in.Tags["kuma.io/service"]))
-		for _, typ := range sortedKeys(in.Policies) {
+		for _, typ := range slices.Sorted(maps.Keys(in.Policies)) {
 			for _, r := range in.Policies[typ].Rules {
 				fmt.Fprintf(w, "  %-26s %s%s  from %s\n", typ, clientsOf(r.Matchers), oneLine(r.Conf), origins(r.Origin))
 			}
@@ -81,14 +82,14 @@ func (a *app) printConfigSummary(body []byte) error {
 	}
 	for _, out := range v.Outbounds {
 		fmt.Fprintf(w, "\nOutbound %d -> %s\n", out.Port, dash(out.Service))
-		for _, typ := range sortedKeys(out.Policies) {
+		for _, typ := range slices.Sorted(maps.Keys(out.Policies)) {
 			p := out.Policies[typ]
 			fmt.Fprintf(w, "  %-26s %s  from %s\n", typ, oneLine(p.Conf), origins(p.Origin))
 		}
 	}
 	if len(v.Proxy) > 0 {
 		fmt.Fprintln(w, "\nWhole proxy")
-		for _, typ := range sortedKeys(v.Proxy) {
+		for _, typ := range slices.Sorted(maps.Keys(v.Proxy)) {
 			p := v.Proxy[typ]
 			fmt.Fprintf(w, "  %-26s %s  from %s\n", typ, oneLine(p.Conf), origins(p.Origin))
 		}
@@ -98,15 +99,6 @@ func (a *app) printConfigSummary(body []byte) error {
 	}
 	fmt.Fprintln(w, "\n(-o json or -o yaml for the full document; --explain --type T for why a value wins)")
 	return nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 func qualifiedName(ns, name string) string {
