@@ -32,10 +32,16 @@
 //     Each policy gets its role (resource.PolicyRole; a synced copy keeps the
 //     role of its kuma.io/policy-role label), its effective top-level
 //     targetRef (seed 004 sugar) and implicit scope, and its entries are
-//     concatenated per type and sorted by SPEC 3.2 (order.go). Decoded
-//     policies are reused by the next snapshot (Inputs.Previous).
-//   - select.go: top-level selection over inbound tags (plus the implicit
-//     kuma.io/zone and k8s.kuma.io/namespace), to-entry resolution through
+//     concatenated per type and sorted by SPEC 3.2 with Kuma 2.14's kind
+//     order and Dataplane tie-breaks (order.go). spec.rules items (Kuma
+//     2.10+) are from entries of kind Mesh (with their SPIFFE ID matches as
+//     client tags spiffeID.exact/prefix). Decoded policies are reused by the
+//     next snapshot (Inputs.Previous).
+//   - select.go: top-level selection per section of a Dataplane (each
+//     inbound, embedded listener and the gateway): tag kinds over the
+//     inbound's tags (plus the implicit kuma.io/zone and
+//     k8s.kuma.io/namespace), kind Dataplane by name, labels or all, with
+//     sectionName naming one inbound or listener; to-entry resolution through
 //     MeshService resources (a synced copy is found by display name and
 //     labels) with a fallback to kuma.io/service and namespace tags.
 //   - merge.go: every default or override block is a contribution. The
@@ -53,7 +59,9 @@
 //     prunes entries that cannot change the conf (no 2^n enumeration); an
 //     entry with an override always splits, and each leaf runs the overrides
 //     pass over the overrides of its entries.
-//   - rbac.go: MeshTrafficPermission rules to Envoy RBAC proto JSON.
+//   - rbac.go: MeshTrafficPermission rules to Envoy RBAC proto JSON; an
+//     inbound any policy with spec.rules applies to gets its RBAC from the
+//     rules' SPIFFE ID lists alone (Kuma 2.14).
 //   - legacy.go: seed 000's single most specific source/destination policy.
 //   - views.go: the `_rules`, `_config`, `_evaluate` and matched-dataplanes
 //     renderings, with memos shared by all queries of a snapshot.
