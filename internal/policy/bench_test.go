@@ -182,6 +182,23 @@ func BenchmarkRules10000MeshTimeouts(b *testing.B) {
 			benchSnapshot(b, rs)
 		}
 	})
+	b.Run("snapshot-and-first-rules-after-one-change", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			i++
+			changed := append([]*resource.Resource(nil), rs...)
+			changed[0] = res("MeshTimeout", "timeout-00000", fmt.Sprintf(
+				`{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"connectionTimeout":"%ds"}}]}`, i%50+1))
+			next, err := NewMeshSnapshot(Inputs{Registry: s.reg, Mesh: "default", Zone: "zone-1", Resources: changed, Previous: s})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := next.Rules("dp", ""); err != nil {
+				b.Fatal(err)
+			}
+			s = next
+		}
+	})
 	b.Run("snapshot-after-one-change", func(b *testing.B) {
 		i := 0
 		for b.Loop() {

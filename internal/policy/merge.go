@@ -75,7 +75,8 @@ func newContribution(pol *policy, entry int, block string, conf confBlock) *cont
 		if block == blockOverride {
 			c.origin.Block = blockOverride
 		}
-		c.origin = c.origin.withEncoding()
+		// The JSON of the origin is cached by parsePolicy (encodeOrigins),
+		// once per version of the policy.
 	}
 	return c
 }

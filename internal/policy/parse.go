@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
@@ -100,10 +101,55 @@ func metaOf(r *resource.Resource) Meta {
 // error means the policy cannot be evaluated at all; the snapshot reports it
 // as a warning on every Dataplane.
 func (b *builder) parsePolicy(r *resource.Resource, d *resource.TypeDescriptor) (*policy, error) {
-	dec, err := b.decoded(r, d)
+	cd, fresh := b.decoded(r, d)
+	dec, err := cd.dec, cd.err
 	if err != nil {
 		return nil, err
 	}
+	p, err := b.parseDecoded(r, d, dec)
+	if p != nil {
+		encodeOrigins(p, cd, fresh)
+	}
+	return p, err
+}
+
+// encodeOrigins caches the JSON of every contribution's origin. A decode
+// made by this builder (fresh) records them; a decode reused from the
+// previous snapshot (published, so read-only) supplies them: unchanged
+// policies are not encoded again on every rebuild.
+func encodeOrigins(p *policy, cd *cachedDecode, fresh bool) {
+	var cs []*contribution
+	for _, e := range append(slices.Clone(p.to), p.from...) {
+		cs = append(cs, e.c, e.o)
+	}
+	cs = append(cs, p.proxy, p.proxyOver, p.legacyConf)
+	if fresh {
+		cd.origins = make(map[originKey][]byte, len(cs))
+	}
+	for _, c := range cs {
+		if c == nil {
+			continue
+		}
+		key := originKey{list: c.list, entry: c.entry, block: c.block}
+		if enc, ok := cd.origins[key]; ok {
+			c.origin.encoded = enc
+			continue
+		}
+		c.origin = c.origin.withEncoding()
+		if fresh {
+			cd.origins[key] = c.origin.encoded
+		}
+	}
+}
+
+// originKey names one contribution of a policy.
+type originKey struct {
+	list  string
+	entry int
+	block string
+}
+
+func (b *builder) parseDecoded(r *resource.Resource, d *resource.TypeDescriptor, dec *decodedPolicy) (*policy, error) {
 	p := &policy{res: r, desc: d, meta: metaOf(r), role: dec.role}
 	p.origin, p.zone = b.originOf(r)
 	p.ownNS = b.ownNamespace(r)
@@ -123,16 +169,17 @@ func (b *builder) parsePolicy(r *resource.Resource, d *resource.TypeDescriptor) 
 }
 
 // decoded returns r's decoded form, from the previous snapshot when r did
-// not change.
-func (b *builder) decoded(r *resource.Resource, d *resource.TypeDescriptor) (*decodedPolicy, error) {
+// not change (fresh is false then).
+func (b *builder) decoded(r *resource.Resource, d *resource.TypeDescriptor) (cd *cachedDecode, fresh bool) {
 	key := r.Key()
 	if prev := b.prev[key]; prev != nil && prev.sameSource(r) {
 		b.s.decodes[key] = prev
-		return prev.dec, prev.err
+		return prev, false
 	}
 	dec, err := decodePolicy(r, d, b.sysNS, b.reg.Conditions())
-	b.s.decodes[key] = &cachedDecode{spec: r.Spec, labels: r.Labels, dec: dec, err: err}
-	return dec, err
+	cd = &cachedDecode{spec: r.Spec, labels: r.Labels, dec: dec, err: err}
+	b.s.decodes[key] = cd
+	return cd, true
 }
 
 // originOf reads kuma.io/origin. A policy without the label was written
