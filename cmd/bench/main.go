@@ -86,6 +86,7 @@ func main() {
 	skipTen := flag.Bool("skip-ten", false, "skip the ten-zone-process scenario")
 	skipFleet := flag.Bool("skip-fleet", false, "skip the global + zones scenario")
 	profileDir := flag.String("profile", "", "write CPU profiles of the global and zone-1 during the PUT phase to this directory")
+	flag.StringVar(&logDir, "logs", "", "append each process's log (warnings and errors) to DIR/<name>.log")
 	simGzip := flag.Bool("sim-gzip", true, "simulated zones ask for gzip as zone-cp does (false: uncompressed streams)")
 	flag.Parse()
 	if err := run(*runs, *n, *simZones, *skipTen, *skipFleet, *profileDir, *simGzip); err != nil {

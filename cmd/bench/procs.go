@@ -17,6 +17,9 @@ import (
 	"github.com/meridian-mesh/meridian/internal/launcher"
 )
 
+// logDir, when set (-logs), receives each process's log as <name>.log.
+var logDir string
+
 // plane is one control plane process with a fresh data dir.
 type plane struct {
 	name    string
@@ -62,7 +65,15 @@ func (e *env) start(name, bin string, args ...string) (*plane, error) {
 	}
 	p := &plane{name: name, api: "http://" + addr, debug: "http://" + debug, dataDir: filepath.Join(e.tmp, name)}
 	full := append([]string{"--data-dir", p.dataDir, "--api-address", addr, "--debug-address", debug, "--log-level", "warn"}, args...)
-	p.proc = &launcher.Process{Name: name, Path: bin, Args: full, Log: io.Discard}
+	var log io.Writer = io.Discard
+	if logDir != "" {
+		f, err := os.OpenFile(filepath.Join(logDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, err
+		}
+		log = f // closed when the bench exits
+	}
+	p.proc = &launcher.Process{Name: name, Path: bin, Args: full, Log: log}
 	if err := p.restart(); err != nil {
 		return nil, err
 	}
