@@ -390,12 +390,14 @@ type zoneCP struct {
 	client *Client
 	cancel context.CancelFunc
 	done   chan error
-	token  string
-	stream StreamConfig
+	token    string
+	stream   StreamConfig
+	reporter StatusReporter
 }
 
 type zoneOpts struct {
-	env    string
+	reporter StatusReporter
+	env      string
 	file   string // store file name (default NAME.db)
 	token  string
 	stream *StreamConfig
@@ -416,7 +418,7 @@ func (c *cluster) zone(name string, o zoneOpts) *zoneCP {
 	if o.file == "" {
 		o.file = name + ".db"
 	}
-	z := &zoneCP{c: c, name: name, env: o.env, path: filepath.Join(c.dir, o.file), token: o.token, stream: s}
+	z := &zoneCP{c: c, name: name, env: o.env, path: filepath.Join(c.dir, o.file), token: o.token, stream: s, reporter: o.reporter}
 	z.store = openStore(c.t, z.path, storeOpts{})
 	c.t.Cleanup(z.close)
 	return z
@@ -430,7 +432,7 @@ func (z *zoneCP) start() *zoneCP {
 	}
 	client, err := NewClient(ClientConfig{Store: z.store, Registry: testRegistry, Zone: z.name, Environment: z.env,
 		Token: func() (string, error) { return z.token, nil }, Target: "passthrough:///bufnet", DialOptions: z.c.dialOptions(),
-		SoftwareVersion: "test-zone", Logger: z.c.logger(z.name), Stream: z.stream,
+		SoftwareVersion: "test-zone", Logger: z.c.logger(z.name), Stream: z.stream, StatusReports: z.reporter,
 		ReconnectBackoff: 10 * time.Millisecond, MaxReconnectBackoff: 50 * time.Millisecond, Metrics: prometheus.NewRegistry()})
 	if err != nil {
 		z.c.t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
@@ -88,6 +89,11 @@ type session struct {
 	drain        <-chan struct{}
 	drainTimeout time.Duration
 
+	// maxChunk bounds each chunk of a status report (StreamConfig's
+	// MaxBatchBytes); partialReport holds a chunked report being received.
+	maxChunk      int
+	partialReport *syncv1.PolicyStatusReport
+
 	queue    []*syncv1.Message
 	lastRecv time.Time
 }
@@ -131,7 +137,7 @@ func newSession(p sessionParams) *session {
 		log: p.log, clock: p.clock, stream: p.stream,
 		heartbeatInterval: p.cfg.HeartbeatInterval, heartbeatTimeout: p.cfg.HeartbeatTimeout,
 		onHeartbeat: p.onHeartbeat, reporter: p.reporter, onReport: p.onReport,
-		drain: p.drain, drainTimeout: p.cfg.DrainTimeout,
+		drain: p.drain, drainTimeout: p.cfg.DrainTimeout, maxChunk: p.cfg.MaxBatchBytes,
 	}
 	s.out = newOutbound(p.cfg.outbound(), p.store, p.src, p.sendLog, p.clock, p.sent, s.enqueue)
 	s.out.rej = p.rej
@@ -282,14 +288,65 @@ func (s *session) sendFailure(err error, recvErr <-chan error) error {
 	}
 }
 
-// sendReport queues the current policy status report (if any) and returns
-// the channel announcing the next one.
+// sendReport queues the current policy status report (if any), in chunks
+// of at most maxChunk bytes, and returns the channel announcing the next
+// one.
 func (s *session) sendReport() <-chan struct{} {
 	report, changed := s.reporter.PolicyStatusReport()
 	if report != nil {
-		s.enqueue(&syncv1.Message{Kind: &syncv1.Message_PolicyStatusReport{PolicyStatusReport: report}})
+		for _, chunk := range chunkReport(report, s.maxChunk) {
+			s.enqueue(&syncv1.Message{Kind: &syncv1.Message_PolicyStatusReport{PolicyStatusReport: chunk}})
+		}
 	}
 	return changed
+}
+
+// chunkReport splits a report into chunks of at most limit bytes (a status
+// larger than that travels alone); all chunks but the last have more set.
+func chunkReport(report *syncv1.PolicyStatusReport, limit int) []*syncv1.PolicyStatusReport {
+	var chunks []*syncv1.PolicyStatusReport
+	cur, size := &syncv1.PolicyStatusReport{}, 0
+	for _, st := range report.GetStatuses() {
+		n := proto.Size(st) + entryOverhead
+		if len(cur.Statuses) > 0 && size+n > limit-batchOverhead {
+			cur.More = true
+			chunks = append(chunks, cur)
+			cur, size = &syncv1.PolicyStatusReport{}, 0
+		}
+		cur.Statuses = append(cur.Statuses, st)
+		size += n
+	}
+	return append(chunks, cur)
+}
+
+// maxReportStatuses bounds a report the global reassembles from chunks: a
+// zone holding more of the global's policies than this is not plausible,
+// and an unbounded stream of chunks must not grow the global's memory.
+const maxReportStatuses = 1 << 20
+
+// onReportChunk reassembles a chunked report (the global's end) and passes
+// it on once its last chunk arrived.
+func (s *session) onReportChunk(chunk *syncv1.PolicyStatusReport) error {
+	if s.onReport == nil {
+		return fmt.Errorf("%w: a policy status report was not negotiated", errProtocol)
+	}
+	if s.partialReport == nil && !chunk.GetMore() {
+		s.onReport(chunk)
+		return nil
+	}
+	if s.partialReport == nil {
+		s.partialReport = &syncv1.PolicyStatusReport{}
+	}
+	s.partialReport.Statuses = append(s.partialReport.Statuses, chunk.GetStatuses()...)
+	if len(s.partialReport.Statuses) > maxReportStatuses {
+		return fmt.Errorf("%w: policy status report of more than %d statuses", errProtocol, maxReportStatuses)
+	}
+	if !chunk.GetMore() {
+		full := s.partialReport
+		s.partialReport = nil
+		s.onReport(full)
+	}
+	return nil
 }
 
 // tick sends a heartbeat and checks that the peer is alive.
@@ -322,11 +379,7 @@ func (s *session) handle(ctx context.Context, m *syncv1.Message) error {
 		}
 		return nil
 	case *syncv1.Message_PolicyStatusReport:
-		if s.onReport == nil {
-			return fmt.Errorf("%w: a policy status report was not negotiated", errProtocol)
-		}
-		s.onReport(k.PolicyStatusReport)
-		return nil
+		return s.onReportChunk(k.PolicyStatusReport)
 	}
 	return fmt.Errorf("%w: unexpected %T after the handshake", errProtocol, m.GetKind())
 }

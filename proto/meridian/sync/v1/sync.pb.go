@@ -1088,10 +1088,13 @@ func (x *Heartbeat) GetTime() *timestamppb.Timestamp {
 
 // PolicyStatusReport (zone -> global) replaces the zone's previous report:
 // the status the zone's policy engine computed for each of the global's
-// policies it holds.
+// policies it holds. A report larger than a batch travels in chunks: every
+// chunk but the last has more set, and the report takes effect with the
+// last one (a zone with 100,000 global policies reports ~20 MB).
 type PolicyStatusReport struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Statuses      []*PolicyStatus        `protobuf:"bytes,1,rep,name=statuses,proto3" json:"statuses,omitempty"`
+	More          bool                   `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1131,6 +1134,13 @@ func (x *PolicyStatusReport) GetStatuses() []*PolicyStatus {
 		return x.Statuses
 	}
 	return nil
+}
+
+func (x *PolicyStatusReport) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
 }
 
 // PolicyStatus is one global policy's status in the reporting zone.
@@ -1337,9 +1347,10 @@ const file_meridian_sync_v1_sync_proto_rawDesc = "" +
 	"\x06errors\x18\x02 \x03(\v2\x1f.meridian.sync.v1.ResourceErrorR\x06errors\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\";\n" +
 	"\tHeartbeat\x12.\n" +
-	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"P\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"d\n" +
 	"\x12PolicyStatusReport\x12:\n" +
-	"\bstatuses\x18\x01 \x03(\v2\x1e.meridian.sync.v1.PolicyStatusR\bstatuses\"|\n" +
+	"\bstatuses\x18\x01 \x03(\v2\x1e.meridian.sync.v1.PolicyStatusR\bstatuses\x12\x12\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more\"|\n" +
 	"\fPolicyStatus\x12/\n" +
 	"\x03key\x18\x01 \x01(\v2\x1d.meridian.sync.v1.ResourceKeyR\x03key\x12;\n" +
 	"\n" +
