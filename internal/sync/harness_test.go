@@ -382,14 +382,14 @@ func (c *cluster) token(zone string) string {
 }
 
 type zoneCP struct {
-	c      *cluster
-	name   string
-	env    string
-	path   string
-	store  *boltstore.Store
-	client *Client
-	cancel context.CancelFunc
-	done   chan error
+	c        *cluster
+	name     string
+	env      string
+	path     string
+	store    *boltstore.Store
+	client   *Client
+	cancel   context.CancelFunc
+	done     chan error
 	token    string
 	stream   StreamConfig
 	reporter StatusReporter
@@ -398,9 +398,9 @@ type zoneCP struct {
 type zoneOpts struct {
 	reporter StatusReporter
 	env      string
-	file   string // store file name (default NAME.db)
-	token  string
-	stream *StreamConfig
+	file     string // store file name (default NAME.db)
+	token    string
+	stream   *StreamConfig
 }
 
 func (c *cluster) zone(name string, o zoneOpts) *zoneCP {
