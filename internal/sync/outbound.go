@@ -105,6 +105,9 @@ type outbound struct {
 	trackedFrom uint64
 	tracking    bool
 
+	// draining: the session is ending; nothing more is read from the watch.
+	draining bool
+
 	confirm    optTimer
 	retry      optTimer
 	retryKeys  map[resource.Key]struct{}
@@ -304,6 +307,9 @@ func (o *outbound) pump() (drained bool, err error) {
 			}
 			continue
 		}
+		if o.draining {
+			return true, nil // a drain sends what was there when it began
+		}
 		select {
 		case ev, ok := <-o.events:
 			if !ok {
@@ -420,6 +426,7 @@ func (o *outbound) onConfirm() error {
 // stamp of the last complete revision at once (no quiet period), so that
 // the peer's resume point is current when the stream ends.
 func (o *outbound) flushForDrain() {
+	defer func() { o.draining = true }()
 	if o.snapshot != nil {
 		return // an unfinished snapshot is resent in full anyway
 	}
