@@ -138,10 +138,13 @@ func newZoneClient(cfg Config, reg *resource.Registry, store storage.Store, metr
 		StatusReports: reports,
 		DialOptions: []grpc.DialOption{
 			// gRPC's own transport reconnect backoff (up to 120 s by default)
-			// would sit under the sync client's 5 s cap: keep them aligned.
+			// would sit under the sync client's 5 s cap. It is kept at 1 s:
+			// the sync client waits for the connection to come back (see
+			// Client.pause), so the zone notices a returning global within
+			// about a second; a dial a second to a down global is cheap.
 			grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 5 * time.Second, Backoff: backoff.Config{
 				BaseDelay: meridiansync.DefaultReconnectBackoff, Multiplier: 1.6, Jitter: 0.2,
-				MaxDelay: meridiansync.DefaultMaxReconnectBackoff}}),
+				MaxDelay: time.Second}}),
 			grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
 			grpc.WithDefaultCallOptions(grpc.UseCompressor(gzip.Name), grpc.MaxCallRecvMsgSize(maxKDSMessageBytes)),
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -177,8 +178,42 @@ func (c *Client) Run(ctx context.Context) error {
 		failures++
 		delay := reconnectDelay(c.cfg.ReconnectBackoff, c.cfg.MaxReconnectBackoff, failures)
 		c.log.Warn("sync stream failed, reconnecting", "error", err, "in", delay)
-		if !c.sleep(ctx, delay) {
+		if !c.pause(ctx, conn, delay) {
 			return nil
+		}
+	}
+}
+
+// pause waits d before the next attempt, or less: when the connection to
+// the global was down and comes back (READY) meanwhile, the zone retries at
+// once instead of sleeping out its backoff — a zone whose global was away
+// for a while is back within a dial of the global's return, not up to a
+// whole backoff later. A failure on a working connection (a refused
+// handshake) always waits the full d, so it cannot spin. It reports false
+// when ctx ended.
+func (c *Client) pause(ctx context.Context, conn *grpc.ClientConn, d time.Duration) bool {
+	if conn.GetState() == connectivity.Ready {
+		return c.sleep(ctx, d)
+	}
+	waitCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	t := c.cfg.Clock.NewTimer(d)
+	defer t.Stop()
+	go func() {
+		select {
+		case <-t.C():
+			cancel()
+		case <-waitCtx.Done():
+		}
+	}()
+	conn.Connect()
+	for {
+		state := conn.GetState()
+		if state == connectivity.Ready {
+			return ctx.Err() == nil
+		}
+		if !conn.WaitForStateChange(waitCtx, state) {
+			return ctx.Err() == nil
 		}
 	}
 }
