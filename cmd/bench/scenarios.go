@@ -101,11 +101,18 @@ func fleet(bins binariesAndN, r results) error {
 	}); err != nil {
 		return err
 	}
+	var rulesProfile sync.WaitGroup
+	if bins.profileDir != "" {
+		rulesProfile.Add(1)
+		go func() { defer rulesProfile.Done(); _ = e.profile(z2, bins.profileDir, "rules-after-change", 10*time.Second) }()
+		time.Sleep(50 * time.Millisecond) // the profile is running when the call starts
+	}
 	t0 := time.Now()
 	if err := e.do("GET", z2.api+"/meshes/default/dataplanes/web-1/_rules", "", nil); err != nil {
 		return err
 	}
 	r["rules_first_ms"] = msOf(time.Since(t0))
+	rulesProfile.Wait()
 	t0 = time.Now()
 	if err := e.do("GET", z2.api+"/meshes/default/dataplanes/web-1/_rules", "", nil); err != nil {
 		return err
