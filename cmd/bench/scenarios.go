@@ -104,7 +104,10 @@ func fleet(bins binariesAndN, r results) error {
 	var rulesProfile sync.WaitGroup
 	if bins.profileDir != "" {
 		rulesProfile.Add(1)
-		go func() { defer rulesProfile.Done(); _ = e.profile(z2, bins.profileDir, "rules-after-change", 10*time.Second) }()
+		go func() {
+			defer rulesProfile.Done()
+			_ = e.profile(z2, bins.profileDir, "rules-after-change", 10*time.Second)
+		}()
 		time.Sleep(50 * time.Millisecond) // the profile is running when the call starts
 	}
 	t0 := time.Now()
