@@ -93,7 +93,7 @@ func comparePolicyLevel(a, b *policy) int {
 // zones); the namespace and then the stored name break the tie in the same
 // direction so that the order is total and stable across runs.
 func compareNames(a, b *policy) int {
-	if c := cmp.Compare(b.res.DisplayName(), a.res.DisplayName()); c != 0 {
+	if c := cmp.Compare(b.display, a.display); c != 0 {
 		return c
 	}
 	if c := cmp.Compare(b.ownNS, a.ownNS); c != 0 {

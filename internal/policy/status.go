@@ -364,7 +364,7 @@ func (s *MeshSnapshot) GlobalPolicyStatuses() []GlobalPolicyStatus {
 				continue
 			}
 			if st := all[name][nsName{s.normNS(p.res.Namespace), p.res.Name}]; st != nil {
-				out = append(out, GlobalPolicyStatus{Type: name, Mesh: s.mesh, Name: p.res.DisplayName(), Conditions: st.Conditions})
+				out = append(out, GlobalPolicyStatus{Type: name, Mesh: s.mesh, Name: p.display, Conditions: st.Conditions})
 			}
 		}
 	}
