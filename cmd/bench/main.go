@@ -39,6 +39,8 @@ type binariesAndN struct {
 	profileDir string
 	// simGzip: simulated zones ask for gzip, as zone-cp does.
 	simGzip bool
+	// logDir, when set, keeps each process's log.
+	logDir string
 }
 
 // figure is one row of the table.
@@ -86,16 +88,17 @@ func main() {
 	skipTen := flag.Bool("skip-ten", false, "skip the ten-zone-process scenario")
 	skipFleet := flag.Bool("skip-fleet", false, "skip the global + zones scenario")
 	profileDir := flag.String("profile", "", "write CPU profiles of the global and zone-1 during the PUT phase to this directory")
-	flag.StringVar(&logDir, "logs", "", "append each process's log (warnings and errors) to DIR/<name>.log")
+	logDir := flag.String("logs", "", "append each process's log (warnings and errors) to DIR/<name>.log")
 	simGzip := flag.Bool("sim-gzip", true, "simulated zones ask for gzip as zone-cp does (false: uncompressed streams)")
 	flag.Parse()
-	if err := run(*runs, *n, *simZones, *skipTen, *skipFleet, *profileDir, *simGzip); err != nil {
+	b := binariesAndN{n: *n, profileDir: *profileDir, simGzip: *simGzip, logDir: *logDir}
+	if err := run(*runs, *simZones, *skipTen, *skipFleet, b); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(runs, n, simZones int, skipTen, skipFleet bool, profileDir string, simGzip bool) error {
+func run(runs, simZones int, skipTen, skipFleet bool, b binariesAndN) error {
 	wd, _ := os.Getwd()
 	root, err := launcher.ModuleRoot(wd)
 	if err != nil {
@@ -111,7 +114,7 @@ func run(runs, n, simZones int, skipTen, skipFleet bool, profileDir string, simG
 	if err != nil {
 		return err
 	}
-	b := binariesAndN{bins: bins, n: n, profileDir: profileDir, simGzip: simGzip}
+	b.bins = bins
 	all := make([]results, 0, runs)
 	for i := range runs {
 		r := results{}
@@ -147,7 +150,7 @@ func run(runs, n, simZones int, skipTen, skipFleet bool, profileDir string, simG
 		}
 		all = append(all, r)
 	}
-	printTable(figures(n, simZones), all, runs)
+	printTable(figures(b.n, simZones), all, runs)
 	return nil
 }
 

@@ -17,9 +17,6 @@ import (
 	"github.com/meridian-mesh/meridian/internal/launcher"
 )
 
-// logDir, when set (-logs), receives each process's log as <name>.log.
-var logDir string
-
 // plane is one control plane process with a fresh data dir.
 type plane struct {
 	name    string
@@ -32,18 +29,22 @@ type plane struct {
 
 // env builds and runs processes for one run of a scenario.
 type env struct {
-	bins   launcher.Binaries
+	bins launcher.Binaries
+	// logDir, when set (-logs), receives each process's log as <name>.log.
+	logDir string
+	// names remembers where each plane stores a display name (roundOf).
+	names  sync.Map // plane api + display -> "name?namespace=ns"
 	tmp    string
 	planes []*plane
 	http   *http.Client
 }
 
-func newEnv(bins launcher.Binaries) (*env, error) {
+func newEnv(bins launcher.Binaries, logDir string) (*env, error) {
 	tmp, err := os.MkdirTemp("", "meridian-bench-")
 	if err != nil {
 		return nil, err
 	}
-	return &env{bins: bins, tmp: tmp, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 60 * time.Second}}, nil
+	return &env{bins: bins, logDir: logDir, tmp: tmp, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 60 * time.Second}}, nil
 }
 
 // close stops every process and removes the data.
@@ -66,8 +67,8 @@ func (e *env) start(name, bin string, args ...string) (*plane, error) {
 	p := &plane{name: name, api: "http://" + addr, debug: "http://" + debug, dataDir: filepath.Join(e.tmp, name)}
 	full := append([]string{"--data-dir", p.dataDir, "--api-address", addr, "--debug-address", debug, "--log-level", "warn"}, args...)
 	var log io.Writer = io.Discard
-	if logDir != "" {
-		f, err := os.OpenFile(filepath.Join(logDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if e.logDir != "" {
+		f, err := os.OpenFile(filepath.Join(e.logDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
 			return nil, err
 		}

@@ -178,7 +178,7 @@ func fleet(bins binariesAndN, r results) error {
 
 // withGlobal is a fresh environment running a global; the caller closes it.
 func withGlobal(bins binariesAndN) (*env, *plane, error) {
-	e, err := newEnv(bins.bins)
+	e, err := newEnv(bins.bins, bins.logDir)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -251,15 +251,12 @@ func withRound(body string, v int) string {
 	return strings.Replace(body, `"spec":`, fmt.Sprintf(`"labels":{%q:"%d"},"spec":`, roundLabel, v), 1)
 }
 
-// storedNames remembers where each plane stores a display name, so that
-// polling is a GET by name: a filtered list of 10,000 policies per poll
-// would load the plane being measured.
-var storedNames sync.Map // plane api + display -> "name?namespace=ns"
-
 // roundOf reads the round label of the resource a plane stores under a
-// display name ("round:" when it has none yet).
+// display name ("round:" when it has none yet). It finds the stored name
+// once (e.names), so that polling is a GET by name: a filtered list of
+// 10,000 policies per poll would load the plane being measured.
 func roundOf(e *env, p *plane, display string) (string, error) {
-	path, ok := storedNames.Load(p.api + display)
+	path, ok := e.names.Load(p.api + display)
 	if !ok {
 		var page struct {
 			Items []struct {
@@ -274,7 +271,7 @@ func roundOf(e *env, p *plane, display string) (string, error) {
 			return "", fmt.Errorf("%s holds %d resources named %s", p.name, len(page.Items), display)
 		}
 		path = page.Items[0].Name + "?namespace=" + url.QueryEscape(page.Items[0].Namespace)
-		storedNames.Store(p.api+display, path)
+		e.names.Store(p.api+display, path)
 	}
 	var r struct {
 		Labels map[string]string `json:"labels"`

@@ -2,7 +2,6 @@ package policy
 
 import (
 	"fmt"
-	"slices"
 	"sort"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
@@ -121,9 +120,11 @@ func (b *builder) parsePolicy(r *resource.Resource, d *resource.TypeDescriptor) 
 // previous snapshot (published, so read-only) supplies them: unchanged
 // policies are not encoded again on every rebuild.
 func encodeOrigins(p *policy, cd *cachedDecode, fresh bool) {
-	var cs []*contribution
-	for _, e := range append(slices.Clone(p.to), p.from...) {
-		cs = append(cs, e.c, e.o)
+	cs := make([]*contribution, 0, 2*(len(p.to)+len(p.from))+3)
+	for _, list := range [][]*entry{p.to, p.from} {
+		for _, e := range list {
+			cs = append(cs, e.c, e.o)
+		}
 	}
 	cs = append(cs, p.proxy, p.proxyOver, p.legacyConf)
 	if fresh {

@@ -280,11 +280,7 @@ func TestResumeWithoutChangesSendsNothing(t *testing.T) {
 	}
 	eventually(t, wait, "initial sync", func() bool { return count(t, z.store, "MeshTimeout") == 70 && count(t, c.global, "MeshTimeout") == 70 })
 	z.waitSettled()
-	sent := func() (uint64, uint64) {
-		st, _ := c.server.Status("zone-1")
-		return st.GlobalToZone.ResourcesSent + st.GlobalToZone.RemovalsSent, st.ZoneToGlobal.ResourcesSent + st.ZoneToGlobal.RemovalsSent
-	}
-	g0, z0 := sent()
+	g0, z0 := z.sent()
 	if g0 != 51 || z0 != 20 {
 		t.Errorf("initial transfer: %d global->zone (want 51: mesh + 50), %d zone->global (want 20)", g0, z0)
 	}
@@ -294,7 +290,7 @@ func TestResumeWithoutChangesSendsNothing(t *testing.T) {
 		eventually(t, wait, "reconnected", z.connected)
 		z.waitSettled()
 		time.Sleep(50 * time.Millisecond)
-		if g, zz := sent(); g != g0 || zz != z0 {
+		if g, zz := z.sent(); g != g0 || zz != z0 {
 			t.Errorf("reconnect resent %d global->zone and %d zone->global resources", g-g0, zz-z0)
 		}
 	}
@@ -639,19 +635,15 @@ func TestQuickRestartResendsNothing(t *testing.T) {
 	eventually(t, wait, "applied both ways", func() bool {
 		return count(t, z.store, "MeshTimeout") == 100 && count(t, c.global, "MeshTimeout") == 100
 	})
-	sent := func() (uint64, uint64) {
-		st, _ := c.server.Status("zone-1")
-		return st.GlobalToZone.ResourcesSent + st.GlobalToZone.RemovalsSent, st.ZoneToGlobal.ResourcesSent + st.ZoneToGlobal.RemovalsSent
-	}
 	// The receivers record the resume points as they apply the stamped
 	// batches; give the last answers a moment to be processed.
 	time.Sleep(20 * time.Millisecond)
-	g0, z0 := sent()
+	g0, z0 := z.sent()
 	z.stopClient()
 	z.start()
 	eventually(t, wait, "reconnected", z.connected)
 	time.Sleep(100 * time.Millisecond)
-	if g, zz := sent(); g != g0 || zz != z0 {
+	if g, zz := z.sent(); g != g0 || zz != z0 {
 		t.Errorf("a restart right after the writes resent %d global->zone and %d zone->global resources", g-g0, zz-z0)
 	}
 }

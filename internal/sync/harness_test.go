@@ -464,6 +464,13 @@ func (z *zoneCP) close() {
 	}
 }
 
+// sent counts the resources and removals sent each way on the zone's
+// streams so far (global → zone, zone → global), as the global sees them.
+func (z *zoneCP) sent() (uint64, uint64) {
+	st, _ := z.c.server.Status(z.name)
+	return st.GlobalToZone.ResourcesSent + st.GlobalToZone.RemovalsSent, st.ZoneToGlobal.ResourcesSent + st.ZoneToGlobal.RemovalsSent
+}
+
 func (z *zoneCP) connected() bool {
 	st, ok := z.c.server.Status(z.name)
 	return ok && st.Connected && z.client.Status().Connected

@@ -20,10 +20,11 @@ import (
 type memStore struct {
 	id string
 
-	mu   sync.Mutex
-	rev  uint64
-	res  map[resource.Key]*resource.Resource
-	meta map[string][]byte
+	mu     sync.Mutex
+	rev    uint64
+	res    map[resource.Key]*resource.Resource
+	counts map[string]int // resources per type, kept by Apply
+	meta   map[string][]byte
 	// onApply is told about every applied put (outside the lock).
 	onApply func(r *resource.Resource, at time.Time)
 }
@@ -31,7 +32,8 @@ type memStore struct {
 func newMemStore(onApply func(*resource.Resource, time.Time)) *memStore {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
-	return &memStore{id: hex.EncodeToString(b), res: map[resource.Key]*resource.Resource{}, meta: map[string][]byte{}, onApply: onApply}
+	return &memStore{id: hex.EncodeToString(b), res: map[resource.Key]*resource.Resource{}, counts: map[string]int{},
+		meta: map[string][]byte{}, onApply: onApply}
 }
 
 func (m *memStore) ID() string { return m.id }
@@ -39,6 +41,10 @@ func (m *memStore) ID() string { return m.id }
 func (m *memStore) Get(_ context.Context, key resource.Key) (*resource.Resource, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.getLocked(key)
+}
+
+func (m *memStore) getLocked(key resource.Key) (*resource.Resource, error) {
 	r, ok := m.res[key]
 	if !ok {
 		return nil, fmt.Errorf("%s: %w", key, storage.ErrNotFound)
@@ -49,6 +55,10 @@ func (m *memStore) Get(_ context.Context, key resource.Key) (*resource.Resource,
 func (m *memStore) List(_ context.Context, opts storage.ListOptions) (*storage.ListResult, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.listLocked(opts), nil
+}
+
+func (m *memStore) listLocked(opts storage.ListOptions) *storage.ListResult {
 	out := &storage.ListResult{}
 	for k, r := range m.res {
 		if k.Type != opts.Type || (opts.Mesh != "" && k.Mesh != opts.Mesh) {
@@ -67,7 +77,7 @@ func (m *memStore) List(_ context.Context, opts storage.ListOptions) (*storage.L
 	}
 	sort.Slice(out.Items, func(i, j int) bool { return out.Items[i].Key().String() < out.Items[j].Key().String() })
 	out.Total = len(out.Items)
-	return out, nil
+	return out
 }
 
 // Apply stores a batch atomically (under the lock), as sync's receiver
@@ -90,6 +100,7 @@ func (m *memStore) Apply(_ context.Context, b storage.Batch) (*storage.BatchResu
 		} else {
 			c.Version = 1
 			result.Outcomes = append(result.Outcomes, storage.Created)
+			m.counts[r.Type]++
 		}
 		m.res[r.Key()] = &c
 		result.Stored = append(result.Stored, &c)
@@ -97,6 +108,7 @@ func (m *memStore) Apply(_ context.Context, b storage.Batch) (*storage.BatchResu
 	for _, k := range b.Deletes {
 		if _, ok := m.res[k]; ok {
 			delete(m.res, k)
+			m.counts[k.Type]--
 			result.Deleted++
 		}
 	}
@@ -139,37 +151,19 @@ func (m *memStore) Watch(ctx context.Context, _ uint64) (<-chan storage.Event, e
 	return ch, nil
 }
 
-// count is how many resources of typ the zone holds.
+// count is how many resources of typ the zone holds (the measuring loops
+// poll it for 100 zones at a time: it must not scan).
 func (m *memStore) count(typ string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	n := 0
-	for k := range m.res {
-		if k.Type == typ {
-			n++
-		}
-	}
-	return n
+	return m.counts[typ]
 }
 
 // txReader reads the locked store inside Apply.
 type txReader struct{ m *memStore }
 
-func (t txReader) Get(key resource.Key) (*resource.Resource, error) {
-	r, ok := t.m.res[key]
-	if !ok {
-		return nil, fmt.Errorf("%s: %w", key, storage.ErrNotFound)
-	}
-	return r, nil
-}
+func (t txReader) Get(key resource.Key) (*resource.Resource, error) { return t.m.getLocked(key) }
 
 func (t txReader) List(opts storage.ListOptions) (*storage.ListResult, error) {
-	out := &storage.ListResult{}
-	for k, r := range t.m.res {
-		if k.Type == opts.Type {
-			out.Items = append(out.Items, r)
-		}
-	}
-	out.Total = len(out.Items)
-	return out, nil
+	return t.m.listLocked(opts), nil
 }
