@@ -84,7 +84,7 @@ func meshTrafficPermissionRuleConf() *Schema {
 	return object(lists...).with(func(path string, v any, errs *ValidationError) {
 		obj, _ := v.(map[string]any)
 		for _, l := range mtpRuleLists() {
-			if isNonEmptyValue(obj[l]) {
+			if isNonEmpty(obj[l]) {
 				return
 			}
 		}
@@ -111,13 +111,6 @@ func checkSpiffeID(s string) string {
 		}
 	}
 	return ""
-}
-
-func isNonEmptyValue(v any) bool {
-	if list, ok := v.([]any); ok {
-		return len(list) > 0
-	}
-	return v != nil
 }
 
 // meshPassthroughConf is MeshPassthrough's proxy-wide default (Kuma 2.9+):
