@@ -8,6 +8,7 @@ import (
 
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
+	"github.com/meridian-mesh/meridian/internal/storage/kv"
 )
 
 // Group commit. bbolt's db.Batch waits MaxBatchDelay before committing, so
@@ -141,7 +142,7 @@ func (s *Store) runGroup(reqs []*writeReq) (errs []error, dirty int, err error) 
 }
 
 // writeOne applies a single-resource write as its own revision.
-func (w *writeTx) writeOne(r *resource.Resource, mode putMode) (*resource.Resource, storage.Outcome, error) {
+func (w *writeTx) writeOne(r *resource.Resource, mode kv.PutMode) (*resource.Resource, storage.Outcome, error) {
 	rev := w.rev + 1
 	out, outcome, err := w.writeResource(r, mode, rev, 0)
 	if err != nil {
@@ -155,24 +156,24 @@ func (w *writeTx) writeOne(r *resource.Resource, mode putMode) (*resource.Resour
 
 // Create implements storage.Store.
 func (s *Store) Create(ctx context.Context, r *resource.Resource) (*resource.Resource, error) {
-	out, _, err := s.write(ctx, r, modeCreate)
+	out, _, err := s.write(ctx, r, kv.ModeCreate)
 	return out, err
 }
 
 // Update implements storage.Store. Unlike Put it always writes, so it
 // always bumps the version and the revision.
 func (s *Store) Update(ctx context.Context, r *resource.Resource) (*resource.Resource, error) {
-	out, _, err := s.write(ctx, r, modeUpdate)
+	out, _, err := s.write(ctx, r, kv.ModeUpdate)
 	return out, err
 }
 
 // Put implements storage.Store.
 func (s *Store) Put(ctx context.Context, r *resource.Resource) (*resource.Resource, storage.Outcome, error) {
-	return s.write(ctx, r, modePut)
+	return s.write(ctx, r, kv.ModePut)
 }
 
-func (s *Store) write(ctx context.Context, r *resource.Resource, mode putMode) (*resource.Resource, storage.Outcome, error) {
-	if err := validateResource(r); err != nil {
+func (s *Store) write(ctx context.Context, r *resource.Resource, mode kv.PutMode) (*resource.Resource, storage.Outcome, error) {
+	if err := kv.ValidateResource(r); err != nil {
 		return nil, 0, err
 	}
 	var (
@@ -191,7 +192,7 @@ func (s *Store) write(ctx context.Context, r *resource.Resource, mode putMode) (
 
 // Delete implements storage.Store.
 func (s *Store) Delete(ctx context.Context, key resource.Key, version uint64) error {
-	if err := validateKey(key); err != nil {
+	if err := kv.ValidateKey(key); err != nil {
 		return err
 	}
 	return s.submit(ctx, func(w *writeTx) error {
@@ -206,7 +207,7 @@ func (s *Store) Delete(ctx context.Context, key resource.Key, version uint64) er
 
 // Apply implements storage.Store.
 func (s *Store) Apply(ctx context.Context, b storage.Batch) (*storage.BatchResult, error) {
-	if err := validateBatch(b); err != nil {
+	if err := kv.ValidateBatch(b); err != nil {
 		return nil, err
 	}
 	var out *storage.BatchResult

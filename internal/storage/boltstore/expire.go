@@ -10,6 +10,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/meridian-mesh/meridian/internal/storage"
+	"github.com/meridian-mesh/meridian/internal/storage/kv"
 )
 
 // expireChunk bounds the tombstones dropped per write transaction so that an
@@ -106,7 +107,7 @@ func expiredTombstones(tombs *bolt.Bucket, cutoff int64, floor uint64) ([]logKey
 			return nil, fmt.Errorf("boltstore: tombstone index: %w", err)
 		}
 		if len(v) != 8 {
-			return nil, fmt.Errorf("boltstore: tombstone %d: %w: deletion time of %d bytes", lk.revision(), errCorrupt, len(v))
+			return nil, fmt.Errorf("boltstore: tombstone %d: %w: deletion time of %d bytes", lk.revision(), kv.ErrCorrupt, len(v))
 		}
 		if lk.revision() > floor || int64(binary.BigEndian.Uint64(v)) > cutoff {
 			break

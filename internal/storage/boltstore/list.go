@@ -4,19 +4,19 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"strings"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
+	"github.com/meridian-mesh/meridian/internal/storage/kv"
 )
 
 // List implements storage.Store: one prefix scan of the resources bucket in
 // a single read transaction, so a page is a consistent snapshot. Resources
 // outside the page are decoded only when a label filter needs them.
 func (s *Store) List(ctx context.Context, opts storage.ListOptions) (*storage.ListResult, error) {
-	if err := validateList(opts); err != nil {
+	if err := kv.ValidateList(opts); err != nil {
 		return nil, err
 	}
 	var out *storage.ListResult
@@ -30,28 +30,11 @@ func (s *Store) List(ctx context.Context, opts storage.ListOptions) (*storage.Li
 	return out, nil
 }
 
-func validateList(opts storage.ListOptions) error {
-	switch {
-	case opts.Type == "":
-		return fmt.Errorf("%w: list needs a type", storage.ErrInvalid)
-	case opts.Offset < 0 || opts.Limit < 0:
-		return fmt.Errorf("%w: negative offset %d or limit %d", storage.ErrInvalid, opts.Offset, opts.Limit)
-	}
-	ns := ""
-	if opts.Namespace != nil {
-		ns = *opts.Namespace
-	}
-	if strings.IndexByte(opts.Type+opts.Mesh+ns, keySep) >= 0 {
-		return fmt.Errorf("%w: NUL byte in list filter", storage.ErrInvalid)
-	}
-	return nil
-}
-
 // ctxCheckEvery is how many keys a scan visits between context checks.
 const ctxCheckEvery = 1024
 
 func scan(ctx context.Context, b *bolt.Bucket, opts storage.ListOptions) (*storage.ListResult, error) {
-	prefix := listPrefix(opts)
+	prefix := kv.ListPrefix(opts)
 	// The prefix pins the namespace only when the mesh is set too.
 	checkNamespace := opts.Namespace != nil && opts.Mesh == ""
 	out := &storage.ListResult{Items: []*resource.Resource{}}
@@ -63,7 +46,7 @@ func scan(ctx context.Context, b *bolt.Bucket, opts storage.ListOptions) (*stora
 				return nil, err
 			}
 		}
-		if checkNamespace && !namespaceIs(k, *opts.Namespace) {
+		if checkNamespace && !kv.NamespaceIs(k, *opts.Namespace) {
 			continue
 		}
 		var r *resource.Resource
@@ -72,7 +55,7 @@ func scan(ctx context.Context, b *bolt.Bucket, opts storage.ListOptions) (*stora
 			if err != nil {
 				return nil, err
 			}
-			if !hasLabels(rec.res, opts.Labels) {
+			if !kv.HasLabels(rec.res, opts.Labels) {
 				continue
 			}
 			r = rec.res
@@ -99,19 +82,4 @@ func decodeListed(k, v []byte) (record, error) {
 		return record{}, fmt.Errorf("boltstore: resource %q: %w", k, err)
 	}
 	return rec, nil
-}
-
-// namespaceIs reports whether the encoded key's namespace component is ns.
-func namespaceIs(k []byte, ns string) bool {
-	parts := bytes.SplitN(k, []byte{keySep}, 4)
-	return len(parts) == 4 && string(parts[2]) == ns
-}
-
-func hasLabels(r *resource.Resource, want map[string]string) bool {
-	for k, v := range want {
-		if got, ok := r.Labels[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
 }

@@ -15,8 +15,8 @@ import (
 // Layout (schema 1):
 //
 //	meta       schema version, store revision, compacted revision (8-byte big-endian each)
-//	resources  resourceKey(type, mesh, namespace, name) -> logKey(12) ++ encodeResource
-//	log        logKey(revision BE 8, index BE 4)        -> opPut ++ resourceKey | opDelete ++ encodeResource(tombstone)
+//	resources  resourceKey(type, mesh, namespace, name) -> logKey(12) ++ kv.AppendResource
+//	log        logKey(revision BE 8, index BE 4)        -> opPut ++ resourceKey | opDelete ++ kv.AppendResource(tombstone)
 //	tombstones logKey                                   -> deletion time (unix nanoseconds, BE 8)
 //	usermeta   Batch.Meta key                            -> value
 //
@@ -27,11 +27,10 @@ import (
 const schemaVersion uint64 = 1
 
 // Values inside the buckets: the kind of a log entry (its first byte), and
-// the leading format byte of an encoded resource (codec.go).
+// (the leading format byte of an encoded resource is kv.ResourceFormat).
 const (
-	opPut        byte = 'P'
-	opDelete     byte = 'D'
-	recordFormat byte = 1
+	opPut    byte = 'P'
+	opDelete byte = 'D'
 )
 
 // Bucket names and meta keys are strings, not []byte, so that nothing

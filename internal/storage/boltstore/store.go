@@ -21,6 +21,7 @@ import (
 
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
+	"github.com/meridian-mesh/meridian/internal/storage/kv"
 )
 
 // ErrInUse is wrapped by Open when another process (or another Open in this
@@ -189,12 +190,12 @@ func (s *Store) view(ctx context.Context, fn func(*bolt.Tx) error) error {
 
 // Get implements storage.Store.
 func (s *Store) Get(ctx context.Context, key resource.Key) (*resource.Resource, error) {
-	if err := validateKey(key); err != nil {
+	if err := kv.ValidateKey(key); err != nil {
 		return nil, err
 	}
 	var out *resource.Resource
 	err := s.view(ctx, func(tx *bolt.Tx) error {
-		rec, err := loadRecord(tx.Bucket([]byte(bucketResources)), encodeKey(key))
+		rec, err := loadRecord(tx.Bucket([]byte(bucketResources)), kv.EncodeKey(key))
 		switch {
 		case err != nil:
 			return err

@@ -9,6 +9,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/meridian-mesh/meridian/internal/storage"
+	"github.com/meridian-mesh/meridian/internal/storage/kv"
 )
 
 // Watch design: each watcher is a goroutine with its own cursor into the
@@ -172,7 +173,7 @@ func (k logKey) successor() logKey {
 // state that entry recorded because a rewrite drops the older entry.
 func decodeEvent(resources *bolt.Bucket, lk logKey, v []byte) (storage.Event, error) {
 	if len(v) == 0 {
-		return storage.Event{}, fmt.Errorf("boltstore: log entry %d: %w: empty", lk.revision(), errCorrupt)
+		return storage.Event{}, fmt.Errorf("boltstore: log entry %d: %w: empty", lk.revision(), kv.ErrCorrupt)
 	}
 	switch v[0] {
 	case opPut:
@@ -181,15 +182,15 @@ func decodeEvent(resources *bolt.Bucket, lk logKey, v []byte) (storage.Event, er
 		case err != nil:
 			return storage.Event{}, err
 		case rec == nil || rec.log != lk:
-			return storage.Event{}, fmt.Errorf("boltstore: log entry %d names %q, which is not at that entry: %w", lk.revision(), v[1:], errCorrupt)
+			return storage.Event{}, fmt.Errorf("boltstore: log entry %d names %q, which is not at that entry: %w", lk.revision(), v[1:], kv.ErrCorrupt)
 		}
 		return storage.Event{Kind: storage.EventPut, Revision: lk.revision(), Resource: rec.res}, nil
 	case opDelete:
-		r, err := decodeResource(v[1:])
+		r, err := kv.DecodeResource(v[1:])
 		if err != nil {
 			return storage.Event{}, fmt.Errorf("boltstore: tombstone %d: %w", lk.revision(), err)
 		}
 		return storage.Event{Kind: storage.EventDelete, Revision: lk.revision(), Resource: r}, nil
 	}
-	return storage.Event{}, fmt.Errorf("boltstore: log entry %d: %w: op %q", lk.revision(), errCorrupt, v[0])
+	return storage.Event{}, fmt.Errorf("boltstore: log entry %d: %w: op %q", lk.revision(), kv.ErrCorrupt, v[0])
 }

@@ -1,19 +1,17 @@
 package boltstore
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
+	"github.com/meridian-mesh/meridian/internal/storage/kv"
 )
 
 // writeTx is one write transaction, shared by every request of a commit
@@ -65,41 +63,27 @@ func (w *writeTx) finish() error {
 	return putUint64(w.meta, metaKeyRevision, w.rev)
 }
 
-type putMode int
-
-const (
-	modeCreate putMode = iota
-	modeUpdate
-	modePut
-)
-
-func (m putMode) String() string {
-	switch m {
-	case modeCreate:
-		return "create"
-	case modeUpdate:
-		return "update"
-	}
-	return "put"
-}
-
 // writeResource applies one create, update or put as change idx of revision
 // rev. It returns the stored resource (owned by the caller); an Unchanged put
 // writes nothing.
-func (w *writeTx) writeResource(in *resource.Resource, mode putMode, rev uint64, idx uint32) (*resource.Resource, storage.Outcome, error) {
+func (w *writeTx) writeResource(in *resource.Resource, mode kv.PutMode, rev uint64, idx uint32) (*resource.Resource, storage.Outcome, error) {
 	key := in.Key()
-	k := encodeKey(key)
+	k := kv.EncodeKey(key)
 	old, err := loadRecord(w.resources, k)
 	if err != nil {
 		return nil, 0, err
 	}
-	if err := checkWrite(key, old, in.Version, mode); err != nil {
+	var oldRes *resource.Resource
+	if old != nil {
+		oldRes = old.res
+	}
+	if err := kv.CheckWrite(key, oldRes, in.Version, mode); err != nil {
 		return nil, 0, err
 	}
-	if old != nil && mode == modePut && sameContent(old.res, in) {
+	if old != nil && mode == kv.ModePut && kv.SameContent(old.res, in) {
 		return old.res, storage.Unchanged, nil
 	}
-	next, outcome := nextVersion(in, old, normalizeTime(w.clock.Now()))
+	next, outcome := kv.NextVersion(in, oldRes, kv.NormalizeTime(w.clock.Now()))
 	lk := makeLogKey(rev, idx)
 	if old != nil {
 		if err := w.del(w.log, old.log[:]); err != nil {
@@ -115,56 +99,10 @@ func (w *writeTx) writeResource(in *resource.Resource, mode putMode, rev uint64,
 	return next, outcome, nil
 }
 
-// checkWrite enforces the Store contract's preconditions for a write.
-func checkWrite(key resource.Key, old *record, version uint64, mode putMode) error {
-	op := mode.String()
-	switch {
-	case mode == modeCreate && old != nil:
-		return fmt.Errorf("%s %s: %w", op, key, storage.ErrAlreadyExists)
-	case mode == modeUpdate && old == nil:
-		return fmt.Errorf("%s %s: %w", op, key, storage.ErrNotFound)
-	case mode == modeCreate || version == 0:
-		return nil
-	case old == nil:
-		return fmt.Errorf("%s %s: version %d given but the resource does not exist: %w", op, key, version, storage.ErrConflict)
-	case old.res.Version != version:
-		return fmt.Errorf("%s %s: version %d given, stored %d: %w", op, key, version, old.res.Version, storage.ErrConflict)
-	}
-	return nil
-}
-
-// sameContent compares what a Put may change; nil and empty are equal.
-func sameContent(a, b *resource.Resource) bool {
-	return maps.Equal(a.Labels, b.Labels) && bytes.Equal(a.Spec, b.Spec) && bytes.Equal(a.Status, b.Status)
-}
-
-// nextVersion builds the resource to store from the caller's copy: the
-// store owns Version and the times, and empty labels, spec and status are
-// stored as absent so that what a write returns equals what a read decodes.
-func nextVersion(in *resource.Resource, old *record, now time.Time) (*resource.Resource, storage.Outcome) {
-	next := in.Clone()
-	if len(next.Labels) == 0 {
-		next.Labels = nil
-	}
-	if len(next.Spec) == 0 {
-		next.Spec = nil
-	}
-	if len(next.Status) == 0 {
-		next.Status = nil
-	}
-	next.ModificationTime = now
-	if old == nil {
-		next.Version, next.CreationTime = 1, now
-		return next, storage.Created
-	}
-	next.Version, next.CreationTime = old.res.Version+1, old.res.CreationTime
-	return next, storage.Updated
-}
-
 // deleteResource removes key as change idx of revision rev, replacing its
 // log entry with a tombstone that keeps the last labels.
 func (w *writeTx) deleteResource(key resource.Key, version uint64, rev uint64, idx uint32) error {
-	k := encodeKey(key)
+	k := kv.EncodeKey(key)
 	old, err := loadRecord(w.resources, k)
 	switch {
 	case err != nil:
@@ -174,7 +112,7 @@ func (w *writeTx) deleteResource(key resource.Key, version uint64, rev uint64, i
 	case version != 0 && old.res.Version != version:
 		return fmt.Errorf("delete %s: version %d given, stored %d: %w", key, version, old.res.Version, storage.ErrConflict)
 	}
-	now := normalizeTime(w.clock.Now())
+	now := kv.NormalizeTime(w.clock.Now())
 	tomb := &resource.Resource{
 		Type: key.Type, Mesh: key.Mesh, Namespace: key.Namespace, Name: key.Name,
 		Labels:           old.res.Labels,
@@ -191,7 +129,7 @@ func (w *writeTx) deleteResource(key resource.Key, version uint64, rev uint64, i
 	}{
 		{w.log, old.log[:], nil},
 		{w.resources, k, nil},
-		{w.log, lk[:], encodeResource([]byte{opDelete}, tomb)},
+		{w.log, lk[:], kv.AppendResource([]byte{opDelete}, tomb)},
 		{w.tombstones, lk[:], deletedAt[:]},
 	} {
 		if op.v == nil {
@@ -217,7 +155,7 @@ func (w *writeTx) apply(b storage.Batch) (*storage.BatchResult, error) {
 			return nil, err // before any write: a clean failure
 		}
 		for i, k := range more {
-			if err := validateKey(k); err != nil {
+			if err := kv.ValidateKey(k); err != nil {
 				return nil, fmt.Errorf("batch check delete %d: %w", i, err)
 			}
 		}
@@ -227,7 +165,7 @@ func (w *writeTx) apply(b storage.Batch) (*storage.BatchResult, error) {
 	var idx uint32
 	res := &storage.BatchResult{Outcomes: make([]storage.Outcome, len(b.Puts)), Stored: make([]*resource.Resource, len(b.Puts))}
 	for i, p := range b.Puts {
-		stored, outcome, err := w.writeResource(p, modePut, rev, idx)
+		stored, outcome, err := w.writeResource(p, kv.ModePut, rev, idx)
 		if err != nil {
 			return nil, fmt.Errorf("batch put %d: %w", i, err)
 		}
@@ -261,10 +199,10 @@ func (w *writeTx) apply(b storage.Batch) (*storage.BatchResult, error) {
 
 // Get implements storage.TxReader.
 func (w *writeTx) Get(key resource.Key) (*resource.Resource, error) {
-	if err := validateKey(key); err != nil {
+	if err := kv.ValidateKey(key); err != nil {
 		return nil, err
 	}
-	rec, err := loadRecord(w.resources, encodeKey(key))
+	rec, err := loadRecord(w.resources, kv.EncodeKey(key))
 	if err != nil {
 		return nil, err
 	}
@@ -276,34 +214,8 @@ func (w *writeTx) Get(key resource.Key) (*resource.Resource, error) {
 
 // List implements storage.TxReader.
 func (w *writeTx) List(opts storage.ListOptions) (*storage.ListResult, error) {
-	if err := validateList(opts); err != nil {
+	if err := kv.ValidateList(opts); err != nil {
 		return nil, err
 	}
 	return scan(context.Background(), w.resources, opts)
-}
-
-func validateResource(r *resource.Resource) error {
-	if r == nil {
-		return fmt.Errorf("%w: nil resource", storage.ErrInvalid)
-	}
-	return validateKey(r.Key())
-}
-
-func validateBatch(b storage.Batch) error {
-	for i, p := range b.Puts {
-		if err := validateResource(p); err != nil {
-			return fmt.Errorf("batch put %d: %w", i, err)
-		}
-	}
-	for i, k := range b.Deletes {
-		if err := validateKey(k); err != nil {
-			return fmt.Errorf("batch delete %d: %w", i, err)
-		}
-	}
-	for k := range b.Meta {
-		if k == "" || len(k) > bolt.MaxKeySize {
-			return fmt.Errorf("%w: batch meta key of %d bytes", storage.ErrInvalid, len(k))
-		}
-	}
-	return nil
 }

@@ -1,4 +1,4 @@
-package boltstore
+package kv
 
 import (
 	"errors"
@@ -28,8 +28,8 @@ func TestResourceRoundTrip(t *testing.T) {
 		{"unicode and long", resource.Resource{Type: "Mesh", Name: "é" + string(make([]byte, 300))}},
 	}
 	for _, tc := range tests {
-		enc := encodeResource(nil, &tc.in)
-		got, err := decodeResource(enc)
+		enc := AppendResource(nil, &tc.in)
+		got, err := DecodeResource(enc)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -40,7 +40,7 @@ func TestResourceRoundTrip(t *testing.T) {
 			t.Errorf("%s: round trip gave %+v, want %+v", tc.name, got, want)
 		}
 		// Equal labels encode equally whatever the map order.
-		if again := encodeResource(nil, got); string(again) != string(enc) {
+		if again := AppendResource(nil, got); string(again) != string(enc) {
 			t.Errorf("%s: encoding not deterministic", tc.name)
 		}
 	}
@@ -51,31 +51,31 @@ func TestResourceRoundTrip(t *testing.T) {
 func TestDecodeCorrupt(t *testing.T) {
 	r := &resource.Resource{Type: "MeshTimeout", Mesh: "m", Name: "n", Labels: map[string]string{"k": "v"},
 		Spec: []byte(`{}`), CreationTime: time.Unix(1, 2), Version: 3}
-	enc := encodeResource(nil, r)
+	enc := AppendResource(nil, r)
 	for n := range len(enc) {
-		if _, err := decodeResource(enc[:n]); !errors.Is(err, errCorrupt) {
-			t.Errorf("truncated to %d bytes: %v, want errCorrupt", n, err)
+		if _, err := DecodeResource(enc[:n]); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("truncated to %d bytes: %v, want ErrCorrupt", n, err)
 		}
 	}
-	if _, err := decodeResource(append(slices.Clone(enc), 0)); !errors.Is(err, errCorrupt) {
+	if _, err := DecodeResource(append(slices.Clone(enc), 0)); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("trailing byte: %v", err)
 	}
 	bad := slices.Clone(enc)
 	bad[0] = 99
-	if _, err := decodeResource(bad); !errors.Is(err, errCorrupt) {
+	if _, err := DecodeResource(bad); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("unknown format: %v", err)
 	}
 }
 
 func FuzzDecodeResource(f *testing.F) {
-	f.Add(encodeResource(nil, &resource.Resource{Type: "Mesh", Name: "x", Labels: map[string]string{"a": "b"}, Spec: []byte("{}")}))
-	f.Add([]byte{recordFormat, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
+	f.Add(AppendResource(nil, &resource.Resource{Type: "Mesh", Name: "x", Labels: map[string]string{"a": "b"}, Spec: []byte("{}")}))
+	f.Add([]byte{ResourceFormat, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := decodeResource(b)
+		r, err := DecodeResource(b)
 		if err != nil {
 			return
 		}
-		if _, err := decodeResource(encodeResource(nil, r)); err != nil {
+		if _, err := DecodeResource(AppendResource(nil, r)); err != nil {
 			t.Fatalf("re-encoding a decoded record fails: %v", err)
 		}
 	})
@@ -93,14 +93,14 @@ func TestKeyOrder(t *testing.T) {
 		{Type: "T", Mesh: "ab", Name: "a"},
 	}
 	for i := 1; i < len(keys); i++ {
-		if string(encodeKey(keys[i-1])) >= string(encodeKey(keys[i])) {
+		if string(EncodeKey(keys[i-1])) >= string(EncodeKey(keys[i])) {
 			t.Errorf("%s does not sort before %s", keys[i-1], keys[i])
 		}
-		if got, err := decodeKey(encodeKey(keys[i])); err != nil || got != keys[i] {
+		if got, err := DecodeKey(EncodeKey(keys[i])); err != nil || got != keys[i] {
 			t.Errorf("decode %s: %v, %v", keys[i], got, err)
 		}
 	}
-	if err := validateKey(resource.Key{Type: "T", Name: "a\x00b"}); !errors.Is(err, storage.ErrInvalid) {
+	if err := ValidateKey(resource.Key{Type: "T", Name: "a\x00b"}); !errors.Is(err, storage.ErrInvalid) {
 		t.Errorf("NUL accepted: %v", err)
 	}
 }

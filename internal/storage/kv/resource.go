@@ -1,0 +1,176 @@
+package kv
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/meridian-mesh/meridian/internal/resource"
+)
+
+// ResourceFormat is the leading byte of an encoded resource.
+const ResourceFormat byte = 1
+
+// Stored resources are a small binary record rather than JSON: List of
+// thousands of resources decodes each one, and the spec and status are
+// already JSON that needs no re-parsing. Format 1:
+//
+//	1 | str type | str mesh | str namespace | str name |
+//	uvarint nLabels | (str key | str value)* sorted by key |
+//	bytes spec | bytes status | time created | time modified | uvarint version
+//
+// str/bytes are uvarint length + data; time is varint seconds + uvarint nanos.
+// ResourceFormat is the leading byte.
+
+var ErrCorrupt = errors.New("corrupted record")
+
+func AppendResource(dst []byte, r *resource.Resource) []byte {
+	dst = append(dst, ResourceFormat)
+	for _, s := range []string{r.Type, r.Mesh, r.Namespace, r.Name} {
+		dst = appendString(dst, s)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(r.Labels)))
+	keys := make([]string, 0, len(r.Labels))
+	for k := range r.Labels {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		dst = appendString(appendString(dst, k), r.Labels[k])
+	}
+	dst = appendBytes(dst, r.Spec)
+	dst = appendBytes(dst, r.Status)
+	dst = appendTime(dst, r.CreationTime)
+	dst = appendTime(dst, r.ModificationTime)
+	return binary.AppendUvarint(dst, r.Version)
+}
+
+func appendString(dst []byte, s string) []byte {
+	return append(binary.AppendUvarint(dst, uint64(len(s))), s...)
+}
+
+func appendBytes(dst, b []byte) []byte {
+	return append(binary.AppendUvarint(dst, uint64(len(b))), b...)
+}
+
+func appendTime(dst []byte, t time.Time) []byte {
+	return binary.AppendUvarint(binary.AppendVarint(dst, t.Unix()), uint64(t.Nanosecond()))
+}
+
+// DecodeResource copies everything it returns out of b, so b may be memory
+// owned by a bbolt transaction.
+func DecodeResource(b []byte) (*resource.Resource, error) {
+	d := decoder{buf: b}
+	if f := d.byte(); d.err == nil && f != ResourceFormat {
+		return nil, fmt.Errorf("%w: unknown record format %d", ErrCorrupt, f)
+	}
+	r := &resource.Resource{Type: d.string(), Mesh: d.string(), Namespace: d.string(), Name: d.string()}
+	if n := d.uvarint(); n > 0 && d.err == nil {
+		if n > uint64(len(d.buf)) {
+			return nil, fmt.Errorf("%w: %d labels in %d bytes", ErrCorrupt, n, len(d.buf))
+		}
+		r.Labels = make(map[string]string, n)
+		for range n {
+			k := d.string()
+			r.Labels[k] = d.string()
+		}
+	}
+	r.Spec = d.bytes()
+	r.Status = d.bytes()
+	r.CreationTime = d.time()
+	r.ModificationTime = d.time()
+	r.Version = d.uvarint()
+	if d.err == nil && len(d.buf) != 0 {
+		d.err = fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.buf))
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return r, nil
+}
+
+// decoder reads a record; after the first error every read returns a zero
+// value and err keeps that first error.
+type decoder struct {
+	buf []byte
+	err error
+}
+
+func (d *decoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: truncated %s", ErrCorrupt, what)
+	}
+	d.buf = nil
+}
+
+func (d *decoder) byte() byte {
+	if len(d.buf) < 1 {
+		d.fail("byte")
+		return 0
+	}
+	c := d.buf[0]
+	d.buf = d.buf[1:]
+	return c
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.buf)
+	if n <= 0 {
+		d.fail("uvarint")
+		return 0
+	}
+	d.buf = d.buf[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	v, n := binary.Varint(d.buf)
+	if n <= 0 {
+		d.fail("varint")
+		return 0
+	}
+	d.buf = d.buf[n:]
+	return v
+}
+
+func (d *decoder) raw() []byte {
+	n := d.uvarint()
+	if n > uint64(len(d.buf)) {
+		d.fail("field")
+		return nil
+	}
+	b := d.buf[:n]
+	d.buf = d.buf[n:]
+	return b
+}
+
+func (d *decoder) string() string { return string(d.raw()) }
+
+// bytes returns nil for an empty field so that a stored empty spec reads
+// back like an absent one.
+func (d *decoder) bytes() []byte {
+	b := d.raw()
+	if len(b) == 0 {
+		return nil
+	}
+	return bytes.Clone(b)
+}
+
+func (d *decoder) time() time.Time {
+	sec := d.varint()
+	nsec := d.uvarint()
+	if nsec >= uint64(time.Second) {
+		d.fail("time")
+		return time.Time{}
+	}
+	return time.Unix(sec, int64(nsec)).UTC()
+}
+
+// NormalizeTime drops the monotonic reading and location so that a time the
+// store returns from a write equals the one a later read decodes.
+func NormalizeTime(t time.Time) time.Time {
+	return time.Unix(t.Unix(), int64(t.Nanosecond())).UTC()
+}
