@@ -25,6 +25,13 @@ var (
 	// ErrInvalid: the request cannot be stored as given (empty type or name,
 	// a NUL byte in a key, a List without Type, a negative Offset or Limit).
 	ErrInvalid = errors.New("invalid storage request")
+	// ErrTooLarge: one write is bigger than the backend can commit at once
+	// (etcd's per-transaction operation and byte limits); see Limits.
+	ErrTooLarge = errors.New("write exceeds the store's transaction limits")
+	// ErrUnavailable: the backend cannot answer now (no etcd quorum, a
+	// partition); the caller may retry later. Nothing was written, unless
+	// the error says that a commit's outcome could not be learned.
+	ErrUnavailable = errors.New("store unavailable")
 )
 
 // Store is safe for concurrent use. Resources passed in are not retained;
@@ -141,6 +148,21 @@ type Batch struct {
 	// check-then-write race. It may run more than once (a retried group)
 	// and must be a pure function of what it reads.
 	Check func(tx TxReader) (moreDeletes []resource.Key, err error)
+}
+
+// Limits are what one write may hold at most; zero means unbounded.
+type Limits struct {
+	// Ops counts puts, deletes (including a Check's) and meta entries.
+	Ops int
+	// Bytes counts the encoded resources, keys and meta values.
+	Bytes int
+}
+
+// Limited is implemented by a Store whose writes have limits (etcd): a
+// writer that splits its work (sync applying a large batch) keeps each
+// Batch within them.
+type Limited interface {
+	Limits() Limits
 }
 
 // TxReader reads inside a write transaction (Batch.Check).
