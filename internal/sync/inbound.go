@@ -243,12 +243,30 @@ type rejection interface {
 	RejectedKeys() map[resource.Key]error
 }
 
-// apply applies batch with the in-transaction precondition. When the
-// precondition rejects some resources (a write that raced the sink's own
-// checks), it applies the rest and answers those with NACK entries; wire
-// names each key as the peer sent it. A second rejection fails the batch
-// (the stream restarts and the peer resends).
+// apply applies batch with the in-transaction precondition, in one
+// transaction, or in several when the store limits a transaction's size
+// (splitBatch). When the precondition rejects some resources (a write that
+// raced the sink's own checks), it applies the rest and answers those with
+// NACK entries; wire names each key as the peer sent it. A second rejection
+// fails the batch (the stream restarts and the peer resends).
 func (in *inbound) apply(ctx context.Context, batch storage.Batch, wire func(resource.Key) *syncv1.ResourceKey) ([]*syncv1.ResourceError, error) {
+	var limits storage.Limits
+	if l, ok := in.store.(storage.Limited); ok {
+		limits = l.Limits()
+	}
+	var rejected []*syncv1.ResourceError
+	for _, part := range splitBatch(batch, limits) {
+		r, err := in.applyPart(ctx, part, wire)
+		rejected = append(rejected, r...)
+		if err != nil {
+			return rejected, err
+		}
+	}
+	return rejected, nil
+}
+
+// applyPart applies one transaction's worth (see apply).
+func (in *inbound) applyPart(ctx context.Context, batch storage.Batch, wire func(resource.Key) *syncv1.ResourceKey) ([]*syncv1.ResourceError, error) {
 	var rejected []*syncv1.ResourceError
 	for attempt := 0; ; attempt++ {
 		if in.check != nil {
