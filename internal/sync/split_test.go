@@ -27,7 +27,7 @@ func TestSplitBatch(t *testing.T) {
 	}{
 		{"no limits: whole", b, storage.Limits{}, 1},
 		{"roomy: whole", b, storage.Limits{Ops: 127, Bytes: 1 << 20}, 1},
-		{"4 ops per part", b, storage.Limits{Ops: 4}, 5}, // 10 puts, 5 deletes, 2 meta: 4+4+4+3|... see checks
+		{"4 ops per part", b, storage.Limits{Ops: 4}, 5}, // 4+4+4+3 puts and deletes, then the 2 meta alone
 		{"bytes bound", storage.Batch{Puts: []*resource.Resource{big, big, big}}, storage.Limits{Ops: 100, Bytes: 8000}, 3},
 	}
 	for _, tc := range tests {
