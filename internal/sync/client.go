@@ -42,8 +42,15 @@ type ClientConfig struct {
 	// Token returns the zone token; it is called before every connection
 	// attempt, so a rotated token file is picked up. Required.
 	Token func() (string, error)
-	// Target is the global's KDS address in gRPC syntax (host:port).
+	// Target is the global's KDS address in gRPC syntax (host:port); a
+	// DNS name with several records is spread by gRPC itself.
 	Target string
+	// Targets, when set instead, are the addresses of several global
+	// replicas. The client stays with one while its stream works and moves
+	// to the next after a failure (a replica that died, or one that lost
+	// its store and ends streams), so a zone fails over within a reconnect;
+	// the replicas share one store, so the zone resumes where it was.
+	Targets []string
 	// DialOptions carry the transport credentials (TLS) and anything else
 	// the wiring needs (gzip, keepalive, a bufconn dialer in tests).
 	// Required: at least the credentials.
@@ -128,8 +135,10 @@ func (c *ClientConfig) check() error {
 		return errors.New("Registry is required")
 	case c.Token == nil:
 		return errors.New("Token is required")
-	case c.Target == "":
+	case c.Target == "" && len(c.Targets) == 0:
 		return errors.New("Target is required")
+	case c.Target != "" && len(c.Targets) > 0:
+		return errors.New("set Target or Targets, not both")
 	case len(c.DialOptions) == 0:
 		return errors.New("DialOptions are required (at least transport credentials)")
 	case c.Environment != resource.EnvKubernetes && c.Environment != resource.EnvUniversal:
@@ -154,19 +163,27 @@ func (c *Client) Status() ClientStatus {
 // returns nil. It returns an error only when the connection cannot be set up
 // at all (a dial option the gRPC client refuses).
 func (c *Client) Run(ctx context.Context) error {
-	conn, err := grpc.NewClient(c.cfg.Target, c.cfg.DialOptions...)
-	if err != nil {
-		return fmt.Errorf("sync client for %s: %w", c.cfg.Target, err)
+	targets := c.cfg.Targets
+	if len(targets) == 0 {
+		targets = []string{c.cfg.Target}
 	}
-	defer conn.Close()
-	rpc := syncv1.NewSyncServiceClient(conn)
-	failures := 0
+	conns := make([]*grpc.ClientConn, len(targets))
+	for i, t := range targets {
+		conn, err := grpc.NewClient(t, c.cfg.DialOptions...)
+		if err != nil {
+			return fmt.Errorf("sync client for %s: %w", t, err)
+		}
+		defer conn.Close()
+		conns[i] = conn
+	}
+	cur, failures := 0, 0
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			c.metrics.reconnected(c.cfg.Zone)
 			c.update(func(st *ClientStatus) { st.Reconnects++ })
 		}
-		established, err := c.connectOnce(ctx, rpc)
+		c.update(func(st *ClientStatus) { st.Global = targets[cur] })
+		established, err := c.connectOnce(ctx, syncv1.NewSyncServiceClient(conns[cur]))
 		if ctx.Err() != nil {
 			c.disconnected(nil)
 			return nil
@@ -176,9 +193,11 @@ func (c *Client) Run(ctx context.Context) error {
 			failures = 0
 		}
 		failures++
+		from := targets[cur]
+		cur = (cur + 1) % len(targets)
 		delay := reconnectDelay(c.cfg.ReconnectBackoff, c.cfg.MaxReconnectBackoff, failures)
-		c.log.Warn("sync stream failed, reconnecting", "error", err, "in", delay)
-		if !c.pause(ctx, conn, delay) {
+		c.log.Warn("sync stream failed, reconnecting", "global", from, "error", err, "next", targets[cur], "in", delay)
+		if !c.pause(ctx, conns[cur], delay) {
 			return nil
 		}
 	}

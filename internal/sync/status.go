@@ -93,6 +93,9 @@ func (z ZoneStatus) clone() ZoneStatus {
 type ClientStatus struct {
 	Zone      string `json:"zone"`
 	Connected bool   `json:"connected"`
+	// Global is the global address of the latest attempt (one of several
+	// replicas' when the zone was given several).
+	Global string `json:"global,omitempty"`
 	// ConnectTime and DisconnectTime are of the latest stream.
 	ConnectTime    *time.Time `json:"connectTime,omitempty"`
 	DisconnectTime *time.Time `json:"disconnectTime,omitempty"`
