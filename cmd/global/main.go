@@ -18,6 +18,8 @@ func newCommand() *cobra.Command {
 	var (
 		common     controlplane.CommonFlags
 		kdsAddress string
+		store      string
+		etcd       controlplane.EtcdConfig
 	)
 	cmd := &cobra.Command{
 		Use:   "global-cp",
@@ -43,11 +45,23 @@ func newCommand() *cobra.Command {
 				TLSKeyFile:         common.TLSKeyFile,
 				APITLS:             common.APITLS,
 				SyncStream:         common.SyncStream(),
+				Store:              store,
+				Etcd:               etcd,
 			})
 		},
 	}
 	common.Register(cmd, "127.0.0.1:5681")
 	fs := cmd.Flags()
 	fs.StringVar(&kdsAddress, "kds-address", "127.0.0.1:5685", "KDS (zone sync) gRPC listen address")
+	fs.StringVar(&store, "store", "bolt", "store: bolt (embedded file in --data-dir) or etcd (replicas sharing --etcd-endpoints)")
+	fs.StringSliceVar(&etcd.Endpoints, "etcd-endpoints", nil, "etcd client URLs, comma-separated (with --store etcd)")
+	fs.StringVar(&etcd.Prefix, "etcd-prefix", "/meridian/", "key prefix of this Meridian in etcd")
+	fs.StringVar(&etcd.CAFile, "etcd-ca-file", "", "CA certificate (PEM) that verifies the etcd members")
+	fs.StringVar(&etcd.CertFile, "etcd-cert-file", "", "client certificate (PEM) presented to etcd")
+	fs.StringVar(&etcd.KeyFile, "etcd-key-file", "", "private key (PEM) of --etcd-cert-file")
+	fs.IntVar(&etcd.MaxTxnOps, "etcd-max-txn-ops", 128, "the cluster's --max-txn-ops: no write sends more operations in one transaction")
+	fs.IntVar(&etcd.MaxTxnBytes, "etcd-max-txn-bytes", 1536*1024, "the cluster's --max-request-bytes: no write sends a bigger transaction")
+	fs.StringVar(&etcd.SecretsKeyFile, "etcd-secrets-key-file", "", "32-byte key (raw, hex or base64) encrypting the replicas' shared signing keys in etcd (required with --store etcd)")
+	fs.StringVar(&etcd.Name, "replica-name", "", "this replica's name in the leader election (default: host name and API address)")
 	return cmd
 }

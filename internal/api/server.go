@@ -54,6 +54,10 @@ type Config struct {
 	MaxBodyBytes    int64
 	// Ready reports readiness for /readyz; nil means always ready.
 	Ready func() error
+	// Writable, when set and failing, refuses every write at once with 503
+	// (a replica that lost its store, rather than after the store's own
+	// timeout).
+	Writable func() error
 	// Snapshots serves the inspect endpoints; required in zone mode.
 	Snapshots Snapshots
 	// Zones and Tokens serve GET /zones... and POST /tokens/zone (global).
@@ -177,7 +181,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil {
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	}
+	if !safeMethod(r.Method) && s.cfg.Writable != nil {
+		if err := s.cfg.Writable(); err != nil {
+			w.Header().Set("Retry-After", "1")
+			s.writeError(w, r, newError(http.StatusServiceUnavailable, "Service Unavailable", "not accepting writes: %v", err))
+			return
+		}
+	}
 	s.mux.ServeHTTP(w, r)
+}
+
+func safeMethod(m string) bool {
+	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions
 }
 
 func (s *Server) handleIndex(w http.ResponseWriter, r *http.Request) {

@@ -37,9 +37,14 @@ type Config struct {
 	Environment     string // zone mode: kubernetes | universal
 	SystemNamespace string
 	// GlobalAddress is the global's KDS address; empty = standalone zone.
+	// Several comma-separated addresses name global replicas (failover).
 	GlobalAddress string
 	DataDir       string
-	APIAddress    string
+	// Store is "bolt" (default: the embedded file in DataDir) or "etcd"
+	// (global only: replicas sharing Etcd).
+	Store      string
+	Etcd       EtcdConfig
+	APIAddress string
 	// DebugAddress, when set, serves net/http/pprof (loopback only).
 	DebugAddress string
 	Version      string
@@ -92,6 +97,16 @@ func (c *Config) check() error {
 			return fmt.Errorf("--environment must be kubernetes or universal, got %q", c.Environment)
 		}
 	}
+	switch c.Store {
+	case "", "bolt":
+		c.Store = "bolt"
+	case "etcd":
+		if c.Mode != api.ModeGlobal {
+			return errors.New("--store etcd is for the global control plane (a zone keeps its own embedded store)")
+		}
+	default:
+		return fmt.Errorf("--store must be bolt or etcd, got %q", c.Store)
+	}
 	if c.SystemNamespace == "" {
 		c.SystemNamespace = resource.DefaultSystemNamespace
 	}
@@ -116,15 +131,22 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := serveDebug(ctx, cfg); err != nil {
 		return err
 	}
-	store, err := openStore(cfg)
+	store, rep, err := openStore(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if err := store.Close(); err != nil {
+		if rep != nil {
+			rep.close()
+		} else if err := store.Close(); err != nil {
 			cfg.Logger.Error("closing store", "error", err)
 		}
 	}()
+	if rep != nil {
+		if err := rep.shareSecrets(ctx, cfg.DataDir, func() error { return createGlobalSecrets(cfg) }); err != nil {
+			return err
+		}
+	}
 	reg := resource.NewDefaultRegistry()
 	if err := ensureDefaultMesh(ctx, cfg, reg, store); err != nil {
 		return err
@@ -149,11 +171,18 @@ func Run(ctx context.Context, cfg Config) error {
 	}()
 	failed := make(chan error, 1)
 	if cfg.Mode == api.ModeGlobal {
-		kds, err := startGlobalKDS(cfg, reg, store, metrics)
+		var ready func() error
+		if rep != nil {
+			ready = rep.ready
+		}
+		kds, err := startGlobalKDS(cfg, reg, store, metrics, ready)
 		if err != nil {
 			return err
 		}
 		defer kds.stop(cfg.ShutdownTimeout / 2)
+		if rep != nil {
+			startReplica(ctx, cfg, rep, kds, &apiCfg, &background, failed)
+		}
 		apiCfg.Zones, apiCfg.Tokens, apiCfg.ZoneTokenAdmin = kds.server, kds.tokens, kds.access
 		runBackground(ctx, &background, failed, func(context.Context) error { return kds.serve() })
 		runBackground(ctx, &background, failed, kds.access.watchZones)
@@ -243,9 +272,18 @@ func startZone(ctx context.Context, cfg Config, reg *resource.Registry, store st
 	return nil
 }
 
-func openStore(cfg Config) (*boltstore.Store, error) {
+// openStore opens the embedded store, or with --store etcd the replica's
+// link to etcd (rep) and its store.
+func openStore(ctx context.Context, cfg Config) (storage.Store, *replica, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
+		return nil, nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
+	}
+	if cfg.Store == "etcd" {
+		rep, err := openReplica(ctx, cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		return rep.store, rep, nil
 	}
 	store, err := boltstore.Open(boltstore.Config{
 		Path:               filepath.Join(cfg.DataDir, StoreFileName),
@@ -254,9 +292,51 @@ func openStore(cfg Config) (*boltstore.Store, error) {
 		ExpiryInterval:     expiryInterval(cfg.TombstoneRetention),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
+		return nil, nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
 	}
-	return store, nil
+	return store, nil, nil
+}
+
+// createGlobalSecrets creates what a global keeps in its data dir (zone
+// token keys, user token key and admin token, the generated KDS
+// certificate), as a single global does at its first start; with etcd the
+// first replica runs it and shares the result.
+func createGlobalSecrets(cfg Config) error {
+	if _, err := auth.LoadZoneKeyRing(cfg.DataDir, nil); err != nil {
+		return fmt.Errorf("zone token signing key: %w", err)
+	}
+	users, err := auth.LoadOrCreateUserTokens(cfg.DataDir, nil)
+	if err != nil {
+		return err
+	}
+	if _, _, err := users.EnsureAdminToken(cfg.DataDir); err != nil {
+		return err
+	}
+	if cfg.TLSCertFile == "" {
+		if _, err := auth.LoadOrCreateServerTLS(auth.ServerTLSConfig{DataDir: cfg.DataDir}); err != nil {
+			return fmt.Errorf("kds tls: %w", err)
+		}
+	}
+	return nil
+}
+
+// startReplica wires a global replica's health into the API and KDS and
+// runs its monitor and election.
+func startReplica(ctx context.Context, cfg Config, rep *replica, kds *globalKDS, apiCfg *api.Config,
+	background *sync.WaitGroup, failed chan<- error) {
+	rep.whenLost(func() {
+		n := kds.server.EndStreams(func(meridiansync.StreamInfo) bool { return true }, errStoreLost)
+		cfg.Logger.Warn("ended zone streams", "count", n)
+	})
+	apiCfg.Ready, apiCfg.Writable = rep.ready, rep.ready
+	runBackground(ctx, background, failed, rep.monitor)
+	interval := expiryInterval(cfg.TombstoneRetention)
+	if interval == 0 {
+		interval = boltstore.DefaultExpiryInterval
+	}
+	runBackground(ctx, background, failed, func(ctx context.Context) error {
+		return rep.lead(ctx, func(ctx context.Context) error { return rep.store.RunExpiry(ctx, interval) })
+	})
 }
 
 // expiryInterval runs the tombstone expiry pass often enough for a short

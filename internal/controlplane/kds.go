@@ -15,9 +15,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/encoding/gzip"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 
 	"github.com/meridian-mesh/meridian/internal/admission"
 	"github.com/meridian-mesh/meridian/internal/auth"
@@ -50,7 +52,9 @@ type globalKDS struct {
 	access *zoneAccess
 }
 
-func startGlobalKDS(cfg Config, reg *resource.Registry, store storage.Store, metrics prometheus.Registerer) (*globalKDS, error) {
+// startGlobalKDS starts the sync endpoint; ready, when set and failing,
+// refuses new streams (a replica without its store).
+func startGlobalKDS(cfg Config, reg *resource.Registry, store storage.Store, metrics prometheus.Registerer, ready func() error) (*globalKDS, error) {
 	tokens, err := auth.LoadZoneKeyRing(cfg.DataDir, nil)
 	if err != nil {
 		return nil, fmt.Errorf("zone token signing key: %w", err)
@@ -85,6 +89,14 @@ func startGlobalKDS(cfg Config, reg *resource.Registry, store storage.Store, met
 		// gets read.
 		grpc.MaxHeaderListSize(64<<10),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+			if ready != nil {
+				if err := ready(); err != nil {
+					return status.Error(codes.Unavailable, err.Error())
+				}
+			}
+			return handler(srv, ss)
+		}),
 	)
 	syncv1.RegisterSyncServiceServer(g, srv)
 	cfg.Logger.Info("kds listening", "address", ln.Addr().String(), "cert", tlsMat.CertFile, "generated_cert", tlsMat.Generated)
@@ -131,10 +143,12 @@ func newZoneClient(cfg Config, reg *resource.Registry, store storage.Store, metr
 	if cfg.KDSSkipVerify {
 		cfg.Logger.Warn("not verifying the global's KDS certificate (--kds-skip-verify)")
 	}
+	target, targets := globalTargets(cfg.GlobalAddress)
 	return meridiansync.NewClient(meridiansync.ClientConfig{
 		Store: store, Registry: reg, Zone: cfg.Zone, Environment: cfg.Environment, SystemNamespace: cfg.SystemNamespace,
 		Token:         func() (string, error) { return readToken(cfg.ZoneTokenFile) },
-		Target:        cfg.GlobalAddress,
+		Target:        target,
+		Targets:       targets,
 		StatusReports: reports,
 		DialOptions: []grpc.DialOption{
 			// gRPC's own transport reconnect backoff (up to 120 s by default)
@@ -200,4 +214,19 @@ func (r viewReports) PolicyStatusReport() (*syncv1.PolicyStatusReport, <-chan st
 		rep.Statuses = append(rep.Statuses, ps)
 	}
 	return rep, changed
+}
+
+// globalTargets splits --global-address: one address (or a DNS name, whose
+// records gRPC spreads over), or several comma-separated replicas.
+func globalTargets(addr string) (string, []string) {
+	var out []string
+	for _, a := range strings.Split(addr, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	if len(out) <= 1 {
+		return strings.Join(out, ""), nil
+	}
+	return "", out
 }

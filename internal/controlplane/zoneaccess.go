@@ -37,18 +37,11 @@ type zoneAccess struct {
 const metaRevokedZoneTokens = "auth/revoked-zone-tokens"
 
 func newZoneAccess(ctx context.Context, ring *auth.ZoneKeyRing, store storage.Store, log hclog.Logger) (*zoneAccess, error) {
-	z := &zoneAccess{ring: ring, store: store, log: log, clock: time.Now, revoked: map[string]int64{}}
-	raw, err := store.Meta(ctx, metaRevokedZoneTokens)
-	switch {
-	case errors.Is(err, storage.ErrNotFound):
-	case err != nil:
-		return nil, fmt.Errorf("read revoked zone tokens: %w", err)
-	default:
-		if err := json.Unmarshal(raw, &z.revoked); err != nil {
-			return nil, fmt.Errorf("read revoked zone tokens: %w", err)
-		}
+	revoked, err := (&zoneAccess{store: store}).readRevocations(ctx)
+	if err != nil {
+		return nil, err
 	}
-	return z, nil
+	return &zoneAccess{ring: ring, store: store, log: log, clock: time.Now, revoked: revoked}, nil
 }
 
 // attach gives the access the server whose streams it ends.
@@ -112,9 +105,18 @@ func (z *zoneAccess) Revoke(ctx context.Context, id string) (int, error) {
 	if id == "" || len(id) > 64 {
 		return 0, fmt.Errorf("%w: a zone token id is 1 to 64 characters", storage.ErrInvalid)
 	}
+	stored, err := z.readRevocations(ctx)
+	if err != nil {
+		return 0, err
+	}
 	z.mu.Lock()
-	next := make(map[string]int64, len(z.revoked)+1)
+	next := make(map[string]int64, len(z.revoked)+len(stored)+1)
 	now := z.clock().Unix()
+	for k, exp := range stored {
+		if exp > now {
+			next[k] = exp
+		}
+	}
 	for k, exp := range z.revoked {
 		if exp > now { // expired tokens need no revocation any more
 			next[k] = exp
@@ -122,7 +124,7 @@ func (z *zoneAccess) Revoke(ctx context.Context, id string) (int, error) {
 	}
 	next[id] = z.clock().Add(auth.MaxValidity).Unix()
 	raw, err := json.Marshal(next)
-	if err == nil {
+	if err == nil { // another replica's revocation between the read and this write may be lost: see the HA notes
 		_, err = z.store.Apply(ctx, storage.Batch{Meta: map[string][]byte{metaRevokedZoneTokens: raw}})
 	}
 	if err != nil {
@@ -139,28 +141,100 @@ func (z *zoneAccess) Revoke(ctx context.Context, id string) (int, error) {
 
 // watchZones ends the streams of a zone whose Zone resource is set to
 // enabled: false, as soon as the write commits (whoever wrote it).
+//
+// A watch that ends under it (an etcd store without quorum ends its watches;
+// the replica then ends every stream itself) is started again from the
+// current revision, and the revocations are reread meanwhile, so a token
+// revoked through another replica ends its streams here too.
 func (z *zoneAccess) watchZones(ctx context.Context) error {
+	for {
+		err := z.watchZonesOnce(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		z.log.Warn("zone watch ended, restarting", "error", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// revocationPoll is how often a replica rereads the revoked tokens that
+// other replicas may have written.
+const revocationPoll = 2 * time.Second
+
+func (z *zoneAccess) watchZonesOnce(ctx context.Context) error {
 	rev, err := z.store.Revision(ctx)
 	if err != nil {
 		return err
 	}
-	events, err := z.store.Watch(ctx, rev)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	events, err := z.store.Watch(wctx, rev)
 	if err != nil {
 		return err
 	}
-	for ev := range events {
-		if ev.Resource == nil || ev.Resource.Type != "Zone" || ev.Kind != storage.EventPut || zoneEnabled(ev.Resource) {
+	poll := time.NewTicker(revocationPoll)
+	defer poll.Stop()
+	for {
+		select {
+		case <-poll.C:
+			z.reloadRevocations(ctx)
 			continue
+		case ev, ok := <-events:
+			if !ok {
+				return errors.New("zone watch closed")
+			}
+			if ev.Resource == nil || ev.Resource.Type != "Zone" || ev.Kind != storage.EventPut || zoneEnabled(ev.Resource) {
+				continue
+			}
+			name := ev.Resource.Name
+			n := z.endStreams(func(s meridiansync.StreamInfo) bool { return s.Zone == name },
+				fmt.Errorf("%w: zone %q was disabled (enabled: false)", meridiansync.ErrStreamRevoked, name))
+			z.log.Info("zone disabled", "zone", name, "streams_ended", n)
 		}
-		name := ev.Resource.Name
-		n := z.endStreams(func(s meridiansync.StreamInfo) bool { return s.Zone == name },
-			fmt.Errorf("%w: zone %q was disabled (enabled: false)", meridiansync.ErrStreamRevoked, name))
-		z.log.Info("zone disabled", "zone", name, "streams_ended", n)
 	}
-	if err := ctx.Err(); err != nil {
-		return nil
+}
+
+// readRevocations reads the revoked token ids from the store.
+func (z *zoneAccess) readRevocations(ctx context.Context) (map[string]int64, error) {
+	out := map[string]int64{}
+	raw, err := z.store.Meta(ctx, metaRevokedZoneTokens)
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		return out, nil
+	case err != nil:
+		return nil, fmt.Errorf("read revoked zone tokens: %w", err)
 	}
-	return errors.New("zone watch closed")
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return nil, fmt.Errorf("read revoked zone tokens: %w", err)
+	}
+	return out, nil
+}
+
+// reloadRevocations takes revocations written by another replica (HA) and
+// ends their streams here.
+func (z *zoneAccess) reloadRevocations(ctx context.Context) {
+	stored, err := z.readRevocations(ctx)
+	if err != nil {
+		return // the store is away; the replica's health check handles that
+	}
+	var fresh []string
+	z.mu.Lock()
+	for id, exp := range stored {
+		if _, ok := z.revoked[id]; !ok {
+			z.revoked[id] = exp
+			fresh = append(fresh, id)
+		}
+	}
+	z.mu.Unlock()
+	for _, id := range fresh {
+		n := z.endStreams(func(s meridiansync.StreamInfo) bool { return s.TokenID == id },
+			fmt.Errorf("%w: zone token %s was revoked", meridiansync.ErrStreamRevoked, id))
+		z.log.Info("zone token revoked on another replica", "id", id, "streams_ended", n)
+	}
 }
 
 // Keys lists the zone token signing keys.
