@@ -192,7 +192,9 @@ func TestHAReplicas(t *testing.T) {
 		}
 		f.etcd.Members[0].Restart(t)
 		f.etcd.Members[1].Restart(t)
-		f.etcd.WaitHealthy(60 * time.Second)
+		if err := f.etcd.WaitHealthy(60 * time.Second); err != nil {
+			t.Fatal(err)
+		}
 		waitFor(t, 20*time.Second, "replica a to accept writes again", func() bool {
 			ok, _ := tryPuts(f.a, []string{"quorum-back"})
 			return len(ok) == 1

@@ -41,6 +41,9 @@ type binariesAndN struct {
 	simGzip bool
 	// logDir, when set, keeps each process's log.
 	logDir string
+	// store is the global's store: bolt, or etcd (a 3-member etcd cluster
+	// on loopback, started per scenario beside the processes).
+	store string
 }
 
 // figure is one row of the table.
@@ -90,8 +93,13 @@ func main() {
 	profileDir := flag.String("profile", "", "write CPU profiles of the global and zone-1 during the PUT phase to this directory")
 	logDir := flag.String("logs", "", "append each process's log (warnings and errors) to DIR/<name>.log")
 	simGzip := flag.Bool("sim-gzip", true, "simulated zones ask for gzip as zone-cp does (false: uncompressed streams)")
+	store := flag.String("store", "bolt", "the global's store: bolt, or etcd (a 3-member etcd cluster on loopback, built from tools/etcd)")
 	flag.Parse()
-	b := binariesAndN{n: *n, profileDir: *profileDir, simGzip: *simGzip, logDir: *logDir}
+	if *store != "bolt" && *store != "etcd" {
+		fmt.Fprintln(os.Stderr, "bench: -store must be bolt or etcd")
+		os.Exit(2)
+	}
+	b := binariesAndN{n: *n, profileDir: *profileDir, simGzip: *simGzip, logDir: *logDir, store: *store}
 	if err := run(*runs, *simZones, *skipTen, *skipFleet, b); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -150,12 +158,12 @@ func run(runs, simZones int, skipTen, skipFleet bool, b binariesAndN) error {
 		}
 		all = append(all, r)
 	}
-	printTable(figures(b.n, simZones), all, runs)
+	printTable(figures(b.n, simZones), all, runs, b.store)
 	return nil
 }
 
-func printTable(figs []figure, all []results, runs int) {
-	fmt.Printf("Meridian %s — %d runs — %d cores, %s — %s\n\n", "bench", runs, runtime.NumCPU(), cpuModel(), time.Now().UTC().Format(time.RFC3339))
+func printTable(figs []figure, all []results, runs int, store string) {
+	fmt.Printf("Meridian %s — %d runs — global store %s — %d cores, %s — %s\n\n", "bench", runs, store, runtime.NumCPU(), cpuModel(), time.Now().UTC().Format(time.RFC3339))
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "figure\tmin\tmedian\tmax\tbar\tresult")
 	for _, f := range figs {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/meridian-mesh/meridian/internal/launcher"
+	"github.com/meridian-mesh/meridian/internal/storage/etcdstore/etcdtest"
 )
 
 // plane is one control plane process with a fresh data dir.
@@ -37,20 +38,28 @@ type env struct {
 	tmp    string
 	planes []*plane
 	http   *http.Client
+	// store is the global's store (bolt or etcd); etcd is the cluster the
+	// global uses with -store etcd.
+	store string
+	etcd  *etcdtest.Cluster
 }
 
-func newEnv(bins launcher.Binaries, logDir string) (*env, error) {
+func newEnv(bins launcher.Binaries, logDir, store string) (*env, error) {
 	tmp, err := os.MkdirTemp("", "meridian-bench-")
 	if err != nil {
 		return nil, err
 	}
-	return &env{bins: bins, logDir: logDir, tmp: tmp, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 60 * time.Second}}, nil
+	return &env{bins: bins, logDir: logDir, tmp: tmp, store: store,
+		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 60 * time.Second}}, nil
 }
 
 // close stops every process and removes the data.
 func (e *env) close() {
 	for i := len(e.planes) - 1; i >= 0; i-- {
 		_ = e.planes[i].proc.Stop(10 * time.Second)
+	}
+	if e.etcd != nil {
+		e.etcd.Close()
 	}
 	_ = os.RemoveAll(e.tmp)
 }
@@ -97,12 +106,35 @@ func (e *env) global() (*plane, error) {
 	if err != nil {
 		return nil, err
 	}
-	g, err := e.start("global", e.bins.Global, "--kds-address", kds)
+	args := []string{"--kds-address", kds}
+	if e.store == "etcd" {
+		more, err := e.etcdArgs()
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, more...)
+	}
+	g, err := e.start("global", e.bins.Global, args...)
 	if err != nil {
 		return nil, err
 	}
 	g.kds = kds
 	return g, nil
+}
+
+// etcdArgs starts the env's 3-member etcd cluster and returns the global's
+// flags to use it.
+func (e *env) etcdArgs() ([]string, error) {
+	c, err := etcdtest.Launch(filepath.Join(e.tmp, "etcd"), 3, etcdtest.Options{})
+	e.etcd = c
+	if err != nil {
+		return nil, err
+	}
+	key := filepath.Join(e.tmp, "secrets.key")
+	if err := os.WriteFile(key, bytes.Repeat([]byte{7}, 32), 0o600); err != nil {
+		return nil, err
+	}
+	return []string{"--store", "etcd", "--etcd-endpoints", strings.Join(c.Endpoints(), ","), "--etcd-secrets-key-file", key}, nil
 }
 
 // zone starts a zone connected to g.

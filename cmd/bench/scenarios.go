@@ -178,7 +178,7 @@ func fleet(bins binariesAndN, r results) error {
 
 // withGlobal is a fresh environment running a global; the caller closes it.
 func withGlobal(bins binariesAndN) (*env, *plane, error) {
-	e, err := newEnv(bins.bins, bins.logDir)
+	e, err := newEnv(bins.bins, bins.logDir, bins.store)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -31,16 +31,15 @@ var (
 )
 
 // Binary returns the etcd server binary, building it on first use.
-func Binary(t testing.TB) string {
-	t.Helper()
+func Binary() (string, error) {
 	if p := os.Getenv("MERIDIAN_ETCD_BIN"); p != "" {
-		return p
+		return p, nil
 	}
 	buildOnce.Do(func() { buildPath, buildErr = build() })
 	if buildErr != nil {
-		t.Fatalf("building the pinned etcd server (tools/etcd): %v", buildErr)
+		return "", fmt.Errorf("building the pinned etcd server (tools/etcd): %w", buildErr)
 	}
-	return buildPath
+	return buildPath, nil
 }
 
 // build compiles tools/etcd into a cache directory keyed by its go.sum, so
@@ -111,7 +110,6 @@ type Member struct {
 
 // Cluster is a set of members started together.
 type Cluster struct {
-	t       testing.TB
 	Members []*Member
 }
 
@@ -125,12 +123,33 @@ type Options struct {
 // The members are killed when the test ends.
 func Start(t testing.TB, n int, o Options) *Cluster {
 	t.Helper()
-	bin := Binary(t)
-	dir := t.TempDir()
-	c := &Cluster{t: t}
+	c, err := Launch(t.TempDir(), n, o)
+	if c != nil {
+		t.Cleanup(c.Close)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Launch starts an n-member cluster with its data and logs in dir and waits
+// until it serves; Close kills it. For tools (the benchmark command); tests
+// use Start.
+func Launch(dir string, n int, o Options) (*Cluster, error) {
+	bin, err := Binary()
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{}
 	var initial []string
 	for i := range n {
-		m := &Member{Name: fmt.Sprintf("m%d", i), ClientURL: "http://" + freeAddr(t), peerURL: "http://" + freeAddr(t),
+		client, err1 := freeAddr()
+		peer, err2 := freeAddr()
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, err
+		}
+		m := &Member{Name: fmt.Sprintf("m%d", i), ClientURL: "http://" + client, peerURL: "http://" + peer,
 			dataDir: filepath.Join(dir, fmt.Sprintf("m%d", i)), logFile: filepath.Join(dir, fmt.Sprintf("m%d.log", i)), bin: bin}
 		c.Members = append(c.Members, m)
 		initial = append(initial, m.Name+"="+m.peerURL)
@@ -148,19 +167,23 @@ func Start(t testing.TB, n int, o Options) *Cluster {
 		}, o.ExtraArgs...)
 		m.restartArg = "new"
 		if err := m.start(); err != nil {
-			t.Fatal(err)
+			return c, err
 		}
 	}
-	t.Cleanup(func() {
-		for _, m := range c.Members {
-			m.Kill()
-		}
-	})
-	c.WaitHealthy(60 * time.Second)
+	if err := c.WaitHealthy(60 * time.Second); err != nil {
+		return c, err
+	}
 	for _, m := range c.Members {
 		m.restartArg = "existing"
 	}
-	return c
+	return c, nil
+}
+
+// Close kills every member.
+func (c *Cluster) Close() {
+	for _, m := range c.Members {
+		m.Kill()
+	}
 }
 
 func (m *Member) start() error {
@@ -229,11 +252,10 @@ func (c *Cluster) Client(t testing.TB) *clientv3.Client {
 }
 
 // WaitHealthy waits until a linearizable read succeeds.
-func (c *Cluster) WaitHealthy(timeout time.Duration) {
-	c.t.Helper()
+func (c *Cluster) WaitHealthy(timeout time.Duration) error {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 2 * time.Second})
 	if err != nil {
-		c.t.Fatal(err)
+		return err
 	}
 	defer cli.Close()
 	deadline := time.Now().Add(timeout)
@@ -242,7 +264,7 @@ func (c *Cluster) WaitHealthy(timeout time.Duration) {
 		_, err := cli.Get(ctx, "health")
 		cancel()
 		if err == nil {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
 			var logs []string
@@ -250,7 +272,7 @@ func (c *Cluster) WaitHealthy(timeout time.Duration) {
 				b, _ := os.ReadFile(m.logFile)
 				logs = append(logs, fmt.Sprintf("--- %s:\n%s", m.Name, tail(string(b), 2000)))
 			}
-			c.t.Fatalf("etcd cluster not healthy after %s: %v\n%s", timeout, err, strings.Join(logs, "\n"))
+			return fmt.Errorf("etcd cluster not healthy after %s: %v\n%s", timeout, err, strings.Join(logs, "\n"))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -263,12 +285,11 @@ func tail(s string, n int) string {
 	return s
 }
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
+func freeAddr() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	defer ln.Close()
-	return ln.Addr().String()
+	return ln.Addr().String(), nil
 }
