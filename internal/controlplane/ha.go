@@ -58,9 +58,9 @@ type EtcdConfig struct {
 // Health timing: a replica that has not completed a quorum read for
 // unhealthyAfter stops serving.
 const (
-	healthInterval = 500 * time.Millisecond
-	healthTimeout  = time.Second
-	unhealthyAfter = 2 * time.Second
+	healthInterval = time.Second
+	healthTimeout  = 1500 * time.Millisecond
+	unhealthyAfter = 3 * time.Second
 	electionTTL    = 5 // seconds
 )
 

@@ -141,6 +141,9 @@ func Launch(dir string, n int, o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
 	c := &Cluster{}
 	var initial []string
 	for i := range n {
