@@ -88,6 +88,14 @@ func access(r *http.Request) (right, string) {
 		if read {
 			return rightOpen, ""
 		}
+	case path == ConsoleLoginPath || path == ConsoleLogoutPath || strings.HasPrefix(path, consoleStaticPrefix):
+		// The console's login form and its assets; the token posted to
+		// the form is verified there (ConsoleToken).
+		return rightOpen, ""
+	case parts[0] == "gui":
+		// Console pages read, or act through the API handler, which
+		// authorizes each API call again (Inner).
+		return need, ""
 	case parts[0] == "tokens":
 		return rightToken, ""
 	case parts[0] == "meshes" && len(parts) >= 2:
@@ -96,8 +104,23 @@ func access(r *http.Request) (right, string) {
 	return need, ""
 }
 
+// Console paths and its session cookie. A browser cannot send a bearer
+// header on navigation, so the console keeps the user token the user gave
+// its login form in an HttpOnly, SameSite=Strict cookie, accepted on /gui/
+// paths only (the API proper keeps taking headers alone).
+const (
+	ConsolePrefix       = "/gui/"
+	ConsoleLoginPath    = "/gui/login"
+	ConsoleLogoutPath   = "/gui/logout"
+	consoleStaticPrefix = "/gui/static/"
+	ConsoleCookie       = "meridian_token"
+)
+
 func (s *Server) authenticate(r *http.Request) (*Principal, *Error) {
 	h := r.Header.Get("Authorization")
+	if c, err := r.Cookie(ConsoleCookie); h == "" && err == nil && c.Value != "" && strings.HasPrefix(r.URL.Path, ConsolePrefix) {
+		h = "Bearer " + c.Value
+	}
 	if h != "" {
 		scheme, token, _ := strings.Cut(h, " ")
 		if !strings.EqualFold(scheme, "Bearer") {
@@ -177,8 +200,13 @@ func (s *Server) authenticated(w http.ResponseWriter, r *http.Request) (*http.Re
 	}
 	p, e := s.authenticate(r)
 	if e != nil {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="meridian"`)
 		s.logger.Debug("request refused", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "reason", e.Details)
+		if strings.HasPrefix(r.URL.Path, ConsolePrefix) && r.Method == http.MethodGet {
+			// A browser without a session goes to the login form.
+			http.Redirect(w, r, ConsoleLoginPath+"?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+			return nil, false
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="meridian"`)
 		s.writeError(w, r, e)
 		return nil, false
 	}
@@ -188,4 +216,33 @@ func (s *Server) authenticated(w http.ResponseWriter, r *http.Request) (*http.Re
 		return nil, false
 	}
 	return r.WithContext(context.WithValue(r.Context(), principalKey{}, p)), true
+}
+
+// Inner is the API as the console calls it in-process: the request carries
+// the browser's principal (set by ServeHTTP on the /gui/ request), and every
+// call is authorized again as if it came over the network, so the console
+// can never do what its user may not.
+func (s *Server) Inner() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := PrincipalFrom(r.Context())
+		if p == nil {
+			s.writeError(w, r, unauthenticated("console call without a principal"))
+			return
+		}
+		if e := authorize(p, r); e != nil {
+			s.writeError(w, r, e)
+			return
+		}
+		s.mux.ServeHTTP(w, r)
+	})
+}
+
+// ConsoleToken verifies a user token typed into the console's login form.
+func (s *Server) ConsoleToken(token string) (*Principal, error) {
+	r := &http.Request{Header: http.Header{"Authorization": {"Bearer " + token}}, URL: &url.URL{Path: ConsoleLoginPath}}
+	p, e := s.authenticate(r)
+	if e != nil {
+		return nil, e
+	}
+	return p, nil
 }

@@ -54,6 +54,9 @@ type Config struct {
 	MaxBodyBytes    int64
 	// Ready reports readiness for /readyz; nil means always ready.
 	Ready func() error
+	// Console, when set, builds the web console from the API's Inner
+	// handler; it is served under ConsolePrefix, after authentication.
+	Console func(api *Server) (http.Handler, error)
 	// Writable, when set and failing, refuses every write at once with 503
 	// (a replica that lost its store, rather than after the store's own
 	// timeout).
@@ -91,6 +94,8 @@ type Server struct {
 	store  Store
 	logger hclog.Logger
 	mux    *http.ServeMux
+	// console serves /gui/ (nil: no console).
+	console http.Handler
 }
 
 // New checks cfg and builds the handler.
@@ -132,6 +137,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, adm: adm, reg: cfg.Registry, store: cfg.Store, logger: cfg.Logger, mux: http.NewServeMux()}
 	s.routes()
+	if cfg.Console != nil {
+		h, err := cfg.Console(s)
+		if err != nil {
+			return nil, err
+		}
+		s.console = h
+	}
 	return s, nil
 }
 
@@ -188,6 +200,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if s.console != nil && (r.URL.Path == "/gui" || strings.HasPrefix(r.URL.Path, ConsolePrefix)) {
+		// The console's own router: its paths overlap the API's
+		// /{plural}/{name} patterns, so it is not in the mux.
+		if r.URL.Path == "/gui" {
+			http.Redirect(w, r, ConsolePrefix, http.StatusMovedPermanently)
+			return
+		}
+		s.console.ServeHTTP(w, r)
+		return
+	}
 	s.mux.ServeHTTP(w, r)
 }
 
@@ -196,6 +218,10 @@ func safeMethod(m string) bool {
 }
 
 func (s *Server) handleIndex(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Console != nil && strings.Contains(r.Header.Get("Accept"), "text/html") {
+		http.Redirect(w, r, ConsolePrefix, http.StatusSeeOther) // a browser: the console
+		return
+	}
 	body := map[string]any{
 		"product": "Meridian",
 		"version": s.cfg.Version,

@@ -23,6 +23,8 @@ type ZoneStatuses interface {
 	PolicyStatuses(typ, mesh, name string) []meridiansync.ZonePolicyStatus
 	// RejectedBy lists the zones that rejected one of the global's resources.
 	RejectedBy(key resource.Key) []meridiansync.ZoneRejection
+	// RejectedIn lists the global's resources a zone rejected.
+	RejectedIn(zone string) []meridiansync.RejectedResource
 }
 
 // TokenIssuer issues zone tokens (internal/auth.ZoneTokens).
@@ -63,6 +65,17 @@ type zoneItem struct {
 	Type string `json:"type"`
 	Name string `json:"name"`
 	meridiansync.ZoneStatus
+	// Rejected (overview only) are the global's resources this zone
+	// rejected and has not accepted since.
+	Rejected []rejectedItem `json:"rejected,omitempty"`
+}
+
+type rejectedItem struct {
+	Type      string `json:"type"`
+	Mesh      string `json:"mesh,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+	Message   string `json:"message"`
 }
 
 func (s *Server) handleZones(w http.ResponseWriter, r *http.Request) {
@@ -81,7 +94,12 @@ func (s *Server) handleZoneOverview(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, notFound("zone %q has never connected", name))
 		return
 	}
-	s.writeValue(w, r, http.StatusOK, zoneItem{Type: "Zone", Name: name, ZoneStatus: st})
+	item := zoneItem{Type: "Zone", Name: name, ZoneStatus: st}
+	for _, rej := range s.cfg.Zones.RejectedIn(name) {
+		k := rej.Key
+		item.Rejected = append(item.Rejected, rejectedItem{Type: k.Type, Mesh: k.Mesh, Namespace: k.Namespace, Name: k.Name, Message: rej.Message})
+	}
+	s.writeValue(w, r, http.StatusOK, item)
 }
 
 type tokenRequest struct {

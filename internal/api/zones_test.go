@@ -31,6 +31,8 @@ func (f fakeZones) PolicyStatuses(string, string, string) []meridiansync.ZonePol
 	return nil
 }
 func (f fakeZones) RejectedBy(resource.Key) []meridiansync.ZoneRejection { return nil }
+
+func (f fakeZones) RejectedIn(string) []meridiansync.RejectedResource { return nil }
 func (f fakeZones) Status(zone string) (meridiansync.ZoneStatus, bool) {
 	for _, s := range f.statuses {
 		if s.Zone == zone {

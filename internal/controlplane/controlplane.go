@@ -170,6 +170,7 @@ func Run(ctx context.Context, cfg Config) error {
 		background.Wait()
 	}()
 	failed := make(chan error, 1)
+	feed := newChangeFeed() // the console's live updates
 	if cfg.Mode == api.ModeGlobal {
 		var ready func() error
 		if rep != nil {
@@ -184,11 +185,14 @@ func Run(ctx context.Context, cfg Config) error {
 			startReplica(ctx, cfg, rep, kds, &apiCfg, &background, failed)
 		}
 		apiCfg.Zones, apiCfg.Tokens, apiCfg.ZoneTokenAdmin = kds.server, kds.tokens, kds.access
+		runBackground(ctx, &background, failed, func(ctx context.Context) error { return feed.watchSignal(ctx, kds.server.StatusChanged) })
 		runBackground(ctx, &background, failed, func(context.Context) error { return kds.serve() })
 		runBackground(ctx, &background, failed, kds.access.watchZones)
 	} else if err := startZone(ctx, cfg, reg, store, metrics, &apiCfg, &background, failed); err != nil {
 		return err
 	}
+	apiCfg.Console = consoleFactory(cfg, reg, feed)
+	runBackground(ctx, &background, failed, func(ctx context.Context) error { return feed.watchStore(ctx, store, cfg.Logger) })
 	handler, err := api.New(apiCfg)
 	if err != nil {
 		return err

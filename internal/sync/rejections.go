@@ -2,6 +2,7 @@ package sync
 
 import (
 	"slices"
+	"strings"
 	gosync "sync"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
@@ -88,3 +89,24 @@ func (s *Server) rejectionsOf(zone string) *rejections {
 	}
 	return r
 }
+
+// RejectedResource is one of the sender's resources a peer rejected.
+type RejectedResource struct {
+	Key     resource.Key
+	Message string
+}
+
+func (r *rejections) list() []RejectedResource {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]RejectedResource, 0, len(r.byKey))
+	for k, msg := range r.byKey {
+		out = append(out, RejectedResource{Key: k, Message: msg})
+	}
+	slices.SortFunc(out, func(a, b RejectedResource) int { return strings.Compare(a.Key.String(), b.Key.String()) })
+	return out
+}
+
+// RejectedIn lists the global's resources that zone rejected (NACKed) and
+// has not accepted since, sorted by key.
+func (s *Server) RejectedIn(zone string) []RejectedResource { return s.rejectionsOf(zone).list() }

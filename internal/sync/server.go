@@ -172,6 +172,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 // sorted by name (GET /zones).
 func (s *Server) Statuses() []ZoneStatus { return s.tracker.statuses() }
 
+// StatusChanged returns a channel closed at the next zone connect or
+// disconnect (take a new one after each).
+func (s *Server) StatusChanged() <-chan struct{} { return s.tracker.changes() }
+
 // Status returns one zone's status (GET /zones/{name}/_overview).
 func (s *Server) Status(zone string) (ZoneStatus, bool) { return s.tracker.status(zone) }
 

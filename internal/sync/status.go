@@ -250,6 +250,21 @@ type tracker struct {
 	metrics *Metrics
 	zones   map[string]*zoneEntry
 	nextID  uint64
+	// changed is closed (and replaced) when a zone connects or
+	// disconnects: the console's live pages wait on it.
+	changed chan struct{}
+}
+
+// notifyLocked wakes the waiters of Changed; t.mu is held.
+func (t *tracker) notifyLocked() {
+	close(t.changed)
+	t.changed = make(chan struct{})
+}
+
+func (t *tracker) changes() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.changed
 }
 
 type zoneEntry struct {
@@ -258,7 +273,7 @@ type zoneEntry struct {
 }
 
 func newTracker(clock Clock, m *Metrics) *tracker {
-	return &tracker{clock: clock, metrics: m, zones: map[string]*zoneEntry{}}
+	return &tracker{clock: clock, metrics: m, zones: map[string]*zoneEntry{}, changed: make(chan struct{})}
 }
 
 // connected records an accepted stream and returns its id and the flows
@@ -281,6 +296,7 @@ func (t *tracker) connected(zone string, hs *syncv1.Handshake, env string, zoneR
 	if st.Connections > 1 {
 		t.metrics.reconnected(zone)
 	}
+	t.notifyLocked()
 	return e.session,
 		&flow{mu: &t.mu, st: &st.GlobalToZone, clock: t.clock, m: t.metrics.flow(DirectionGlobalToZone, zone)},
 		&flow{mu: &t.mu, st: &st.ZoneToGlobal, clock: t.clock, m: t.metrics.flow(DirectionZoneToGlobal, zone)}
@@ -300,6 +316,7 @@ func (t *tracker) disconnected(zone string, id uint64, reason string) {
 	e.st.DisconnectTime = timePtr(t.clock.Now())
 	e.st.LastError = reason
 	t.metrics.connected(zone, false)
+	t.notifyLocked()
 }
 
 // refused records a refused handshake for a zone already known (unknown

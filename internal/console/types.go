@@ -1,0 +1,242 @@
+package console
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// The API's JSON as the pages read it (SPEC 5 shapes; unknown fields are
+// ignored, so the API may grow).
+
+type meta struct {
+	Type      string            `json:"type"`
+	Mesh      string            `json:"mesh"`
+	Name      string            `json:"name"`
+	Namespace string            `json:"namespace"`
+	Labels    map[string]string `json:"labels"`
+	Entry     *int              `json:"entry,omitempty"`
+}
+
+// Origin is the kuma.io/origin label ("global" or "zone").
+func (m meta) Origin() string { return m.Labels["kuma.io/origin"] }
+
+// Ref names the policy as a user would: namespace/name.
+func (m meta) Ref() string {
+	if m.Namespace != "" {
+		return m.Namespace + "/" + m.Name
+	}
+	return m.Name
+}
+
+type list[T any] struct {
+	Total int `json:"total"`
+	Items []T `json:"items"`
+}
+
+type condition struct {
+	Type    string `json:"type"`
+	Status  string `json:"status"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+// stored is a resource as GET returns it (the spec is read by the types
+// embedding it, or shown as the raw document).
+type stored struct {
+	meta
+	CreationTime     time.Time `json:"creationTime"`
+	ModificationTime time.Time `json:"modificationTime"`
+	Version          uint64    `json:"version"`
+	Status           struct {
+		Conditions []condition `json:"conditions"`
+	} `json:"status"`
+}
+
+// Condition returns the condition of type t ("" status when absent).
+func (s stored) Condition(t string) condition {
+	for _, c := range s.Status.Conditions {
+		if c.Type == t {
+			return c
+		}
+	}
+	return condition{Type: t}
+}
+
+type dataplane struct {
+	stored
+	Networking struct {
+		Address string `json:"address"`
+		Inbound []struct {
+			Port int               `json:"port"`
+			Name string            `json:"name"`
+			Tags map[string]string `json:"tags"`
+		} `json:"inbound"`
+		Outbound []struct {
+			Port int               `json:"port"`
+			Tags map[string]string `json:"tags"`
+		} `json:"outbound"`
+	} `json:"networking"`
+}
+
+type matcher struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+	Not   bool   `json:"not"`
+}
+
+type rule struct {
+	Matchers []matcher      `json:"matchers"`
+	Conf     map[string]any `json:"conf"`
+	Origin   []meta         `json:"origin"`
+}
+
+// Subset is the rule's client subset in words.
+func (r rule) Subset() string {
+	if len(r.Matchers) == 0 {
+		return "every client"
+	}
+	parts := make([]string, 0, len(r.Matchers))
+	for _, m := range r.Matchers {
+		op := "="
+		if m.Not {
+			op = "≠"
+		}
+		parts = append(parts, m.Key+" "+op+" "+m.Value)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Action is a MeshTrafficPermission rule's decision in words and its
+// class for the page's colours.
+func (r rule) Action() (string, string) {
+	a, _ := r.Conf["action"].(string)
+	return actionWords(a)
+}
+
+func actionWords(a string) (string, string) {
+	switch strings.ToUpper(strings.ReplaceAll(a, "-", "_")) {
+	case "ALLOW":
+		return "allowed", "allow"
+	case "DENY":
+		return "denied", "deny"
+	case "ALLOW_WITH_SHADOW_DENY", "ALLOWWITHSHADOWDENY":
+		return "allowed (shadow deny: logged as denied)", "shadow"
+	}
+	return a, ""
+}
+
+type typeConf struct {
+	Conf   json.RawMessage `json:"conf"`
+	Origin []meta          `json:"origin"`
+	Rules  []rule          `json:"rules"`
+}
+
+type config struct {
+	Dataplane meta `json:"dataplane"`
+	Inbounds  []struct {
+		Port     int                 `json:"port"`
+		Tags     map[string]string   `json:"tags"`
+		Policies map[string]typeConf `json:"policies"`
+	} `json:"inbounds"`
+	Outbounds []struct {
+		Port     int                 `json:"port"`
+		Service  string              `json:"service"`
+		Tags     map[string]string   `json:"tags"`
+		Policies map[string]typeConf `json:"policies"`
+	} `json:"outbounds"`
+	Proxy map[string]typeConf `json:"proxy"`
+}
+
+type blockRef struct {
+	Policy meta   `json:"policy"`
+	Entry  *int   `json:"entry"`
+	Block  string `json:"block"`
+}
+
+// Describe names the block: policy, entry and block.
+func (b *blockRef) Describe() string {
+	if b == nil {
+		return "—"
+	}
+	s := b.Policy.Ref()
+	if b.Entry != nil {
+		s += fmt.Sprintf(" entry %d", *b.Entry)
+	}
+	if b.Block != "" {
+		s += " (" + b.Block + ")"
+	}
+	return s
+}
+
+type explanation struct {
+	Type   string          `json:"type"`
+	Conf   json.RawMessage `json:"conf"`
+	Fields []struct {
+		Path  string          `json:"path"`
+		Value json.RawMessage `json:"value"`
+		SetBy *blockRef       `json:"setBy"`
+		Lost  []struct {
+			By     blockRef        `json:"by"`
+			Value  json.RawMessage `json:"value"`
+			Reason string          `json:"reason"`
+		} `json:"lost"`
+	} `json:"fields"`
+	Blocks []struct {
+		blockRef
+		Outcome string `json:"outcome"`
+		Reason  string `json:"reason"`
+		When    string `json:"when"`
+	} `json:"blocks"`
+	Warnings []string `json:"warnings"`
+}
+
+type evaluation struct {
+	Inbound  int                 `json:"inbound"`
+	Client   map[string]string   `json:"client"`
+	Policies map[string]typeConf `json:"policies"`
+}
+
+type flowStatus struct {
+	RevisionSent  uint64 `json:"revisionSent"`
+	RevisionAcked uint64 `json:"revisionAcked"`
+	BatchesSent   uint64 `json:"batchesSent"`
+	BatchesAcked  uint64 `json:"batchesAcked"`
+	BatchesNacked uint64 `json:"batchesNacked"`
+	ResourcesSent uint64 `json:"resourcesSent"`
+	RemovalsSent  uint64 `json:"removalsSent"`
+	FullSnapshots uint64 `json:"fullSnapshots"`
+	LastNackError string `json:"lastNackError"`
+	Types         map[string]struct {
+		BatchesSent   uint64 `json:"batchesSent"`
+		BatchesAcked  uint64 `json:"batchesAcked"`
+		BatchesNacked uint64 `json:"batchesNacked"`
+		Resources     uint64 `json:"resources"`
+	} `json:"types"`
+}
+
+// Lag is how many revisions the receiver has not confirmed yet.
+func (f flowStatus) Lag() uint64 {
+	if f.RevisionSent > f.RevisionAcked {
+		return f.RevisionSent - f.RevisionAcked
+	}
+	return 0
+}
+
+type zoneStatus struct {
+	Name            string     `json:"name"`
+	Connected       bool       `json:"connected"`
+	ConnectTime     *time.Time `json:"connectTime"`
+	DisconnectTime  *time.Time `json:"disconnectTime"`
+	SoftwareVersion string     `json:"softwareVersion"`
+	Environment     string     `json:"environment"`
+	LastHeartbeat   *time.Time `json:"lastHeartbeat"`
+	LastError       string     `json:"lastError"`
+	Connections     uint64     `json:"connections"`
+	GlobalToZone    flowStatus `json:"globalToZone"`
+	ZoneToGlobal    flowStatus `json:"zoneToGlobal"`
+	Rejected        []struct {
+		Type, Mesh, Namespace, Name, Message string
+	} `json:"rejected"`
+}
