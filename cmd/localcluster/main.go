@@ -90,6 +90,10 @@ func run(ctx context.Context, once, verbose bool) error {
 
 // printTryIt says how to run meridianctl against the running planes.
 func (c *cluster) printTryIt() {
+	fmt.Printf("\n=== the web console (a browser on this machine is admin without a token)\n")
+	fmt.Printf("  global: %s/gui/   (zones, live)\n", c.apis["global"])
+	fmt.Printf("  zone-1: %s/gui/meshes/default/dataplanes/web-1?namespace=web-ns   (a proxy, field by field, and a what-if form)\n", c.apis["zone-1"])
+	fmt.Printf("  zone-2: %s/gui/\n", c.apis["zone-2"])
 	fmt.Printf("\n=== try it yourself\n")
 	fmt.Printf("meridianctl is built at %s (or run: go run ./cmd/meridianctl); its address comes from\n", c.bins.Meridianctl)
 	fmt.Printf("--api-address or MERIDIAN_API_ADDRESS, and loopback callers are admin without a token:\n\n")

@@ -125,7 +125,19 @@ func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	limit := 0
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			s.writeError(w, r, fieldError("limit", "must be a positive integer (blocks and losing values kept per field), got %q", v))
+			return
+		}
+		limit = n
+	}
 	res, err := snap.Explain(r.PathValue("name"), s.namespaceParam(r), d.Name, outbound, port, client)
+	if err == nil {
+		res.Limit(limit)
+	}
 	s.writeResult(w, r, res, err)
 }
 

@@ -35,6 +35,7 @@ func (c *Console) parseTemplates() error {
 		"pathesc":  url.PathEscape,
 		"queryesc": url.QueryEscape,
 		"lower":    strings.ToLower,
+		"sub":      func(a, b int) int { return a - b },
 		"inc":      func(i int) int { return i + 1 },
 		"add":      func(a, b int) int { return a + b },
 		"flowOf":   func(name string, f flowStatus) map[string]any { return map[string]any{"Name": name, "Flow": f} },

@@ -182,6 +182,7 @@ type explanation struct {
 			Value  json.RawMessage `json:"value"`
 			Reason string          `json:"reason"`
 		} `json:"lost"`
+		LostTotal int `json:"lostTotal"`
 	} `json:"fields"`
 	Blocks []struct {
 		blockRef
@@ -189,7 +190,8 @@ type explanation struct {
 		Reason  string `json:"reason"`
 		When    string `json:"when"`
 	} `json:"blocks"`
-	Warnings []string `json:"warnings"`
+	BlocksTotal int      `json:"blocksTotal"`
+	Warnings    []string `json:"warnings"`
 }
 
 type evaluation struct {

@@ -345,12 +345,20 @@ func (c *Console) explained(r *http.Request, mesh, name, ns, typ string, tc type
 	}
 	out.Explain = "/gui" + dpPath(mesh, name, ns, "explain", eq)
 	var ex explanation
-	if err := c.get(r, dpPath(mesh, name, ns, "_explain", q), &ex); err != nil {
+	aq := url.Values{"limit": {"1"}} // the winners and how many lost: not megabytes of losers
+	for k, v := range q {
+		aq[k] = v
+	}
+	if err := c.get(r, dpPath(mesh, name, ns, "_explain", aq), &ex); err != nil {
 		out.Err = err.Error()
 		return out
 	}
 	for _, f := range ex.Fields {
-		out.Fields = append(out.Fields, fieldRow{Path: f.Path, Value: compactJSON(f.Value), SetBy: f.SetBy.Describe(), Lost: len(f.Lost)})
+		lost := len(f.Lost)
+		if f.LostTotal > lost {
+			lost = f.LostTotal
+		}
+		out.Fields = append(out.Fields, fieldRow{Path: f.Path, Value: compactJSON(f.Value), SetBy: f.SetBy.Describe(), Lost: lost})
 	}
 	return out
 }
@@ -426,7 +434,13 @@ type explainData struct {
 	DP    meta
 	Query string
 	Ex    explanation
+	Limit int
 }
+
+// explainLimit bounds the contributions the explain page lists (each field's
+// losers, and the blocks); the page says how many more there are and the
+// API gives them all.
+const explainLimit = 100
 
 // explainPage shows the whole explanation of one target and type: every
 // field with its setter, each losing contribution with its reason, and
@@ -439,8 +453,12 @@ func (c *Console) explainPage(w http.ResponseWriter, r *http.Request) {
 			q.Set(k, v)
 		}
 	}
-	d := explainData{Query: q.Encode()}
-	if err := c.get(r, dpPath(mesh, name, ns, "_explain", q), &d.Ex); err != nil {
+	d := explainData{Query: q.Encode(), Limit: explainLimit}
+	aq := url.Values{"limit": {strconv.Itoa(explainLimit)}}
+	for k, v := range q {
+		aq[k] = v
+	}
+	if err := c.get(r, dpPath(mesh, name, ns, "_explain", aq), &d.Ex); err != nil {
 		c.fail(w, r, "Explanation", err)
 		return
 	}

@@ -18,7 +18,9 @@ type Explanation struct {
 	Conf      json.RawMessage `json:"conf"` // null when the type gives the target nothing
 	Fields    []FieldExplain  `json:"fields"`
 	Blocks    []BlockExplain  `json:"blocks"`
-	Warnings  []string        `json:"warnings"`
+	// BlocksTotal, set by Limit when it cut Blocks, counts them all.
+	BlocksTotal int      `json:"blocksTotal,omitempty"`
+	Warnings    []string `json:"warnings"`
 }
 
 // ExplainTarget names what was explained: an outbound, an inbound with a
@@ -41,11 +43,13 @@ type BlockRef struct {
 // set it (both absent when the field is not in the effective conf), the
 // blocks whose value for it lost, and the unsets that named it.
 type FieldExplain struct {
-	Path   string          `json:"path"`
-	Value  json.RawMessage `json:"value,omitempty"`
-	SetBy  *BlockRef       `json:"setBy"`
-	Lost   []LostValue     `json:"lost"`
-	Unsets []UnsetExplain  `json:"unsets,omitempty"`
+	Path  string          `json:"path"`
+	Value json.RawMessage `json:"value,omitempty"`
+	SetBy *BlockRef       `json:"setBy"`
+	Lost  []LostValue     `json:"lost"`
+	// LostTotal, set by Limit when it cut Lost, counts them all.
+	LostTotal int            `json:"lostTotal,omitempty"`
+	Unsets    []UnsetExplain `json:"unsets,omitempty"`
 }
 
 // LostValue is a value a block had for a field and why it is not in effect.
@@ -282,4 +286,22 @@ func (bt *blockTrace) explain() BlockExplain {
 	}
 	be.Reason = strings.Join(reasons, "; ")
 	return be
+}
+
+// Limit keeps at most n blocks and n losing values per field (the first
+// ones, in apply order) and records the totals it cut: with 10,000 policies
+// on one target the whole explanation is megabytes, while a reader (the
+// console) shows the winners and a count. n <= 0 keeps everything.
+func (e *Explanation) Limit(n int) {
+	if n <= 0 {
+		return
+	}
+	if len(e.Blocks) > n {
+		e.BlocksTotal, e.Blocks = len(e.Blocks), e.Blocks[:n]
+	}
+	for i := range e.Fields {
+		if f := &e.Fields[i]; len(f.Lost) > n {
+			f.LostTotal, f.Lost = len(f.Lost), f.Lost[:n]
+		}
+	}
 }
