@@ -3,6 +3,7 @@ package integration
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -24,11 +25,12 @@ type haFleet struct {
 	kdsA, kdsB string
 	bLinks     []*linkProxy
 	z1, z2     *node
+	tokenIDs   map[string]string // zone -> its token's id
 }
 
 func startHAFleet(t *testing.T) *haFleet {
 	t.Helper()
-	f := &haFleet{etcd: etcdtest.Start(t, 3, etcdtest.Options{})}
+	f := &haFleet{etcd: etcdtest.Start(t, 3, etcdtest.Options{}), tokenIDs: map[string]string{}}
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
 	keyFile := filepath.Join(t.TempDir(), "secrets.key")
@@ -56,7 +58,7 @@ func startHAFleet(t *testing.T) *haFleet {
 	}
 	zone := func(name string, kdsOrder string) *node {
 		tokenFile := filepath.Join(t.TempDir(), name+".token")
-		zoneTokenWithID(t, f.a, name, tokenFile) // signed by a, accepted by both: the key is shared
+		f.tokenIDs[name] = zoneTokenWithID(t, f.a, name, tokenFile) // signed by a, accepted by both: the key is shared
 		z := startNode(t, name, bins.Zone, t.TempDir(), append([]string{"--zone", name, "--environment", "universal",
 			"--global-address", kdsOrder, "--zone-token-file", tokenFile,
 			"--kds-ca-file", filepath.Join(f.a.dataDir, "kds-server.crt")}, fastHeartbeats...)...)
@@ -234,5 +236,46 @@ func TestHAReplicas(t *testing.T) {
 			return status == 200
 		})
 		waitSame(t, 30*time.Second, f.a, f.b, "global", "")
+	})
+
+	t.Run("key rotation and revocation reach every replica", func(t *testing.T) {
+		status, body := f.a.request("POST", "/tokens/zone/signing-keys", `{"overlap":"1h"}`)
+		if status != 200 {
+			t.Fatalf("rotate on a: %d %s", status, body)
+		}
+		var rotated struct {
+			New string `json:"kid"`
+		}
+		_ = json.Unmarshal(body, &rotated)
+		took := waitFor(t, 15*time.Second, "replica b to use the key rotated on a", func() bool {
+			var keys struct {
+				Items []struct {
+					Kid     string `json:"kid"`
+					Current bool   `json:"current"`
+				} `json:"items"`
+			}
+			if err := getJSON(f.b, "/tokens/zone/signing-keys", &keys); err != nil {
+				return false
+			}
+			for _, k := range keys.Items {
+				if k.Current && k.Kid == rotated.New && rotated.New != "" {
+					return true
+				}
+			}
+			return false
+		})
+		t.Logf("key %s rotated on a is current on b after %s", rotated.New, took.Round(time.Millisecond))
+
+		if status, body := f.b.request("DELETE", "/tokens/zone/"+f.tokenIDs["zone-1"], ""); status/100 != 2 {
+			t.Fatalf("revoke zone-1's token on b: %d %s", status, body)
+		}
+		took = waitFor(t, 15*time.Second, "zone-1 to be cut off by both replicas", func() bool {
+			return !zoneConnected(t, f.a, "zone-1") && !zoneConnected(t, f.b, "zone-1")
+		})
+		time.Sleep(3 * time.Second) // the zone keeps retrying; both replicas must keep refusing
+		if zoneConnected(t, f.a, "zone-1") || zoneConnected(t, f.b, "zone-1") {
+			t.Error("a replica accepted zone-1 again with its revoked token")
+		}
+		t.Logf("zone-1's token revoked on b: its stream ended and every replica refuses it (%s)", took.Round(time.Millisecond))
 	})
 }

@@ -60,6 +60,14 @@ func LoadZoneKeyRing(dataDir string, clock Clock) (*ZoneKeyRing, error) {
 	return r, nil
 }
 
+// Reload rereads the keys from the data dir: another global replica rotated
+// or retired a key and its files were written here (HA).
+func (r *ZoneKeyRing) Reload() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.reload()
+}
+
 // Tokens returns the issuer/verifier of the current key set.
 func (r *ZoneKeyRing) Tokens() *ZoneTokens { return r.tokens.Load() }
 

@@ -328,6 +328,11 @@ func createGlobalSecrets(cfg Config) error {
 // runs its monitor and election.
 func startReplica(ctx context.Context, cfg Config, rep *replica, kds *globalKDS, apiCfg *api.Config,
 	background *sync.WaitGroup, failed chan<- error) {
+	kds.access.lock = func(ctx context.Context) (func(), error) { return rep.lock(ctx, "revocations-lock/") }
+	kds.access.keysChanged = func() error { return rep.publishSecrets(cfg.DataDir) }
+	runBackground(ctx, background, failed, func(ctx context.Context) error {
+		return rep.watchSecrets(ctx, cfg.DataDir, kds.access.keysReloaded)
+	})
 	rep.whenLost(func() {
 		n := kds.server.EndStreams(func(meridiansync.StreamInfo) bool { return true }, errStoreLost)
 		cfg.Logger.Warn("ended zone streams", "count", n)

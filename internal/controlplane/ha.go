@@ -79,6 +79,9 @@ type replica struct {
 	lastErr error
 	onLost  []func()
 	leading atomic.Bool
+	// bundle is the last shared-secrets value this replica wrote or
+	// took, so its watch skips its own writes.
+	bundle []byte
 }
 
 func openReplica(ctx context.Context, cfg Config) (*replica, error) {
@@ -293,40 +296,66 @@ func (r *replica) shareSecrets(ctx context.Context, dataDir string, generate fun
 	if err != nil {
 		return err
 	}
-	sess, err := concurrency.NewSession(r.cli, concurrency.WithTTL(electionTTL), concurrency.WithContext(ctx))
-	if err != nil {
-		return fmt.Errorf("etcd session: %w", err)
-	}
-	defer sess.Close()
-	mu := concurrency.NewMutex(sess, r.cfg.Prefix+"secrets-lock/")
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := mu.Lock(lctx); err != nil {
-		return fmt.Errorf("etcd lock for the shared secrets: %w", err)
+	unlock, err := r.lock(lctx, "secrets-lock/")
+	if err != nil {
+		return err
 	}
-	defer func() { _ = mu.Unlock(context.Background()) }()
-	bundleKey := r.cfg.Prefix + "secrets/bundle"
-	resp, err := r.cli.Get(lctx, bundleKey)
+	defer unlock()
+	resp, err := r.cli.Get(lctx, r.bundleKey())
 	if err != nil {
 		return fmt.Errorf("read the shared secrets: %w", err)
 	}
 	if len(resp.Kvs) == 1 {
-		files, err := openBundle(key, []byte(r.cfg.Prefix), resp.Kvs[0].Value)
+		files, err := r.takeBundle(key, dataDir, resp.Kvs[0].Value)
 		if err != nil {
 			return err
 		}
-		if err := writeSecretFiles(dataDir, files); err != nil {
-			return err
-		}
-		r.log.Info("shared keys and certificate taken from etcd", "files", len(files))
+		r.log.Info("shared keys and certificate taken from etcd", "files", files)
 		return nil
 	}
 	if err := generate(); err != nil {
 		return err
 	}
-	names, err := sharedSecretFiles(dataDir)
+	n, err := r.putBundle(lctx, key, dataDir)
 	if err != nil {
 		return err
+	}
+	r.log.Info("shared keys and certificate created and stored in etcd (encrypted)", "files", n)
+	return nil
+}
+
+func (r *replica) bundleKey() string { return r.cfg.Prefix + "secrets/bundle" }
+
+// takeBundle writes a sealed bundle's files into the data dir, removing
+// retired zone token keys the bundle no longer holds.
+func (r *replica) takeBundle(key []byte, dataDir string, sealed []byte) (int, error) {
+	files, err := openBundle(key, []byte(r.cfg.Prefix), sealed)
+	if err != nil {
+		return 0, err
+	}
+	if err := writeSecretFiles(dataDir, files); err != nil {
+		return 0, err
+	}
+	prev, _ := os.ReadDir(filepath.Join(dataDir, auth.PreviousKeysDir))
+	for _, e := range prev {
+		name := filepath.Join(auth.PreviousKeysDir, e.Name())
+		if _, ok := files[name]; !ok {
+			_ = os.Remove(filepath.Join(dataDir, name))
+		}
+	}
+	r.mu.Lock()
+	r.bundle = append([]byte(nil), sealed...)
+	r.mu.Unlock()
+	return len(files), nil
+}
+
+// putBundle seals the data dir's shared files and stores them in etcd.
+func (r *replica) putBundle(ctx context.Context, key []byte, dataDir string) (int, error) {
+	names, err := sharedSecretFiles(dataDir)
+	if err != nil {
+		return 0, err
 	}
 	files := map[string][]byte{}
 	for _, n := range names {
@@ -335,19 +364,96 @@ func (r *replica) shareSecrets(ctx context.Context, dataDir string, generate fun
 			continue // e.g. no generated certificate when --tls-cert-file is given
 		}
 		if err != nil {
-			return err
+			return 0, err
 		}
 		files[n] = b
 	}
 	sealed, err := sealBundle(key, []byte(r.cfg.Prefix), files)
 	if err != nil {
+		return 0, err
+	}
+	if _, err := r.cli.Put(ctx, r.bundleKey(), string(sealed)); err != nil {
+		return 0, fmt.Errorf("store the shared secrets: %w", err)
+	}
+	r.mu.Lock()
+	r.bundle = sealed
+	r.mu.Unlock()
+	return len(files), nil
+}
+
+// publishSecrets stores this replica's key files after it rotated or
+// retired a zone token key; the other replicas' watchSecrets take them.
+func (r *replica) publishSecrets(dataDir string) error {
+	key, err := readSecretsKey(r.cfg.SecretsKeyFile)
+	if err != nil {
 		return err
 	}
-	if _, err := r.cli.Put(lctx, bundleKey, string(sealed)); err != nil {
-		return fmt.Errorf("store the shared secrets: %w", err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	unlock, err := r.lock(ctx, "secrets-lock/")
+	if err != nil {
+		return err
 	}
-	r.log.Info("shared keys and certificate created and stored in etcd (encrypted)", "files", len(files))
+	defer unlock()
+	_, err = r.putBundle(ctx, key, dataDir)
+	return err
+}
+
+// watchSecrets takes the key files another replica publishes and calls
+// changed (the key ring rereads them). It returns when ctx ends.
+func (r *replica) watchSecrets(ctx context.Context, dataDir string, changed func() error) error {
+	key, err := readSecretsKey(r.cfg.SecretsKeyFile)
+	if err != nil {
+		return err
+	}
+	for ctx.Err() == nil {
+		wch := r.cli.Watch(clientv3.WithRequireLeader(ctx), r.bundleKey())
+		for resp := range wch {
+			for _, ev := range resp.Events {
+				if ev.Type != clientv3.EventTypePut {
+					continue
+				}
+				r.mu.Lock()
+				own := string(ev.Kv.Value) == string(r.bundle)
+				r.mu.Unlock()
+				if own {
+					continue
+				}
+				if _, err := r.takeBundle(key, dataDir, ev.Kv.Value); err != nil {
+					r.log.Error("cannot take the shared keys another replica published", "error", err)
+					continue
+				}
+				if err := changed(); err != nil {
+					r.log.Error("reloading the shared keys", "error", err)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
 	return nil
+}
+
+// lock takes an etcd mutex under the prefix (released by the returned
+// func, or by the lease's expiry if this replica dies holding it).
+func (r *replica) lock(ctx context.Context, name string) (func(), error) {
+	sess, err := concurrency.NewSession(r.cli, concurrency.WithTTL(electionTTL), concurrency.WithContext(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("etcd session: %w", err)
+	}
+	mu := concurrency.NewMutex(sess, r.cfg.Prefix+name)
+	if err := mu.Lock(ctx); err != nil {
+		sess.Close()
+		return nil, fmt.Errorf("etcd lock %s: %w", name, err)
+	}
+	return func() {
+		uctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = mu.Unlock(uctx)
+		sess.Close()
+	}, nil
 }
 
 func readSecretsKey(path string) ([]byte, error) {

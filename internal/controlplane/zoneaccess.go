@@ -32,6 +32,13 @@ type zoneAccess struct {
 	mu      gosync.RWMutex
 	revoked map[string]int64 // token id → its expiry (Unix s): kept until then
 	server  *meridiansync.Server
+
+	// HA hooks (nil with one global): lock serializes revocations across
+	// replicas (the revoked set is one meta value, read, merged, written);
+	// keysChanged publishes this replica's key files after a rotation or a
+	// retirement so the other replicas take them.
+	lock        func(ctx context.Context) (unlock func(), err error)
+	keysChanged func() error
 }
 
 const metaRevokedZoneTokens = "auth/revoked-zone-tokens"
@@ -105,6 +112,13 @@ func (z *zoneAccess) Revoke(ctx context.Context, id string) (int, error) {
 	if id == "" || len(id) > 64 {
 		return 0, fmt.Errorf("%w: a zone token id is 1 to 64 characters", storage.ErrInvalid)
 	}
+	if z.lock != nil {
+		unlock, err := z.lock(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("revoke zone token %s: %w", id, err)
+		}
+		defer unlock()
+	}
 	stored, err := z.readRevocations(ctx)
 	if err != nil {
 		return 0, err
@@ -124,7 +138,7 @@ func (z *zoneAccess) Revoke(ctx context.Context, id string) (int, error) {
 	}
 	next[id] = z.clock().Add(auth.MaxValidity).Unix()
 	raw, err := json.Marshal(next)
-	if err == nil { // another replica's revocation between the read and this write may be lost: see the HA notes
+	if err == nil {
 		_, err = z.store.Apply(ctx, storage.Batch{Meta: map[string][]byte{metaRevokedZoneTokens: raw}})
 	}
 	if err != nil {
@@ -256,6 +270,9 @@ func (z *zoneAccess) RotateKey(overlap time.Duration) (newID, oldID string, reti
 		z.log.Info("zone token signing key retired", "kid", oldID, "streams_ended", n)
 	})
 	z.log.Info("zone token signing key rotated", "new", newID, "previous", oldID, "previous_retires", retireAt.UTC())
+	if err := z.publishKeys(); err != nil {
+		return "", "", time.Time{}, err
+	}
 	return newID, oldID, retireAt, nil
 }
 
@@ -268,7 +285,36 @@ func (z *zoneAccess) RetireKey(kid string) (int, error) {
 	ended := z.endStreams(func(s meridiansync.StreamInfo) bool { return s.KeyID == kid },
 		fmt.Errorf("%w: signing key %s was retired", meridiansync.ErrStreamRevoked, kid))
 	z.log.Info("zone token signing key retired", "kid", kid, "streams_ended", ended)
+	if err := z.publishKeys(); err != nil {
+		return ended, err
+	}
 	return ended, nil
+}
+
+func (z *zoneAccess) publishKeys() error {
+	if z.keysChanged == nil {
+		return nil
+	}
+	if err := z.keysChanged(); err != nil {
+		return fmt.Errorf("share the signing keys with the other replicas: %w", err)
+	}
+	return nil
+}
+
+// keysReloaded takes key files another replica wrote: the ring rereads
+// them, and live streams admitted under a key that is gone end.
+func (z *zoneAccess) keysReloaded() error {
+	if err := z.ring.Reload(); err != nil {
+		return err
+	}
+	known := map[string]bool{}
+	for _, k := range z.ring.Keys() {
+		known[k.ID] = true
+	}
+	n := z.endStreams(func(s meridiansync.StreamInfo) bool { return s.KeyID != "" && !known[s.KeyID] },
+		fmt.Errorf("%w: its signing key was retired on another replica", meridiansync.ErrStreamRevoked))
+	z.log.Info("zone token signing keys reloaded from another replica", "keys", len(known), "streams_ended", n)
+	return nil
 }
 
 // endStreams ends the matching live streams of the attached server.
