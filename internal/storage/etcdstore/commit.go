@@ -27,13 +27,17 @@ type writeReq struct {
 	ctx  context.Context
 	fn   func(*writeTx) error
 	done chan error
+	// keys the request will read (its resources and their meshes, which
+	// admission checks): the group reads them all in one round trip
+	// before running the requests, instead of one Get each.
+	keys []resource.Key
 }
 
-func (s *Store) submit(ctx context.Context, fn func(*writeTx) error) error {
+func (s *Store) submit(ctx context.Context, keys []resource.Key, fn func(*writeTx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	req := &writeReq{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	req := &writeReq{ctx: ctx, fn: fn, done: make(chan error, 1), keys: keys}
 	select {
 	case s.writes <- req:
 	case <-ctx.Done():
@@ -128,11 +132,11 @@ func (s *Store) runGroup(reqs []*writeReq) (w *writeTx, accepted []bool, errs []
 		case <-ctx.Done():
 		}
 	}()
-	h, headRev, err := s.readHead(ctx, 0)
+	h, headRev, loaded, err := s.prefetch(ctx, reqs)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	w = &writeTx{s: s, ctx: ctx, loaded: map[string]*resource.Resource{}, changes: map[string]*change{},
+	w = &writeTx{s: s, ctx: ctx, loaded: loaded, changes: map[string]*change{},
 		meta: map[string][]byte{}, startRev: h.rev, rev: h.rev, ops: 1, bytes: 64, headModRev: headRev}
 	accepted, errs = make([]bool, len(reqs)), make([]error, len(reqs))
 	for i, r := range reqs {
@@ -166,6 +170,77 @@ func (s *Store) runGroup(reqs []*writeReq) (w *writeTx, accepted []bool, errs []
 		}
 	}
 	return w, accepted, errs, rest, nil
+}
+
+// prefetch reads head and every key the requests name in read-only
+// transactions of at most MaxTxnOps gets (head in the first). Values read
+// after head may be newer than it: the commit's compare on head then fails
+// and the group reruns, so this is only ever an optimisation.
+func (s *Store) prefetch(ctx context.Context, reqs []*writeReq) (head, int64, map[string]*resource.Resource, error) {
+	loaded := map[string]*resource.Resource{}
+	var encs []string
+	for _, r := range reqs {
+		for _, k := range r.keys {
+			enc := string(kv.EncodeKey(k))
+			if _, ok := loaded[enc]; !ok {
+				loaded[enc] = nil
+				encs = append(encs, enc)
+			}
+		}
+	}
+	var h head
+	var headRev int64
+	first := true
+	for first || len(encs) > 0 {
+		n := min(len(encs), s.cfg.MaxTxnOps-1)
+		ops := make([]clientv3.Op, 0, n+1)
+		if first {
+			ops = append(ops, clientv3.OpGet(s.l.head()))
+		}
+		for _, enc := range encs[:n] {
+			ops = append(ops, clientv3.OpGet(s.l.resource([]byte(enc))))
+		}
+		cctx, cancel := s.callCtx(ctx)
+		resp, err := s.cli.Txn(cctx).Then(ops...).Commit()
+		cancel()
+		if err != nil {
+			return head{}, 0, nil, s.wrapErr(err)
+		}
+		for i, r := range resp.Responses {
+			kvs := r.GetResponseRange().Kvs
+			if first && i == 0 {
+				if len(kvs) == 1 {
+					if h, err = decodeHead(kvs[0].Value); err != nil {
+						return head{}, 0, nil, fmt.Errorf("etcdstore: %w", err)
+					}
+					headRev = kvs[0].ModRevision
+				}
+				continue
+			}
+			if len(kvs) == 1 {
+				enc, _ := s.l.resourceKey(kvs[0].Key)
+				_, res, err := decodeValue(kvs[0].Value)
+				if err != nil {
+					return head{}, 0, nil, fmt.Errorf("etcdstore: resource %q: %w", enc, err)
+				}
+				loaded[string(enc)] = res
+			}
+		}
+		encs, first = encs[n:], false
+	}
+	return h, headRev, loaded, nil
+}
+
+// readKeys are the keys a write of r reads: r itself and its mesh.
+func readKeys(rs ...*resource.Resource) []resource.Key {
+	out := make([]resource.Key, 0, 2*len(rs))
+	for _, r := range rs {
+		out = append(out, r.Key())
+		if r.Mesh != "" {
+			out = append(out, resource.Key{Type: "Mesh", Name: r.Mesh})
+		}
+	}
+	return out
 }
 
 // isStoreFailure tells an etcd failure (the whole group fails) from a
@@ -297,7 +372,7 @@ func (s *Store) write(ctx context.Context, r *resource.Resource, mode kv.PutMode
 		out     *resource.Resource
 		outcome storage.Outcome
 	)
-	err := s.submit(ctx, func(w *writeTx) (err error) {
+	err := s.submit(ctx, readKeys(r), func(w *writeTx) (err error) {
 		out, outcome, err = w.writeOne(r, mode)
 		return err
 	})
@@ -312,7 +387,7 @@ func (s *Store) Delete(ctx context.Context, key resource.Key, version uint64) er
 	if err := kv.ValidateKey(key); err != nil {
 		return err
 	}
-	return s.submit(ctx, func(w *writeTx) error { return w.deleteOne(key, version) })
+	return s.submit(ctx, []resource.Key{key}, func(w *writeTx) error { return w.deleteOne(key, version) })
 }
 
 // Apply implements storage.Store.
@@ -321,7 +396,8 @@ func (s *Store) Apply(ctx context.Context, b storage.Batch) (*storage.BatchResul
 		return nil, err
 	}
 	var out *storage.BatchResult
-	err := s.submit(ctx, func(w *writeTx) (err error) {
+	keys := append(readKeys(b.Puts...), b.Deletes...)
+	err := s.submit(ctx, keys, func(w *writeTx) (err error) {
 		out, err = w.apply(b)
 		return err
 	})
