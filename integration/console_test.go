@@ -159,6 +159,25 @@ func TestConsoleZonesLive(t *testing.T) {
 			return nil
 		})
 	}
+	// A proxy in zone-2 (Kubernetes) shaped by a global policy and a zone one: each field
+	// names the policy that set it and where that policy comes from.
+	apply(t, c.global, mustRead(t, examplePath(t, "global-policies.yaml")))
+	apply(t, c.zone2, mustRead(t, examplePath(t, "zone-1-resources.yaml"))) // written for a Kubernetes zone: zone-2 is one
+	page := c.zone2.api + "/gui/meshes/default/dataplanes/web-1?namespace=web-ns"
+	eventually(t, 20*time.Second, func() error {
+		if err := do(ctx, chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("h1"))); err != nil {
+			return err
+		}
+		got := text(t, ctx, "main")
+		for _, want := range []string{"default-timeout-global", "[global]", "backend-timeouts", "[zone zone-2]"} {
+			if !strings.Contains(got, want) {
+				return fmt.Errorf("web-1's page lacks %q yet", want)
+			}
+		}
+		return nil
+	})
+	shot(t, ctx, "zone-dataplane-multizone")
+
 	if err := do(ctx, chromedp.Navigate(c.global.api+"/gui/"),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-zone="zone-1"] [data-state="online"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-zone="zone-2"] [data-state="online"]`))); err != nil {
@@ -196,6 +215,15 @@ func TestConsoleZonesLive(t *testing.T) {
 		t.Errorf("zone page lacks its sync flows: %s", got)
 	}
 	shot(t, ctx, "global-zone-detail")
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // TestConsoleDataplaneSeed001: a zone's Dataplane page shows the seed 001

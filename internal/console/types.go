@@ -22,12 +22,28 @@ type meta struct {
 // Origin is the kuma.io/origin label ("global" or "zone").
 func (m meta) Origin() string { return m.Labels["kuma.io/origin"] }
 
-// Ref names the policy as a user would: namespace/name.
+// Ref names the resource as a user would: namespace/name, with the name its
+// author gave it (kuma.io/display-name) when it is a synced copy stored
+// under a hashed name.
 func (m meta) Ref() string {
-	if m.Namespace != "" {
-		return m.Namespace + "/" + m.Name
+	name := m.Name
+	if d := m.Labels["kuma.io/display-name"]; d != "" && d != name {
+		name = d + " (stored as " + m.Name + ")"
 	}
-	return m.Name
+	if m.Namespace != "" {
+		return m.Namespace + "/" + name
+	}
+	return name
+}
+
+// Provenance says where a policy comes from: "global", or "zone z".
+func (m meta) Provenance() string {
+	switch o := m.Origin(); {
+	case o == "zone" && m.Labels["kuma.io/zone"] != "":
+		return "zone " + m.Labels["kuma.io/zone"]
+	default:
+		return o
+	}
 }
 
 type list[T any] struct {
@@ -161,6 +177,9 @@ func (b *blockRef) Describe() string {
 		return "—"
 	}
 	s := b.Policy.Ref()
+	if p := b.Policy.Provenance(); p != "" {
+		s += " [" + p + "]"
+	}
 	if b.Entry != nil {
 		s += fmt.Sprintf(" entry %d", *b.Entry)
 	}

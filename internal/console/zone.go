@@ -261,8 +261,8 @@ func originNames(ms []meta) string {
 	names := make([]string, 0, len(ms))
 	for _, m := range ms {
 		n := m.Ref()
-		if o := m.Origin(); o != "" {
-			n += " (" + o + ")"
+		if p := m.Provenance(); p != "" {
+			n += " [" + p + "]"
 		}
 		names = append(names, n)
 	}
