@@ -70,20 +70,41 @@ func startHAFleet(t *testing.T) *haFleet {
 	return f
 }
 
-// servedBy is the replica a zone's stream is on now.
+// servedBy is the replica a zone's stream is on now (every replica's
+// /zones says so: the replicas share their zones' status through etcd).
 func (f *haFleet) servedBy(t *testing.T, zone string) *node {
 	t.Helper()
 	var found *node
 	waitFor(t, 20*time.Second, zone+" to be connected to a replica", func() bool {
 		found = nil
+		var st struct {
+			Connected bool   `json:"connected"`
+			ServedBy  string `json:"servedBy"`
+		}
+		if err := getJSON(f.a, "/zones/"+zone+"/_overview", &st); err != nil || !st.Connected {
+			return false
+		}
 		for _, g := range []*node{f.a, f.b} {
-			if zoneConnected(t, g, zone) {
+			if g.proc.Name == st.ServedBy {
 				found = g
 			}
 		}
 		return found != nil
 	})
 	return found
+}
+
+// servedByName is the replica serving zone according to g ("" when
+// offline or unknown).
+func servedByName(g *node, zone string) string {
+	var st struct {
+		Connected bool   `json:"connected"`
+		ServedBy  string `json:"servedBy"`
+	}
+	if getJSON(g, "/zones/"+zone+"/_overview", &st) != nil || !st.Connected {
+		return ""
+	}
+	return st.ServedBy
 }
 
 // tryPuts writes one MeshTimeout per name and returns the names answered
@@ -138,6 +159,11 @@ func TestHAReplicas(t *testing.T) {
 	}
 	waitSame(t, 30*time.Second, f.z1, f.b, "zone", "zone-1")
 	waitSame(t, 30*time.Second, f.z2, f.a, "zone", "zone-2")
+	for _, g := range []*node{f.a, f.b} {
+		for _, z := range []string{"zone-1", "zone-2"} {
+			waitFor(t, 10*time.Second, g.proc.Name+" to show "+z+" connected (on whichever replica)", func() bool { return zoneConnected(t, g, z) })
+		}
+	}
 
 	// kill -9 the replica zone-1 is on: it resumes on the other, nothing resent.
 	t.Run("kill the zone's replica", func(t *testing.T) {
@@ -150,7 +176,9 @@ func TestHAReplicas(t *testing.T) {
 		if err := dead.proc.Kill(); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 20*time.Second, "zone-1 to reconnect to the surviving replica", func() bool { return zoneConnected(t, other, "zone-1") })
+		waitFor(t, 20*time.Second, "zone-1 to reconnect to the surviving replica", func() bool {
+			return servedByName(other, "zone-1") == other.proc.Name
+		})
 		took := time.Since(start)
 		o := zoneOverview(t, other, "zone-1")
 		t.Logf("zone-1 reconnected to %s %s after the kill: resent %d global and %d zone resources, %d/%d full snapshots",
@@ -224,7 +252,7 @@ func TestHAReplicas(t *testing.T) {
 			t.Errorf("replica b without etcd accepted a write or failed unclearly: %v %s", ok, errMsg)
 		}
 		waitFor(t, 20*time.Second, "both zones to be served by replica a", func() bool {
-			return zoneConnected(t, f.a, "zone-1") && zoneConnected(t, f.a, "zone-2")
+			return servedByName(f.a, "zone-1") == "global-a" && servedByName(f.a, "zone-2") == "global-a"
 		})
 		putTimeouts(t, f.a, seq("while-b-cut", 0, 10), func(int) int { return 3 })
 		waitSame(t, 30*time.Second, f.a, f.z2, "global", "")

@@ -183,8 +183,12 @@ func Run(ctx context.Context, cfg Config) error {
 		defer kds.stop(cfg.ShutdownTimeout / 2)
 		if rep != nil {
 			startReplica(ctx, cfg, rep, kds, &apiCfg, &background, failed)
+			runBackground(ctx, &background, failed, func(ctx context.Context) error { return rep.watchZones(ctx, feed.notify) })
 		}
 		apiCfg.Zones, apiCfg.Tokens, apiCfg.ZoneTokenAdmin = kds.server, kds.tokens, kds.access
+		if rep != nil {
+			apiCfg.Zones = replicaZones{Server: kds.server, rep: rep}
+		}
 		runBackground(ctx, &background, failed, func(ctx context.Context) error { return feed.watchSignal(ctx, kds.server.StatusChanged) })
 		runBackground(ctx, &background, failed, func(context.Context) error { return kds.serve() })
 		runBackground(ctx, &background, failed, kds.access.watchZones)
@@ -339,6 +343,7 @@ func startReplica(ctx context.Context, cfg Config, rep *replica, kds *globalKDS,
 	})
 	apiCfg.Ready, apiCfg.Writable = rep.ready, rep.ready
 	runBackground(ctx, background, failed, rep.monitor)
+	runBackground(ctx, background, failed, func(ctx context.Context) error { return rep.publishZones(ctx, kds.server) })
 	interval := expiryInterval(cfg.TombstoneRetention)
 	if interval == 0 {
 		interval = boltstore.DefaultExpiryInterval

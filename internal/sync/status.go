@@ -75,6 +75,9 @@ type ZoneStatus struct {
 	Connections  uint64     `json:"connections"`
 	GlobalToZone FlowStatus `json:"globalToZone"`
 	ZoneToGlobal FlowStatus `json:"zoneToGlobal"`
+	// ServedBy names the global replica whose stream this is (HA on etcd;
+	// empty with a single global).
+	ServedBy string `json:"servedBy,omitempty"`
 }
 
 func (z ZoneStatus) clone() ZoneStatus {
