@@ -291,25 +291,51 @@ func (s *Store) commit(w *writeTx) (ok bool, err error) {
 	if headVal == nil {
 		return false, s.wrapErr(err) // meta only: rewriting it is harmless
 	}
-	return s.resolve(headVal, err)
+	return s.resolve(headVal, w.rev, err)
 }
 
-// resolve learns whether a transaction whose answer was lost committed: head
-// then holds exactly the value it wrote (the commit time makes it unique).
-func (s *Store) resolve(headVal []byte, cause error) (bool, error) {
-	for range 3 {
-		ctx, cancel := s.callCtx(context.Background())
-		resp, err := s.cli.Get(ctx, s.l.head())
-		cancel()
-		if err != nil {
-			continue
+// resolve learns whether a transaction whose answer was lost committed. Its
+// head value is unique (it carries the commit time), so it committed exactly
+// when the write group that reached store revision rev wrote that value —
+// found in head's history even if later writes moved head since.
+func (s *Store) resolve(headVal []byte, rev uint64, cause error) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*s.cfg.RequestTimeout)
+	defer cancel()
+	for {
+		committed, err := s.committed(ctx, headVal, rev)
+		if err == nil {
+			if committed {
+				return true, nil
+			}
+			return false, s.wrapErr(cause)
 		}
-		if len(resp.Kvs) == 1 && bytes.Equal(resp.Kvs[0].Value, headVal) {
-			return true, nil
+		select {
+		case <-ctx.Done():
+			return false, fmt.Errorf("%w: etcd did not answer a commit and its outcome could not be learned: %v", storage.ErrUnavailable, cause)
+		case <-time.After(200 * time.Millisecond):
 		}
-		return false, s.wrapErr(cause)
 	}
-	return false, fmt.Errorf("%w: etcd did not answer a commit and its outcome could not be learned: %v", storage.ErrUnavailable, cause)
+}
+
+func (s *Store) committed(ctx context.Context, headVal []byte, rev uint64) (bool, error) {
+	cur, _, err := s.readHead(ctx, 0)
+	if err != nil {
+		return false, err
+	}
+	if cur.rev < rev {
+		return false, nil // no group reached rev: ours did not commit
+	}
+	at, err := s.startRevision(ctx, rev-1) // the group holding rev
+	if err != nil {
+		return false, err
+	}
+	cctx, cancel := s.callCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(cctx, s.l.head(), clientv3.WithRev(at))
+	if err != nil {
+		return false, s.wrapErr(err)
+	}
+	return len(resp.Kvs) == 1 && bytes.Equal(resp.Kvs[0].Value, headVal), nil
 }
 
 // ordered returns the changed keys by revision, then in the order they were

@@ -189,3 +189,44 @@ func FuzzDecodeHead(f *testing.F) {
 		}
 	})
 }
+
+// TestCommittedAfterLostAnswer: a commit whose answer was lost is found in
+// head's history by its unique value, even after later writes moved head.
+func TestCommittedAfterLostAnswer(t *testing.T) {
+	cluster := etcdtest.Start(t, 1, etcdtest.Options{})
+	cli := cluster.Client(t)
+	s, err := Open(t.Context(), Config{Client: cli, Prefix: "/resolve/", Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Create(t.Context(), policy("a", `{}`)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cli.Get(t.Context(), "/resolve/r.")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("read head: %v", err)
+	}
+	ours := resp.Kvs[0].Value
+	for _, name := range []string{"b", "c"} {
+		if _, err := s.Create(t.Context(), policy(name, `{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name string
+		val  []byte
+		rev  uint64
+		want bool
+	}{
+		{"ours, head moved on since", ours, 1, true},
+		{"another value at that revision", append([]byte(nil), append(ours[:len(ours):len(ours)], 'x')...), 1, false},
+		{"a revision nobody reached", ours, 9, false},
+	}
+	for _, tc := range tests {
+		got, err := s.committed(t.Context(), tc.val, tc.rev)
+		if err != nil || got != tc.want {
+			t.Errorf("%s: committed %v, %v; want %v", tc.name, got, err, tc.want)
+		}
+	}
+}
