@@ -30,7 +30,9 @@ type haFleet struct {
 
 func startHAFleet(t *testing.T) *haFleet {
 	t.Helper()
-	f := &haFleet{etcd: etcdtest.Start(t, 3, etcdtest.Options{}), tokenIDs: map[string]string{}}
+	// etcd with mutual TLS: every scenario also exercises the replicas'
+	// --etcd-ca-file/--etcd-cert-file/--etcd-key-file.
+	f := &haFleet{etcd: etcdtest.Start(t, 3, etcdtest.Options{TLS: true}), tokenIDs: map[string]string{}}
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
 	keyFile := filepath.Join(t.TempDir(), "secrets.key")
@@ -39,13 +41,14 @@ func startHAFleet(t *testing.T) *haFleet {
 	}
 	var viaProxies []string
 	for _, ep := range f.etcd.Endpoints() {
-		p := startProxy(t, strings.TrimPrefix(ep, "http://"))
+		p := startProxy(t, strings.TrimPrefix(ep, "https://"))
 		f.bLinks = append(f.bLinks, p)
-		viaProxies = append(viaProxies, "http://"+p.addr())
+		viaProxies = append(viaProxies, "https://"+p.addr())
 	}
 	replica := func(name, kds string, endpoints []string) *node {
 		return startNode(t, name, bins.Global, t.TempDir(), append([]string{"--kds-address", kds, "--store", "etcd",
 			"--etcd-endpoints", strings.Join(endpoints, ","), "--etcd-secrets-key-file", keyFile,
+			"--etcd-ca-file", f.etcd.TLS.CAFile, "--etcd-cert-file", f.etcd.TLS.ClientCertFile, "--etcd-key-file", f.etcd.TLS.ClientKeyFile,
 			"--replica-name", name}, fastHeartbeats...)...)
 	}
 	f.kdsA, f.kdsB = freeAddress(t), freeAddress(t)
@@ -194,7 +197,10 @@ func TestHAReplicas(t *testing.T) {
 	})
 
 	t.Run("one etcd member down", func(t *testing.T) {
-		f.etcd.Members[0].Kill()
+		// The leader, so that writes in flight meet an election.
+		leader := f.etcd.Leader(t)
+		leader.Kill()
+		t.Logf("killed etcd leader %s", leader.Name)
 		ok, errMsg := tryPuts(f.a, seq("one-down", 0, 20))
 		if len(ok) != 20 {
 			t.Fatalf("with 2 of 3 etcd members %d of 20 writes succeeded: %s", len(ok), errMsg)
@@ -203,7 +209,13 @@ func TestHAReplicas(t *testing.T) {
 	})
 
 	t.Run("no quorum", func(t *testing.T) {
-		f.etcd.Members[1].Kill()
+		var down []*etcdtest.Member
+		for _, m := range f.etcd.Members {
+			if m.Running() {
+				down = append(down, m)
+			}
+		}
+		down[0].Kill()
 		var acked []string
 		start := time.Now()
 		waitFor(t, 20*time.Second, "writes to fail with 503 without quorum", func() bool {
@@ -220,8 +232,11 @@ func TestHAReplicas(t *testing.T) {
 		if !strings.Contains(errMsg, "quorum") {
 			t.Errorf("the refusal does not say why: %s", errMsg)
 		}
-		f.etcd.Members[0].Restart(t)
-		f.etcd.Members[1].Restart(t)
+		for _, m := range f.etcd.Members {
+			if !m.Running() {
+				m.Restart(t)
+			}
+		}
 		if err := f.etcd.WaitHealthy(60 * time.Second); err != nil {
 			t.Fatal(err)
 		}

@@ -81,6 +81,11 @@ func toAPIError(err error) *Error {
 		return conflict("%v", err)
 	case errors.Is(err, storage.ErrAlreadyExists):
 		return conflict("%v", err)
+	case errors.Is(err, storage.ErrTooLarge):
+		return newError(http.StatusRequestEntityTooLarge, "Request Entity Too Large", "%v", err)
+	case errors.Is(err, storage.ErrUnavailable):
+		return newError(http.StatusServiceUnavailable, "Service Unavailable",
+			"the store cannot be reached or has no quorum; retry later (%v)", err)
 	}
 	return newError(http.StatusInternalServerError, "Internal Server Error", "%v", err)
 }

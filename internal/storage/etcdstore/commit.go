@@ -200,9 +200,7 @@ func (s *Store) prefetch(ctx context.Context, reqs []*writeReq) (head, int64, ma
 		for _, enc := range encs[:n] {
 			ops = append(ops, clientv3.OpGet(s.l.resource([]byte(enc))))
 		}
-		cctx, cancel := s.callCtx(ctx)
-		resp, err := s.cli.Txn(cctx).Then(ops...).Commit()
-		cancel()
+		resp, err := s.readTxn(ctx, ops...)
 		if err != nil {
 			return head{}, 0, nil, s.wrapErr(err)
 		}
@@ -282,14 +280,34 @@ func (s *Store) commit(w *writeTx) (ok bool, err error) {
 	for k, v := range w.meta {
 		ops = append(ops, clientv3.OpPut(s.l.meta(k), string(v)))
 	}
-	ctx, cancel := s.callCtx(context.Background())
-	defer cancel()
-	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(s.l.head()), "=", w.headModRev)).Then(ops...).Commit()
-	if err == nil {
-		return resp.Succeeded, nil
-	}
-	if headVal == nil {
-		return false, s.wrapErr(err) // meta only: rewriting it is harmless
+	// The same guarded transaction is retried through transient errors
+	// (a leader election): if an earlier attempt was applied after all, the
+	// retry fails its compare (head moved) and head's history shows our
+	// value; raft orders the attempts, so once a retry is evaluated the
+	// earlier one's fate is settled.
+	guard := clientv3.Compare(clientv3.ModRevision(s.l.head()), "=", w.headModRev)
+	var resp *clientv3.TxnResponse
+	attempts := 0
+	err = s.withRetry(context.Background(), func(cctx context.Context) (err error) {
+		attempts++
+		resp, err = s.cli.Txn(cctx).If(guard).Then(ops...).Commit()
+		return err
+	})
+	switch {
+	case err == nil && resp.Succeeded:
+		return true, nil
+	case err == nil && (attempts == 1 || headVal == nil):
+		return false, nil // another writer moved head first (meta alone is safe to rewrite)
+	case err == nil:
+		cctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+		defer cancel()
+		ok, cerr := s.committed(cctx, headVal, w.rev)
+		if cerr != nil {
+			return s.resolve(headVal, w.rev, cerr)
+		}
+		return ok, nil
+	case headVal == nil:
+		return false, s.wrapErr(err)
 	}
 	return s.resolve(headVal, w.rev, err)
 }
@@ -329,9 +347,7 @@ func (s *Store) committed(ctx context.Context, headVal []byte, rev uint64) (bool
 	if err != nil {
 		return false, err
 	}
-	cctx, cancel := s.callCtx(ctx)
-	defer cancel()
-	resp, err := s.cli.Get(cctx, s.l.head(), clientv3.WithRev(at))
+	resp, err := s.get(ctx, s.l.head(), clientv3.WithRev(at))
 	if err != nil {
 		return false, s.wrapErr(err)
 	}

@@ -181,9 +181,7 @@ func (s *Store) Get(ctx context.Context, key resource.Key) (*resource.Resource, 
 
 // load reads one resource (nil when absent) and its etcd mod revision.
 func (s *Store) load(ctx context.Context, enc []byte) (*resource.Resource, int64, error) {
-	cctx, cancel := s.callCtx(ctx)
-	defer cancel()
-	resp, err := s.cli.Get(cctx, s.l.resource(enc))
+	resp, err := s.get(ctx, s.l.resource(enc))
 	if err != nil {
 		return nil, 0, s.wrapErr(err)
 	}
@@ -231,13 +229,11 @@ func (s *Store) scan(ctx context.Context, opts storage.ListOptions, fn func(enc 
 	checkNamespace := opts.Namespace != nil && opts.Mesh == ""
 	var rev int64
 	for from := prefix; ; {
-		cctx, cancel := s.callCtx(ctx)
 		ropts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(listPage)}
 		if rev != 0 {
 			ropts = append(ropts, clientv3.WithRev(rev))
 		}
-		resp, err := s.cli.Get(cctx, from, ropts...)
-		cancel()
+		resp, err := s.get(ctx, from, ropts...)
 		if err != nil {
 			return s.wrapErr(err)
 		}
@@ -272,9 +268,7 @@ func (s *Store) Meta(ctx context.Context, key string) ([]byte, error) {
 	if err := s.readErr(ctx); err != nil {
 		return nil, err
 	}
-	cctx, cancel := s.callCtx(ctx)
-	defer cancel()
-	resp, err := s.cli.Get(cctx, s.l.meta(key))
+	resp, err := s.get(ctx, s.l.meta(key))
 	if err != nil {
 		return nil, s.wrapErr(err)
 	}
@@ -296,13 +290,11 @@ func (s *Store) Revision(ctx context.Context) (uint64, error) {
 // readHead reads head as of etcd revision at (0 = now) and returns it with
 // its mod revision (0 when no resource was ever written).
 func (s *Store) readHead(ctx context.Context, at int64) (head, int64, error) {
-	cctx, cancel := s.callCtx(ctx)
-	defer cancel()
 	var opts []clientv3.OpOption
 	if at > 0 {
 		opts = append(opts, clientv3.WithRev(at))
 	}
-	resp, err := s.cli.Get(cctx, s.l.head(), opts...)
+	resp, err := s.get(ctx, s.l.head(), opts...)
 	if err != nil {
 		return head{}, 0, s.wrapErr(err)
 	}
@@ -328,9 +320,7 @@ func (s *Store) CompactedRevision(ctx context.Context) (uint64, error) {
 // compactedMark reads the compacted store revision and the etcd revision of
 // its head (0, 0 when nothing was compacted).
 func (s *Store) compactedMark(ctx context.Context) (uint64, int64, error) {
-	cctx, cancel := s.callCtx(ctx)
-	defer cancel()
-	resp, err := s.cli.Get(cctx, s.l.compacted())
+	resp, err := s.get(ctx, s.l.compacted())
 	if err != nil {
 		return 0, 0, s.wrapErr(err)
 	}

@@ -111,12 +111,17 @@ type Member struct {
 // Cluster is a set of members started together.
 type Cluster struct {
 	Members []*Member
+	// TLS is set with Options.TLS.
+	TLS *TLSFiles
 }
 
 // Options tune the servers.
 type Options struct {
 	// ExtraArgs go to every member (e.g. "--max-txn-ops=64").
 	ExtraArgs []string
+	// TLS serves clients over HTTPS and requires client certificates
+	// (Cluster.TLS has the files).
+	TLS bool
 }
 
 // Start starts an n-member cluster on loopback and waits until it serves.
@@ -145,6 +150,14 @@ func Launch(dir string, n int, o Options) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{}
+	scheme := "http://"
+	if o.TLS {
+		files, err := makeTLS(filepath.Join(dir, "tls"))
+		if err != nil {
+			return nil, err
+		}
+		c.TLS, scheme = files, "https://"
+	}
 	var initial []string
 	for i := range n {
 		client, err1 := freeAddr()
@@ -152,7 +165,7 @@ func Launch(dir string, n int, o Options) (*Cluster, error) {
 		if err := errors.Join(err1, err2); err != nil {
 			return nil, err
 		}
-		m := &Member{Name: fmt.Sprintf("m%d", i), ClientURL: "http://" + client, peerURL: "http://" + peer,
+		m := &Member{Name: fmt.Sprintf("m%d", i), ClientURL: scheme + client, peerURL: "http://" + peer,
 			dataDir: filepath.Join(dir, fmt.Sprintf("m%d", i)), logFile: filepath.Join(dir, fmt.Sprintf("m%d.log", i)), bin: bin}
 		c.Members = append(c.Members, m)
 		initial = append(initial, m.Name+"="+m.peerURL)
@@ -168,6 +181,10 @@ func Launch(dir string, n int, o Options) (*Cluster, error) {
 			// tolerant of a slow fsync.
 			"--heartbeat-interval", "100", "--election-timeout", "1000",
 		}, o.ExtraArgs...)
+		if c.TLS != nil {
+			m.args = append(m.args, "--cert-file", c.TLS.ServerCertFile, "--key-file", c.TLS.ServerKeyFile,
+				"--trusted-ca-file", c.TLS.CAFile, "--client-cert-auth")
+		}
 		m.restartArg = "new"
 		if err := m.start(); err != nil {
 			return c, err
@@ -246,7 +263,7 @@ func (c *Cluster) Endpoints() []string {
 // Client returns a client for every member, closed when the test ends.
 func (c *Cluster) Client(t testing.TB) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second})
+	cli, err := c.newClient(5 * time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,9 +271,21 @@ func (c *Cluster) Client(t testing.TB) *clientv3.Client {
 	return cli
 }
 
+func (c *Cluster) newClient(dial time.Duration) (*clientv3.Client, error) {
+	cfg := clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: dial}
+	if c.TLS != nil {
+		t, err := c.TLS.Config()
+		if err != nil {
+			return nil, err
+		}
+		cfg.TLS = t
+	}
+	return clientv3.New(cfg)
+}
+
 // WaitHealthy waits until a linearizable read succeeds.
 func (c *Cluster) WaitHealthy(timeout time.Duration) error {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 2 * time.Second})
+	cli, err := c.newClient(2 * time.Second)
 	if err != nil {
 		return err
 	}
@@ -295,4 +324,31 @@ func freeAddr() (string, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil
+}
+
+// Leader is the member that leads the cluster now.
+func (c *Cluster) Leader(t testing.TB) *Member {
+	t.Helper()
+	cli, err := c.newClient(2 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	for _, m := range c.Members {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		st, err := cli.Status(ctx, m.ClientURL)
+		cancel()
+		if err == nil && st.Leader == st.Header.MemberId {
+			return m
+		}
+	}
+	t.Fatal("no etcd member says it leads")
+	return nil
+}
+
+// Running reports whether the member's process is up (not killed).
+func (m *Member) Running() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cmd != nil
 }
