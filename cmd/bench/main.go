@@ -100,6 +100,15 @@ func main() {
 		os.Exit(2)
 	}
 	b := binariesAndN{n: *n, profileDir: *profileDir, simGzip: *simGzip, logDir: *logDir, store: *store}
+	for _, dir := range []string{*profileDir, *logDir} {
+		if dir == "" {
+			continue
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+	}
 	if err := run(*runs, *simZones, *skipTen, *skipFleet, b); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
