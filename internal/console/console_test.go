@@ -178,3 +178,24 @@ func TestSafeNext(t *testing.T) {
 		}
 	}
 }
+
+func TestPager(t *testing.T) {
+	tests := []struct {
+		url         string
+		total, size int
+		prev, next  string
+		offset      int
+	}{
+		{"/gui/dataplanes?mesh=m", 60, 25, "", "/gui/dataplanes?mesh=m&offset=25", 0},
+		{"/gui/dataplanes?mesh=m&offset=25", 60, 25, "/gui/dataplanes?mesh=m&offset=0", "/gui/dataplanes?mesh=m&offset=50", 25},
+		{"/gui/dataplanes?offset=50", 60, 25, "/gui/dataplanes?offset=25", "", 50},
+		{"/gui/policies?offset=-5", 10, 50, "", "", 0},
+		{"/gui/policies?offset=999", 10, 50, "/gui/policies?offset=0", "", 10},
+	}
+	for _, tc := range tests {
+		p := newPager(httptest.NewRequest("GET", tc.url, nil), tc.total, tc.size)
+		if p.Prev != tc.prev || p.Next != tc.next || p.Offset != tc.offset {
+			t.Errorf("%s: prev %q next %q offset %d; want %q %q %d", tc.url, p.Prev, p.Next, p.Offset, tc.prev, tc.next, tc.offset)
+		}
+	}
+}

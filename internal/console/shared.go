@@ -75,20 +75,20 @@ type pager struct {
 	Prev, Next          string
 }
 
-func newPager(r *http.Request, total int) pager {
+func newPager(r *http.Request, total, size int) pager {
 	off, _ := strconv.Atoi(r.URL.Query().Get("offset"))
 	off = max(0, min(off, total))
-	p := pager{Offset: off, Size: pageSize, Total: total}
+	p := pager{Offset: off, Size: size, Total: total}
 	link := func(o int) string {
 		q := r.URL.Query()
 		q.Set("offset", strconv.Itoa(o))
 		return r.URL.Path + "?" + q.Encode()
 	}
 	if off > 0 {
-		p.Prev = link(max(0, off-pageSize))
+		p.Prev = link(max(0, off-size))
 	}
-	if off+pageSize < total {
-		p.Next = link(off + pageSize)
+	if off+size < total {
+		p.Next = link(off + size)
 	}
 	return p
 }
@@ -132,7 +132,7 @@ func (c *Console) policiesPage(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, "Policies", err)
 		return
 	}
-	d.Items, d.Total, d.Pager = items.Items, items.Total, newPager(r, items.Total)
+	d.Items, d.Total, d.Pager = items.Items, items.Total, newPager(r, items.Total, pageSize)
 	c.render(w, r, http.StatusOK, "policies", page{Title: d.Type + " in " + d.Mesh, Nav: "policies", Data: d})
 }
 

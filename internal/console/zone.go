@@ -70,15 +70,7 @@ func (c *Console) dataplanesPage(w http.ResponseWriter, r *http.Request) {
 		d.Total = len(match)
 		shown = match[min(offset, len(match)):min(offset+dpPageSize, len(match))]
 	}
-	d.Pager = newPager(r, d.Total)
-	d.Pager.Size = dpPageSize
-	if offset+dpPageSize < d.Total {
-		q := r.URL.Query()
-		q.Set("offset", strconv.Itoa(offset+dpPageSize))
-		d.Pager.Next = r.URL.Path + "?" + q.Encode()
-	} else {
-		d.Pager.Next = ""
-	}
+	d.Pager = newPager(r, d.Total, dpPageSize)
 	d.Rows = c.dpRows(r, shown)
 	c.render(w, r, http.StatusOK, "dataplanes", page{Title: "Dataplanes in " + d.Mesh, Nav: "dataplanes", Data: d})
 }
