@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	meridiansync "github.com/meridian-mesh/meridian/internal/sync"
 )
 
 // page is what the layout needs around a page's own data.
@@ -38,7 +40,9 @@ func (c *Console) parseTemplates() error {
 		"sub":      func(a, b int) int { return a - b },
 		"inc":      func(i int) int { return i + 1 },
 		"add":      func(a, b int) int { return a + b },
-		"flowOf":   func(name string, f flowStatus) map[string]any { return map[string]any{"Name": name, "Flow": f} },
+		"flowOf": func(name string, f meridiansync.FlowStatus) map[string]any {
+			return map[string]any{"Name": name, "Flow": f}
+		},
 		"sortedKeys": func(m map[string]string) []string {
 			keys := make([]string, 0, len(m))
 			for k := range m {

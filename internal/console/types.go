@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	meridiansync "github.com/meridian-mesh/meridian/internal/sync"
 )
 
 // The API's JSON as the pages read it (SPEC 5 shapes; unknown fields are
@@ -219,45 +221,12 @@ type evaluation struct {
 	Policies map[string]typeConf `json:"policies"`
 }
 
-type flowStatus struct {
-	RevisionSent  uint64 `json:"revisionSent"`
-	RevisionAcked uint64 `json:"revisionAcked"`
-	BatchesSent   uint64 `json:"batchesSent"`
-	BatchesAcked  uint64 `json:"batchesAcked"`
-	BatchesNacked uint64 `json:"batchesNacked"`
-	ResourcesSent uint64 `json:"resourcesSent"`
-	RemovalsSent  uint64 `json:"removalsSent"`
-	FullSnapshots uint64 `json:"fullSnapshots"`
-	LastNackError string `json:"lastNackError"`
-	Types         map[string]struct {
-		BatchesSent   uint64 `json:"batchesSent"`
-		BatchesAcked  uint64 `json:"batchesAcked"`
-		BatchesNacked uint64 `json:"batchesNacked"`
-		Resources     uint64 `json:"resources"`
-	} `json:"types"`
-}
-
-// Lag is how many revisions the receiver has not confirmed yet.
-func (f flowStatus) Lag() uint64 {
-	if f.RevisionSent > f.RevisionAcked {
-		return f.RevisionSent - f.RevisionAcked
-	}
-	return 0
-}
-
+// zoneStatus is GET /zones' item: the sync package's status with the
+// API's name and, in the overview, the resources the zone rejected.
 type zoneStatus struct {
-	Name            string     `json:"name"`
-	Connected       bool       `json:"connected"`
-	ConnectTime     *time.Time `json:"connectTime"`
-	DisconnectTime  *time.Time `json:"disconnectTime"`
-	SoftwareVersion string     `json:"softwareVersion"`
-	Environment     string     `json:"environment"`
-	LastHeartbeat   *time.Time `json:"lastHeartbeat"`
-	LastError       string     `json:"lastError"`
-	Connections     uint64     `json:"connections"`
-	GlobalToZone    flowStatus `json:"globalToZone"`
-	ZoneToGlobal    flowStatus `json:"zoneToGlobal"`
-	Rejected        []struct {
+	Name string `json:"name"`
+	meridiansync.ZoneStatus
+	Rejected []struct {
 		Type, Mesh, Namespace, Name, Message string
 	} `json:"rejected"`
 }

@@ -43,6 +43,14 @@ type TypeCounters struct {
 	Resources uint64 `json:"resources"`
 }
 
+// Lag is how many sender revisions the receiver has not confirmed yet.
+func (f FlowStatus) Lag() uint64 {
+	if f.RevisionSent > f.RevisionAcked {
+		return f.RevisionSent - f.RevisionAcked
+	}
+	return 0
+}
+
 func (f FlowStatus) clone() FlowStatus {
 	c := f
 	c.LastNackTime = cloneTime(f.LastNackTime)

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -148,18 +147,9 @@ func (w *writeTx) deleteResource(key resource.Key, version uint64, rev uint64, i
 // order of its parts. A failing put may come after earlier puts were
 // written: the committer then rolls the transaction back.
 func (w *writeTx) apply(b storage.Batch) (*storage.BatchResult, error) {
-	deletes := b.Deletes
-	if b.Check != nil {
-		more, err := b.Check(w)
-		if err != nil {
-			return nil, err // before any write: a clean failure
-		}
-		for i, k := range more {
-			if err := kv.ValidateKey(k); err != nil {
-				return nil, fmt.Errorf("batch check delete %d: %w", i, err)
-			}
-		}
-		deletes = append(slices.Clone(deletes), more...)
+	deletes, err := kv.BatchDeletes(b, w)
+	if err != nil {
+		return nil, err // before any write: a clean failure
 	}
 	rev := w.rev + 1
 	var idx uint32

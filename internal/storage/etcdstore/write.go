@@ -171,18 +171,9 @@ func (w *writeTx) deleteOne(key resource.Key, version uint64) error {
 // apply writes a storage.Batch at one revision (see storage.Batch for the
 // order of its parts).
 func (w *writeTx) apply(b storage.Batch) (*storage.BatchResult, error) {
-	deletes := b.Deletes
-	if b.Check != nil {
-		more, err := b.Check(w)
-		if err != nil {
-			return nil, err
-		}
-		for i, k := range more {
-			if err := kv.ValidateKey(k); err != nil {
-				return nil, fmt.Errorf("batch check delete %d: %w", i, err)
-			}
-		}
-		deletes = append(slices.Clone(deletes), more...)
+	deletes, err := kv.BatchDeletes(b, w)
+	if err != nil {
+		return nil, err
 	}
 	rev := w.rev + 1
 	changed := false

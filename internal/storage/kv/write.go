@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
@@ -98,4 +99,23 @@ func ValidateBatch(b storage.Batch) error {
 		}
 	}
 	return nil
+}
+
+// BatchDeletes runs the batch's Check (if any) against tx and returns the
+// deletes to apply: the batch's own, then the Check's, each validated. A
+// Check error is returned as is (the batch writes nothing).
+func BatchDeletes(b storage.Batch, tx storage.TxReader) ([]resource.Key, error) {
+	if b.Check == nil {
+		return b.Deletes, nil
+	}
+	more, err := b.Check(tx)
+	if err != nil {
+		return nil, err
+	}
+	for i, k := range more {
+		if err := ValidateKey(k); err != nil {
+			return nil, fmt.Errorf("batch check delete %d: %w", i, err)
+		}
+	}
+	return append(slices.Clone(b.Deletes), more...), nil
 }
