@@ -228,6 +228,12 @@ func TestHAReplicas(t *testing.T) {
 		if status != 503 {
 			t.Errorf("/readyz without quorum: %d %s", status, body)
 		}
+		// Reads are refused too (they could be stale), at once.
+		readStart := time.Now()
+		status, body = f.a.request("GET", "/meshes/default/meshtimeouts", "")
+		if status != 503 || !strings.Contains(string(body), "stale") || time.Since(readStart) > time.Second {
+			t.Errorf("read without quorum: %d after %s: %s", status, time.Since(readStart), body)
+		}
 		_, errMsg := tryPuts(f.b, []string{"refused"})
 		if !strings.Contains(errMsg, "quorum") {
 			t.Errorf("the refusal does not say why: %s", errMsg)

@@ -57,10 +57,12 @@ type Config struct {
 	// Console, when set, builds the web console from the API's Inner
 	// handler; it is served under ConsolePrefix, after authentication.
 	Console func(api *Server) (http.Handler, error)
-	// Writable, when set and failing, refuses every write at once with 503
-	// (a replica that lost its store, rather than after the store's own
-	// timeout).
-	Writable func() error
+	// StoreReady, when set and failing, answers every request that needs
+	// the store with 503 at once (a replica that lost its etcd quorum: its
+	// reads would be refused after the store's timeout, and it must not
+	// serve stale state); the open paths (/, /healthz, /readyz) and the
+	// console's login and assets still answer.
+	StoreReady func() error
 	// Snapshots serves the inspect endpoints; required in zone mode.
 	Snapshots Snapshots
 	// Zones and Tokens serve GET /zones... and POST /tokens/zone (global).
@@ -193,11 +195,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil {
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	}
-	if !safeMethod(r.Method) && s.cfg.Writable != nil {
-		if err := s.cfg.Writable(); err != nil {
-			w.Header().Set("Retry-After", "1")
-			s.writeError(w, r, newError(http.StatusServiceUnavailable, "Service Unavailable", "not accepting writes: %v", err))
-			return
+	if s.cfg.StoreReady != nil {
+		if need, _ := access(r); need != rightOpen {
+			if err := s.cfg.StoreReady(); err != nil {
+				w.Header().Set("Retry-After", "1")
+				what := "reads (they could be stale)"
+				if !safeMethod(r.Method) {
+					what = "writes"
+				}
+				s.writeError(w, r, newError(http.StatusServiceUnavailable, "Service Unavailable", "not serving %s: %v", what, err))
+				return
+			}
 		}
 	}
 	if s.console != nil && (r.URL.Path == "/gui" || strings.HasPrefix(r.URL.Path, ConsolePrefix)) {

@@ -341,7 +341,7 @@ func startReplica(ctx context.Context, cfg Config, rep *replica, kds *globalKDS,
 		n := kds.server.EndStreams(func(meridiansync.StreamInfo) bool { return true }, errStoreLost)
 		cfg.Logger.Warn("ended zone streams", "count", n)
 	})
-	apiCfg.Ready, apiCfg.Writable = rep.ready, rep.ready
+	apiCfg.Ready, apiCfg.StoreReady = rep.ready, rep.ready
 	runBackground(ctx, background, failed, rep.monitor)
 	runBackground(ctx, background, failed, func(ctx context.Context) error { return rep.publishZones(ctx, kds.server) })
 	interval := expiryInterval(cfg.TombstoneRetention)
