@@ -203,6 +203,9 @@ func TestConsoleZonesLive(t *testing.T) {
 	if after != loaded {
 		t.Errorf("the page was reloaded (time origin %f -> %f); it should update in place", loaded, after)
 	}
+	if got := text(t, ctx, `tr[data-zone="zone-2"]`); !strings.Contains(got, "connection closed") {
+		t.Errorf("zone-2's row does not say why it is offline: %q", got)
+	}
 	if got := text(t, ctx, `tr[data-zone="zone-1"] [data-state]`); got != "online" {
 		t.Errorf("zone-1 shows %q after zone-2 was killed", got)
 	}

@@ -394,6 +394,11 @@ func (s *Server) serve(ctx context.Context, ws wireStream, hs *syncv1.Handshake,
 	if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
 		err = cause
 	}
+	if errors.Is(err, context.Canceled) {
+		// gRPC cancels the stream when the zone's connection goes away;
+		// say so instead of "context canceled".
+		err = errZoneGone
+	}
 	s.tracker.disconnected(z.Name, id, errString(err))
 	return err
 }
@@ -506,6 +511,9 @@ func toStatus(err error) error {
 	}
 	return status.Error(code, err.Error())
 }
+
+// errZoneGone is why a stream ended when its zone went away.
+var errZoneGone = errors.New("the zone's connection closed (the zone stopped or restarted, or the network dropped it)")
 
 func errString(err error) string {
 	if err == nil {
