@@ -189,7 +189,7 @@ func (r *replica) monitor(ctx context.Context) error {
 		case <-t.C:
 		}
 		cctx, cancel := context.WithTimeout(ctx, healthTimeout)
-		_, err := r.cli.Get(cctx, r.cfg.Prefix+"s/schema")
+		err := r.store.Ping(cctx)
 		cancel()
 		if err == nil {
 			r.lastOK.Store(time.Now().UnixNano())
@@ -200,7 +200,7 @@ func (r *replica) monitor(ctx context.Context) error {
 		}
 		switch now := r.ready() == nil; {
 		case healthy && !now:
-			r.log.Error("lost the etcd quorum: refusing writes and KDS, ending zone streams", "error", err)
+			r.log.Error("lost the etcd quorum: refusing reads, writes and KDS, ending zone streams", "error", err)
 			r.mu.Lock()
 			fns := append([]func(){}, r.onLost...)
 			r.mu.Unlock()

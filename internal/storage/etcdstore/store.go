@@ -329,3 +329,11 @@ func (s *Store) compactedMark(ctx context.Context) (uint64, int64, error) {
 	}
 	return decodeCompacted(resp.Kvs[0].Value)
 }
+
+// Ping is one linearizable read (the schema key), not retried: nil when a
+// quorum of the cluster answered within ctx. The control plane's health
+// check calls it.
+func (s *Store) Ping(ctx context.Context) error {
+	_, err := s.cli.Get(ctx, s.l.schema())
+	return s.wrapErr(err)
+}
