@@ -72,10 +72,19 @@ func browser(t *testing.T) context.Context {
 
 // do runs steps with a bound, so a page that never shows what a test waits
 // for fails the test instead of hanging it.
+//
+// A live page may replace its main section between the lookup of a node and
+// the action on it ("No node with given id"); the action did not happen, so
+// the steps are run again.
 func do(ctx context.Context, steps ...chromedp.Action[chromedp.Void]) error {
-	c, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	return chromedp.Do(c, steps...)
+	for attempt := 0; ; attempt++ {
+		c, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := chromedp.Do(c, steps...)
+		cancel()
+		if err == nil || attempt == 2 || !strings.Contains(err.Error(), "node with given id") {
+			return err
+		}
+	}
 }
 
 // waitJS evaluates js until it is true, across navigations (a submitted
@@ -137,13 +146,23 @@ func firstPaint(t *testing.T, ctx context.Context) float64 {
 	return ms
 }
 
+// text reads an element's text in one evaluation: a live page may replace
+// its main section (server-sent "changed") between a node lookup and a
+// read, so node ids are not held across calls.
 func text(t *testing.T, ctx context.Context, sel string) string {
 	t.Helper()
-	s, err := run(ctx, chromedp.Text(chromedp.CSS(sel)))
-	if err != nil {
-		t.Fatalf("text of %s: %v", sel, err)
+	js := fmt.Sprintf(`(() => { const e = document.querySelector(%q); return e ? e.innerText : null; })()`, sel)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s, err := run(ctx, chromedp.Evaluate[*string](js))
+		if err == nil && s != nil {
+			return *s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("text of %s: not found (%v)", sel, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return s
 }
 
 // TestConsoleZonesLive: the global's zones page lists both zones online and
