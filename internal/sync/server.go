@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	gosync "sync"
@@ -394,9 +395,7 @@ func (s *Server) serve(ctx context.Context, ws wireStream, hs *syncv1.Handshake,
 	if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
 		err = cause
 	}
-	if errors.Is(err, context.Canceled) {
-		// gRPC cancels the stream when the zone's connection goes away;
-		// say so instead of "context canceled".
+	if zoneWentAway(err) {
 		err = errZoneGone
 	}
 	s.tracker.disconnected(z.Name, id, errString(err))
@@ -510,6 +509,13 @@ func toStatus(err error) error {
 		code = codes.DeadlineExceeded
 	}
 	return status.Error(code, err.Error())
+}
+
+// zoneWentAway: gRPC cancels the stream (or Recv reports EOF or Canceled)
+// when the zone's connection goes away; say so instead of "context
+// canceled".
+func zoneWentAway(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled
 }
 
 // errZoneGone is why a stream ended when its zone went away.
