@@ -18,6 +18,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"time"
@@ -165,7 +166,8 @@ func (e *apiError) Error() string {
 }
 
 // call runs one API request in-process for r's principal and decodes the
-// JSON answer into out (nil: discard).
+// JSON answer into out (nil: discard). The answer is captured by the
+// standard library's ResponseRecorder.
 func (c *Console) call(r *http.Request, method, path string, body any, out any) error {
 	var rd io.Reader = http.NoBody
 	if body != nil {
@@ -182,19 +184,19 @@ func (c *Console) call(r *http.Request, method, path string, body any, out any) 
 	req.RemoteAddr, req.Host = r.RemoteAddr, r.Host
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("Content-Type", "application/json")
-	rec := &recorder{header: http.Header{}, status: http.StatusOK}
+	rec := httptest.NewRecorder()
 	c.cfg.API.Inner().ServeHTTP(rec, req)
-	if rec.status/100 != 2 {
-		e := &apiError{Status: rec.status}
-		if json.Unmarshal(rec.body.Bytes(), e) != nil || e.Title == "" {
-			e.Title, e.Details = http.StatusText(rec.status), strings.TrimSpace(rec.body.String())
+	if rec.Code/100 != 2 {
+		e := &apiError{Status: rec.Code}
+		if json.Unmarshal(rec.Body.Bytes(), e) != nil || e.Title == "" {
+			e.Title, e.Details = http.StatusText(rec.Code), strings.TrimSpace(rec.Body.String())
 		}
 		return e
 	}
 	if out == nil {
 		return nil
 	}
-	if err := json.Unmarshal(rec.body.Bytes(), out); err != nil {
+	if err := json.Unmarshal(rec.Body.Bytes(), out); err != nil {
 		return fmt.Errorf("decode %s %s: %w", method, path, err)
 	}
 	return nil
@@ -202,25 +204,6 @@ func (c *Console) call(r *http.Request, method, path string, body any, out any) 
 
 func (c *Console) get(r *http.Request, path string, out any) error {
 	return c.call(r, http.MethodGet, path, nil, out)
-}
-
-// recorder is the in-process ResponseWriter of call.
-type recorder struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-	wrote  bool
-}
-
-func (rec *recorder) Header() http.Header { return rec.header }
-func (rec *recorder) Write(b []byte) (int, error) {
-	rec.wrote = true
-	return rec.body.Write(b)
-}
-func (rec *recorder) WriteHeader(code int) {
-	if !rec.wrote {
-		rec.status, rec.wrote = code, true
-	}
 }
 
 // principal is the request's user as pages show it.

@@ -32,6 +32,7 @@ type page struct {
 func (c *Console) parseTemplates() error {
 	funcs := template.FuncMap{
 		"ago":      c.ago,
+		"describe": describe,
 		"pretty":   prettyJSON,
 		"join":     strings.Join,
 		"pathesc":  url.PathEscape,

@@ -45,6 +45,15 @@ func (c *Console) meshNames(r *http.Request) ([]string, error) {
 	return names, nil
 }
 
+// meshChoice is the meshes the user may see and the one the page shows.
+func (c *Console) meshChoice(r *http.Request) ([]string, string, error) {
+	meshes, err := c.meshNames(r)
+	if err != nil {
+		return nil, "", err
+	}
+	return meshes, pickMesh(r, meshes), nil
+}
+
 // pickMesh is the ?mesh= asked for, else "default", else the first.
 func pickMesh(r *http.Request, meshes []string) string {
 	if m := r.URL.Query().Get("mesh"); m != "" {
@@ -109,13 +118,13 @@ func (c *Console) policyTypes() []string {
 // (global, zone or any), with each policy's status: per zone on the global
 // (Synced conditions), Accepted/Enforced on a zone.
 func (c *Console) policiesPage(w http.ResponseWriter, r *http.Request) {
-	meshes, err := c.meshNames(r)
+	meshes, mesh, err := c.meshChoice(r)
 	if err != nil {
 		c.fail(w, r, "Policies", err)
 		return
 	}
 	q := r.URL.Query()
-	d := policiesData{Meshes: meshes, Mesh: pickMesh(r, meshes), Types: c.policyTypes(), Type: q.Get("type"), Origin: q.Get("origin"), IsZone: !c.global()}
+	d := policiesData{Meshes: meshes, Mesh: mesh, Types: c.policyTypes(), Type: q.Get("type"), Origin: q.Get("origin"), IsZone: !c.global()}
 	if d.Type == "" {
 		d.Type = "MeshTrafficPermission"
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meridian-mesh/meridian/internal/policy"
 	meridiansync "github.com/meridian-mesh/meridian/internal/sync"
 )
 
@@ -167,19 +168,23 @@ type config struct {
 	Proxy map[string]typeConf `json:"proxy"`
 }
 
-type blockRef struct {
-	Policy meta   `json:"policy"`
-	Entry  *int   `json:"entry"`
-	Block  string `json:"block"`
-}
-
-// Describe names the block: policy, entry and block.
-func (b *blockRef) Describe() string {
+// describe names a block of an explanation (policy.BlockRef, by value or
+// pointer): the policy as its author named it, where it comes from, the
+// entry and the block.
+func describe(v any) string {
+	var b *policy.BlockRef
+	switch x := v.(type) {
+	case *policy.BlockRef:
+		b = x
+	case policy.BlockRef:
+		b = &x
+	}
 	if b == nil {
 		return "—"
 	}
-	s := b.Policy.Ref()
-	if p := b.Policy.Provenance(); p != "" {
+	m := meta{Type: b.Policy.Type, Mesh: b.Policy.Mesh, Name: b.Policy.Name, Namespace: b.Policy.Namespace, Labels: b.Policy.Labels}
+	s := m.Ref()
+	if p := m.Provenance(); p != "" {
 		s += " [" + p + "]"
 	}
 	if b.Entry != nil {
@@ -189,30 +194,6 @@ func (b *blockRef) Describe() string {
 		s += " (" + b.Block + ")"
 	}
 	return s
-}
-
-type explanation struct {
-	Type   string          `json:"type"`
-	Conf   json.RawMessage `json:"conf"`
-	Fields []struct {
-		Path  string          `json:"path"`
-		Value json.RawMessage `json:"value"`
-		SetBy *blockRef       `json:"setBy"`
-		Lost  []struct {
-			By     blockRef        `json:"by"`
-			Value  json.RawMessage `json:"value"`
-			Reason string          `json:"reason"`
-		} `json:"lost"`
-		LostTotal int `json:"lostTotal"`
-	} `json:"fields"`
-	Blocks []struct {
-		blockRef
-		Outcome string `json:"outcome"`
-		Reason  string `json:"reason"`
-		When    string `json:"when"`
-	} `json:"blocks"`
-	BlocksTotal int      `json:"blocksTotal"`
-	Warnings    []string `json:"warnings"`
 }
 
 type evaluation struct {

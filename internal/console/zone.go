@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/meridian-mesh/meridian/internal/policy"
 )
 
 // Zone pages: Dataplanes, one Dataplane (effective configuration per
@@ -38,12 +40,12 @@ type dataplanesData struct {
 }
 
 func (c *Console) dataplanesPage(w http.ResponseWriter, r *http.Request) {
-	meshes, err := c.meshNames(r)
+	meshes, mesh, err := c.meshChoice(r)
 	if err != nil {
 		c.fail(w, r, "Dataplanes", err)
 		return
 	}
-	d := dataplanesData{Meshes: meshes, Mesh: pickMesh(r, meshes), Query: strings.TrimSpace(r.URL.Query().Get("q"))}
+	d := dataplanesData{Meshes: meshes, Mesh: mesh, Query: strings.TrimSpace(r.URL.Query().Get("q"))}
 	offset, _ := strconv.Atoi(r.URL.Query().Get("offset"))
 	offset = max(0, offset)
 	base := "/meshes/" + url.PathEscape(d.Mesh) + "/dataplanes"
@@ -336,7 +338,7 @@ func (c *Console) explained(r *http.Request, mesh, name, ns, typ string, tc type
 		eq[k] = v
 	}
 	out.Explain = "/gui" + dpPath(mesh, name, ns, "explain", eq)
-	var ex explanation
+	var ex policy.Explanation
 	aq := url.Values{"limit": {"1"}} // the winners and how many lost: not megabytes of losers
 	for k, v := range q {
 		aq[k] = v
@@ -350,7 +352,7 @@ func (c *Console) explained(r *http.Request, mesh, name, ns, typ string, tc type
 		if f.LostTotal > lost {
 			lost = f.LostTotal
 		}
-		out.Fields = append(out.Fields, fieldRow{Path: f.Path, Value: compactJSON(f.Value), SetBy: f.SetBy.Describe(), Lost: lost})
+		out.Fields = append(out.Fields, fieldRow{Path: f.Path, Value: compactJSON(f.Value), SetBy: describe(f.SetBy), Lost: lost})
 	}
 	return out
 }
@@ -425,7 +427,7 @@ func normalizeClient(s string) string {
 type explainData struct {
 	DP    meta
 	Query string
-	Ex    explanation
+	Ex    policy.Explanation
 	Limit int
 }
 

@@ -45,21 +45,26 @@ func (r *replica) publishZonesOnce(ctx context.Context, srv *meridiansync.Server
 		return err
 	}
 	defer sess.Close()
-	published := map[string]bool{}
+	// published holds what this lease's entries say: a status unchanged
+	// since is not written again (the lease keeps the entry alive).
+	published := map[string]string{}
 	tick := time.NewTicker(zoneStatusPublish)
 	defer tick.Stop()
 	for {
 		changed := srv.StatusChanged()
 		for _, st := range srv.Statuses() {
 			key := r.zonesPrefix() + st.Zone
+			_, was := published[st.Zone]
 			cctx, cancel := context.WithTimeout(ctx, healthTimeout)
 			switch {
 			case st.Connected:
 				st.ServedBy = r.cfg.Name
 				b, _ := json.Marshal(st)
-				_, err = r.cli.Put(cctx, key, string(b), clientv3.WithLease(sess.Lease()))
-				published[st.Zone] = true
-			case published[st.Zone]:
+				if published[st.Zone] != string(b) {
+					_, err = r.cli.Put(cctx, key, string(b), clientv3.WithLease(sess.Lease()))
+					published[st.Zone] = string(b)
+				}
+			case was:
 				// Only our own entry: the zone may already be on another replica.
 				_, err = r.cli.Txn(cctx).If(clientv3.Compare(clientv3.LeaseValue(key), "=", sess.Lease())).
 					Then(clientv3.OpDelete(key)).Commit()
