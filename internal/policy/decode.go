@@ -165,10 +165,6 @@ type cachedDecode struct {
 	labels map[string]string
 	dec    *decodedPolicy
 	err    error
-	// origins are the encoded origins of the policy's contributions,
-	// written by the builder that made this decode and read-only once its
-	// snapshot is published.
-	origins map[originKey][]byte
 }
 
 // sameSource reports whether r would decode the same: same spec bytes and

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -310,8 +311,12 @@ func TestPreviousSnapshotReuse(t *testing.T) {
 		}
 	}
 	for k, c := range reused.decodes {
-		if same := first.decodes[k] == c; same == (k == changedKey) {
-			t.Errorf("%s: reused %v", k, same)
+		prev := first.decodes[k]
+		if same := prev.cd == c.cd; same == (k == changedKey) {
+			t.Errorf("%s: decode reused %v", k, same)
+		}
+		if c.pol != nil && c.pol == prev.pol {
+			t.Errorf("%s: the previous snapshot's policy is shared, not cloned", k)
 		}
 	}
 	if !strings.Contains(compact(must(reused.Config("other-1", "other-ns"))), `"requestTimeout":"11s"`) {
@@ -324,4 +329,73 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// TestRebuiltSnapshotsAnswerAsFresh: every golden case's requests, plus the
+// rules and config of every Dataplane and every policy's status, answer the
+// same from a fresh snapshot as from snapshots rebuilt from previous ones
+// (which clone unchanged policies): after a snapshot that lacked half the
+// resources (so targets resolved differently and had other warnings), and
+// after a rebuild where nothing changed. The previous snapshots are queried
+// first so that their memos and statuses exist and must not leak.
+func TestRebuiltSnapshotsAnswerAsFresh(t *testing.T) {
+	dirs, err := filepath.Glob("testdata/*/input.yaml")
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no golden cases: %v", err)
+	}
+	for _, input := range dirs {
+		t.Run(filepath.Base(filepath.Dir(input)), func(t *testing.T) {
+			gc, fresh := loadCase(t, input)
+			all := decodeResources(t, gc.Resources, gc.SystemNamespace)
+			build := func(rs []*resource.Resource, prev *MeshSnapshot) *MeshSnapshot {
+				s, err := NewMeshSnapshot(Inputs{Registry: fresh.reg, Mesh: gc.Mesh, Zone: gc.Zone,
+					SystemNamespace: gc.SystemNamespace, Resources: rs, Previous: prev})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
+			}
+			var half []*resource.Resource
+			for i, r := range all {
+				if i%2 == 0 || r.Type == "Dataplane" {
+					half = append(half, r)
+				}
+			}
+			want := answers(t, gc, fresh)
+			partial := build(half, build(all, nil))
+			answers(t, gc, partial)
+			rebuilt := build(all, partial)
+			if got := answers(t, gc, rebuilt); got != want {
+				t.Errorf("rebuilt after a partial snapshot:\n%s", firstDiff(want, got))
+			}
+			again := build(all, rebuilt)
+			if got := answers(t, gc, again); got != want {
+				t.Errorf("rebuilt with nothing changed:\n%s", firstDiff(want, got))
+			}
+			if got := answers(t, gc, rebuilt); got != want {
+				t.Errorf("a snapshot changed after the next was built from it:\n%s", firstDiff(want, got))
+			}
+		})
+	}
+}
+
+// answers renders everything a snapshot answers about a golden case.
+func answers(t *testing.T, gc *goldenCase, s *MeshSnapshot) string {
+	t.Helper()
+	var out []any
+	for _, req := range gc.Requests {
+		resp, err := runRequest(s, req)
+		out = append(out, resp, fmt.Sprint(err))
+	}
+	for _, dp := range s.Dataplanes() {
+		r, err := s.Rules(dp.Name, dp.Namespace)
+		c, cerr := s.Config(dp.Name, dp.Namespace)
+		out = append(out, r, fmt.Sprint(err), c, fmt.Sprint(cerr))
+	}
+	out = append(out, s.GlobalPolicyStatuses())
+	b, err := json.MarshalIndent(out, "", " ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

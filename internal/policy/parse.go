@@ -103,64 +103,57 @@ func metaOf(r *resource.Resource) Meta {
 // error means the policy cannot be evaluated at all; the snapshot reports it
 // as a warning on every Dataplane.
 func (b *builder) parsePolicy(r *resource.Resource, d *resource.TypeDescriptor) (*policy, error) {
-	cd, fresh := b.decoded(r, d)
-	dec, err := cd.dec, cd.err
+	key := r.Key()
+	if prev, ok := b.prev[key]; ok && prev.cd.sameSource(r) {
+		// Unchanged: the previous snapshot's parse holds, apart from the
+		// state each snapshot sets itself (clone).
+		var p *policy
+		if prev.pol != nil {
+			p = b.clones.policy(prev.pol, r)
+		}
+		b.s.decodes[key] = parsedPolicy{cd: prev.cd, pol: p}
+		return p, prev.cd.err
+	}
+	dec, err := decodePolicy(r, d, b.sysNS, b.reg.Conditions())
+	cd := &cachedDecode{spec: r.Spec, labels: r.Labels, dec: dec, err: err}
 	if err != nil {
+		b.s.decodes[key] = parsedPolicy{cd: cd}
 		return nil, err
 	}
-	p, err := b.parseDecoded(r, d, dec)
-	if p != nil {
-		encodeOrigins(p, cd, fresh)
-	}
-	return p, err
+	p := b.parseDecoded(r, d, dec)
+	encodeOrigins(p)
+	b.s.decodes[key] = parsedPolicy{cd: cd, pol: p}
+	return p, nil
 }
 
-// encodeOrigins caches the JSON of every contribution's origin. A decode
-// made by this builder (fresh) records them; a decode reused from the
-// previous snapshot (published, so read-only) supplies them: unchanged
-// policies are not encoded again on every rebuild.
-func encodeOrigins(p *policy, cd *cachedDecode, fresh bool) {
-	cs := make([]*contribution, 0, 2*(len(p.to)+len(p.from))+3)
+// encodeOrigins caches the JSON of every contribution's origin (the clones
+// of later snapshots share it).
+func encodeOrigins(p *policy) {
 	for _, list := range [][]*entry{p.to, p.from} {
 		for _, e := range list {
-			cs = append(cs, e.c, e.o)
+			encodeOrigin(e.c)
+			encodeOrigin(e.o)
 		}
 	}
-	cs = append(cs, p.proxy, p.proxyOver, p.legacyConf)
-	if fresh {
-		cd.origins = make(map[originKey][]byte, len(cs))
-	}
-	for _, c := range cs {
-		if c == nil {
-			continue
-		}
-		key := originKey{list: c.list, entry: c.entry, block: c.block}
-		if enc, ok := cd.origins[key]; ok {
-			c.origin.encoded = enc
-			continue
-		}
+	encodeOrigin(p.proxy)
+	encodeOrigin(p.proxyOver)
+	encodeOrigin(p.legacyConf)
+}
+
+func encodeOrigin(c *contribution) {
+	if c != nil && c.origin.encoded == nil {
 		c.origin = c.origin.withEncoding()
-		if fresh {
-			cd.origins[key] = c.origin.encoded
-		}
 	}
 }
 
-// originKey names one contribution of a policy.
-type originKey struct {
-	list  string
-	entry int
-	block string
-}
-
-func (b *builder) parseDecoded(r *resource.Resource, d *resource.TypeDescriptor, dec *decodedPolicy) (*policy, error) {
+func (b *builder) parseDecoded(r *resource.Resource, d *resource.TypeDescriptor, dec *decodedPolicy) *policy {
 	p := &policy{res: r, desc: d, meta: metaOf(r), role: dec.role, display: r.DisplayName()}
 	p.origin, p.zone = b.originOf(r)
 	p.ownNS = b.ownNamespace(r)
 	if d.Shape != resource.ShapeTargetRef {
 		p.sources, p.destinations, p.selectors = dec.sources, dec.destinations, dec.selectors
 		p.legacyConf = newContribution(p, -1, blockConf, dec.legacy)
-		return p, nil
+		return p
 	}
 	b.effectiveTop(p, dec.top)
 	p.to = b.entries(p, "to", dec.to)
@@ -169,21 +162,7 @@ func (b *builder) parseDecoded(r *resource.Resource, d *resource.TypeDescriptor,
 		p.proxy = newContribution(p, -1, blockDefault, dec.proxy.def)
 		p.proxyOver = overrideContribution(p, -1, dec.proxy.over)
 	}
-	return p, nil
-}
-
-// decoded returns r's decoded form, from the previous snapshot when r did
-// not change (fresh is false then).
-func (b *builder) decoded(r *resource.Resource, d *resource.TypeDescriptor) (cd *cachedDecode, fresh bool) {
-	key := r.Key()
-	if prev := b.prev[key]; prev != nil && prev.sameSource(r) {
-		b.s.decodes[key] = prev
-		return prev, false
-	}
-	dec, err := decodePolicy(r, d, b.sysNS, b.reg.Conditions())
-	cd = &cachedDecode{spec: r.Spec, labels: r.Labels, dec: dec, err: err}
-	b.s.decodes[key] = cd
-	return cd, true
+	return p
 }
 
 // originOf reads kuma.io/origin. A policy without the label was written

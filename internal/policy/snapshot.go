@@ -68,9 +68,20 @@ type MeshSnapshot struct {
 	statusOnce sync.Once
 	status     map[string]map[nsName]*PolicyStatus
 
-	// decodes lets the next snapshot reuse decoded policies (Inputs.Previous).
+	// decodes lets the next snapshot reuse decoded and parsed policies
+	// (Inputs.Previous).
 	reg     *resource.Registry
-	decodes map[resource.Key]*cachedDecode
+	decodes map[resource.Key]parsedPolicy
+}
+
+// parsedPolicy is what a snapshot remembers of one policy for the next:
+// its decode, and the policy as this snapshot parsed it (nil when it could
+// not be parsed). The next snapshot clones pol when the resource did not
+// change: a policy's snapshot-specific state (positions, resolved targets)
+// lives in its own copy, so published snapshots stay immutable.
+type parsedPolicy struct {
+	cd  *cachedDecode
+	pol *policy
 }
 
 // fromResult is a memoized from-rule computation; the RBAC filter (for
@@ -124,7 +135,10 @@ type builder struct {
 	reg   *resource.Registry
 	zone  string
 	sysNS string
-	prev  map[resource.Key]*cachedDecode
+	prev  map[resource.Key]parsedPolicy
+	// clones hands out the structs of policies cloned from the previous
+	// snapshot in chunks (clone.go).
+	clones cloneArena
 }
 
 // NewMeshSnapshot parses and indexes in. It fails only on inputs that are a
@@ -146,10 +160,10 @@ func NewMeshSnapshot(in Inputs) (*MeshSnapshot, error) {
 		externals: map[nsName]*resource.Resource{}, extByName: map[string][]*resource.Resource{},
 		multis: map[nsName]*resource.Resource{}, multiByName: map[string][]*resource.Resource{},
 		gateways: map[string]*gateway{}, routes: map[nsName]*policy{}, routeByName: map[string][]*policy{},
-		reg: in.Registry, decodes: map[resource.Key]*cachedDecode{},
+		reg: in.Registry, decodes: make(map[resource.Key]parsedPolicy, len(in.Resources)),
 	}
 	b := &builder{s: s, reg: in.Registry, zone: in.Zone, sysNS: sysNS}
-	if p := in.Previous; p != nil && p.reg == in.Registry && p.sysNS == sysNS {
+	if p := in.Previous; p != nil && p.reg == in.Registry && p.sysNS == sysNS && p.zone == in.Zone {
 		b.prev = p.decodes
 	}
 	if err := b.index(in.Resources); err != nil {
