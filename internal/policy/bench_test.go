@@ -155,9 +155,11 @@ func BenchmarkMTP200Items5Keys(b *testing.B) { benchMTP(b, 200, 5) }
 // tenThousandTimeouts: MeshTimeouts matching the proxy, alternately
 // top-level Mesh and MeshService, each with a to (Mesh) and a from (Mesh)
 // entry with its own values.
-func tenThousandTimeouts() []*resource.Resource {
-	rs := make([]*resource.Resource, 0, 10000)
-	for i := 0; i < 10000; i++ {
+func tenThousandTimeouts() []*resource.Resource { return timeouts(10000) }
+
+func timeouts(n int) []*resource.Resource {
+	rs := make([]*resource.Resource, 0, n)
+	for i := 0; i < n; i++ {
 		top := `{"kind":"Mesh"}`
 		if i%2 == 1 {
 			top = `{"kind":"MeshService","name":"backend"}`
@@ -193,6 +195,35 @@ func BenchmarkRules10000MeshTimeouts(b *testing.B) {
 	b.Run("snapshot-after-one-change", func(b *testing.B) {
 		for i := 0; b.Loop(); i++ {
 			s = changeFirst(b, s, rs, i)
+		}
+	})
+}
+
+// BenchmarkRules100000MeshTimeouts: issue 10's scale, a proxy matched by
+// 100,000 MeshTimeouts: the first `_rules` after one policy changed (the
+// snapshot rebuilt from the previous one, then the query), and the status
+// of every policy.
+func BenchmarkRules100000MeshTimeouts(b *testing.B) {
+	rs := append(timeouts(100000), mtpItems("mtp", 70, 2), benchDataplane("dp", 10, 0))
+	s := benchSnapshot(b, rs)
+	b.Run("snapshot-and-first-rules-after-one-change", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			s = changeFirst(b, s, rs, i)
+			if _, err := s.Rules("dp", ""); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("statuses", func(b *testing.B) {
+		for b.Loop() {
+			forgetMemos(s)
+			_ = s.computeStatuses()
+		}
+	})
+	b.Run("global-policy-statuses", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			s = changeFirst(b, s, rs, i)
+			_ = s.GlobalPolicyStatuses()
 		}
 	})
 }

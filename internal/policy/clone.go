@@ -4,16 +4,18 @@ import "github.com/meridian-mesh/meridian/internal/resource"
 
 // Cloning unchanged policies from the previous snapshot.
 //
-// A parsed policy is mostly a function of its resource (decoded confs,
-// effective targetRef, scope, client tags, encoded origins), but a snapshot
-// also writes its own state into it: positions in the sorted lists (idx,
-// pos, order), resolved to-targets and the warnings resolving produced.
-// Published snapshots are immutable and queried concurrently, so a rebuild
-// cannot renumber the previous snapshot's structs; it copies them instead.
-// Copying a struct is far cheaper than parsing again (which allocated a
-// dozen small objects per policy and dominated rebuilds at 10,000 policies),
-// and the arena below allocates the copies in chunks, so a rebuild leaves
-// the garbage collector a few hundred objects instead of tens of thousands.
+// A parsed policy is mostly a function of its resource: policyDef,
+// entryDef and contributionDef (decoded confs, effective targetRef, scope,
+// client tags, encoded origins) are shared by every snapshot that holds the
+// same version of the resource. A snapshot also keeps its own state:
+// positions in the sorted lists (idx, pos, order), resolved to-targets and
+// the warnings resolving produced. Published snapshots are immutable and
+// queried concurrently, so a rebuild cannot renumber the previous
+// snapshot's structs; it makes small new ones around the shared
+// definitions. That is far cheaper than parsing again (a dozen small
+// objects per policy, which dominated rebuilds at 10,000 policies), and the
+// arena below allocates them in chunks, so a rebuild leaves the garbage
+// collector a few hundred objects instead of tens of thousands.
 
 // cloneChunk is how many values one arena allocation holds.
 const cloneChunk = 256
@@ -62,15 +64,12 @@ type cloneArena struct {
 
 type contributionCopy struct{ from, to *contribution }
 
-// policy returns a copy of prev (parsed by an earlier snapshot from a
-// resource with the same spec and labels) for this snapshot: resource r,
-// and none of prev's snapshot state. Only reads prev.
+// policy returns prev (parsed by an earlier snapshot from a resource with
+// the same spec and labels) for this snapshot: resource r, prev's
+// definitions, and none of prev's snapshot state. Only reads prev.
 func (a *cloneArena) policy(prev *policy, r *resource.Resource) *policy {
 	p := a.policies.one()
-	*p = *prev
-	p.res = r
-	p.idx = 0
-	p.warnings = nil // resolve adds this snapshot's
+	*p = policy{policyDef: prev.policyDef, res: r}
 	a.seen = a.seen[:0]
 	p.to = a.cloneEntries(p, prev.to)
 	p.from = a.cloneEntries(p, prev.from)
@@ -84,10 +83,7 @@ func (a *cloneArena) cloneEntries(p *policy, prev []*entry) []*entry {
 	out := a.entryPtrs.many(len(prev))
 	for i, pe := range prev {
 		e := a.entries.one()
-		*e = *pe
-		e.pol, e.pos, e.target = p, 0, nil
-		e.c = a.contribution(p, pe.c)
-		e.o = a.contribution(p, pe.o)
+		*e = entry{entryDef: pe.entryDef, pol: p, c: a.contribution(p, pe.c), o: a.contribution(p, pe.o)}
 		out[i] = e
 	}
 	return out
@@ -103,8 +99,7 @@ func (a *cloneArena) contribution(p *policy, prev *contribution) *contribution {
 		}
 	}
 	c := a.contributions.one()
-	*c = *prev
-	c.pol, c.order = p, 0
+	*c = contribution{contributionDef: prev.contributionDef, pol: p}
 	a.seen = append(a.seen, contributionCopy{prev, c})
 	return c
 }

@@ -44,9 +44,21 @@ const overrideOrderBase = 1 << 40
 
 // contribution is one conf block of one policy entry: the unit the fold
 // works on (SPEC 3.6: a default or an override block, with its strategy,
-// when and, for defaults, unset).
+// when and, for defaults, unset). Its definition is shared by every
+// snapshot holding the same version of the policy; the policy it belongs to
+// and its apply order are this snapshot's.
 type contribution struct {
-	pol    *policy
+	*contributionDef
+	pol *policy
+	// order is the apply order among the contributions of one type's to or
+	// from entries; overrides count from overrideOrderBase in the order the
+	// overrides pass applies them.
+	order int
+}
+
+// contributionDef is a contribution as parsed; never written once parsing
+// of its policy is done.
+type contributionDef struct {
 	entry  int    // index in the policy's to/from array; -1 for proxy-wide and legacy
 	list   string // "to" or "from" for entries
 	block  string // blockDefault, blockOverride or blockConf
@@ -56,16 +68,12 @@ type contribution struct {
 	when   *condition.Expr
 	unset  [][]string // default blocks: paths removed from less specific defaults
 	origin Origin     // precomputed for output
-	// order is the apply order among the contributions of one type's to or
-	// from entries; overrides count from overrideOrderBase in the order the
-	// overrides pass applies them.
-	order int
 }
 
 // newContribution makes a contribution of pol (nil in tests).
 func newContribution(pol *policy, entry int, block string, conf confBlock) *contribution {
-	c := &contribution{pol: pol, entry: entry, block: block, conf: conf.value, patch: conf.patch,
-		atomic: conf.atomic, when: conf.when, unset: conf.unset}
+	c := &contribution{pol: pol, contributionDef: &contributionDef{entry: entry, block: block, conf: conf.value,
+		patch: conf.patch, atomic: conf.atomic, when: conf.when, unset: conf.unset}}
 	if pol != nil {
 		c.origin = Origin{Meta: pol.meta}
 		if entry >= 0 {

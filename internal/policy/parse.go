@@ -19,14 +19,34 @@ type targetRef struct {
 	ProxyTypes  []string          `json:"proxyTypes"`
 }
 
-// policy is a parsed policy resource with everything that does not depend
-// on the Dataplane being computed: role, effective top-level targetRef,
-// implicit scope, sort key and decoded confs.
+// policy is a policy resource as one snapshot holds it: its definition
+// (shared by every snapshot holding the same version of the resource) and
+// this snapshot's state: position, warnings from resolving references, and
+// entries whose positions and targets are this snapshot's.
 type policy struct {
-	res  *resource.Resource
+	*policyDef
+	res *resource.Resource
+	idx int // position in its type's sorted policy list
+
+	to    []*entry
+	from  []*entry
+	proxy *contribution // proxy-wide default (may carry only unset)
+	// proxyOver is the proxy-wide override; nil when there is none.
+	proxyOver *contribution
+	// legacyConf is the conf of a legacy-shaped policy.
+	legacyConf *contribution
+
+	// warnings are about references inside the policy; they are reported to
+	// the Dataplanes the policy selects.
+	warnings []string
+}
+
+// policyDef is everything about a policy that does not depend on the
+// Dataplane being computed or on the rest of the snapshot: role, effective
+// top-level targetRef, implicit scope, sort key. Never written once parsed.
+type policyDef struct {
 	desc *resource.TypeDescriptor
 	meta Meta
-	idx  int // position in its type's sorted policy list
 
 	role string
 	// display is res.DisplayName(), read by every comparison of a sort (a
@@ -45,38 +65,33 @@ type policy struct {
 	// topTags are top.Tags as a slice (matching runs per policy per proxy).
 	topTags []tag
 
-	to    []*entry
-	from  []*entry
-	proxy *contribution // proxy-wide default (may carry only unset)
-	// proxyOver is the proxy-wide override; nil when there is none.
-	proxyOver *contribution
-
 	// Legacy shapes.
 	sources, destinations, selectors []selector
-	legacyConf                       *contribution
-
-	// warnings are about references inside the policy; they are reported to
-	// the Dataplanes the policy selects.
-	warnings []string
 }
 
-// entry is one to/from item.
+// entry is one to/from item: its definition, and this snapshot's policy,
+// blocks, position and resolved target.
 type entry struct {
-	pol   *policy
+	*entryDef
+	pol *policy
+	pos int           // position in its type's sorted to/from list
+	c   *contribution // the default block (may carry only unset)
+	o   *contribution // the override block; nil when there is none
+
+	// to entries: what the entry selects (resolved at snapshot build).
+	target *toTarget
+}
+
+// entryDef is an entry as parsed; never written once parsed.
+type entryDef struct {
 	index int
-	ref   targetRef     // from entries: Mesh when absent
-	kind  int           // rank of ref.Kind
-	pos   int           // position in its type's sorted to/from list
-	c     *contribution // the default block (may carry only unset)
-	o     *contribution // the override block; nil when there is none
+	ref   targetRef // from entries: Mesh when absent
+	kind  int       // rank of ref.Kind
 
 	// from entries: the client subset as tags; never is set when the
 	// targetRef's tags contradict each other (no client can match).
 	tags  []tag
 	never bool
-
-	// to entries: what the entry selects (resolved at snapshot build).
-	target *toTarget
 }
 
 type tag struct{ key, value string }
@@ -147,7 +162,7 @@ func encodeOrigin(c *contribution) {
 }
 
 func (b *builder) parseDecoded(r *resource.Resource, d *resource.TypeDescriptor, dec *decodedPolicy) *policy {
-	p := &policy{res: r, desc: d, meta: metaOf(r), role: dec.role, display: r.DisplayName()}
+	p := &policy{res: r, policyDef: &policyDef{desc: d, meta: metaOf(r), role: dec.role, display: r.DisplayName()}}
 	p.origin, p.zone = b.originOf(r)
 	p.ownNS = b.ownNamespace(r)
 	if d.Shape != resource.ShapeTargetRef {
@@ -222,7 +237,7 @@ func tagList(m map[string]string) []tag {
 func (b *builder) entries(p *policy, list string, items []decodedEntry) []*entry {
 	out := make([]*entry, 0, len(items))
 	for i, item := range items {
-		e := &entry{pol: p, index: i}
+		e := &entry{pol: p, entryDef: &entryDef{index: i}}
 		if item.ref != nil {
 			e.ref = *item.ref
 		}
@@ -252,8 +267,10 @@ func (b *builder) entries(p *policy, list string, items []decodedEntry) []*entry
 		// A rule with matches applies to the clients of each match: one
 		// entry per match, sharing the rule's contribution.
 		for _, m := range item.matches {
+			def := *e.entryDef
+			def.tags = []tag{m}
 			em := *e
-			em.tags = []tag{m}
+			em.entryDef = &def
 			out = append(out, &em)
 		}
 	}
