@@ -117,28 +117,27 @@ func metaOf(r *resource.Resource) Meta {
 // parsePolicy builds a policy of this snapshot from its decoded form. An
 // error means the policy cannot be evaluated at all; the snapshot reports it
 // as a warning on every Dataplane.
-func (b *builder) parsePolicy(r *resource.Resource, d *resource.TypeDescriptor) (*policy, error) {
+func (b *builder) parsePolicy(r *resource.Resource, d *resource.TypeDescriptor) (p, src *policy, err error) {
 	key := r.Key()
 	if prev, ok := b.prev[key]; ok && prev.cd.sameSource(r) {
 		// Unchanged: the previous snapshot's parse holds, apart from the
 		// state each snapshot sets itself (clone).
-		var p *policy
 		if prev.pol != nil {
 			p = b.clones.policy(prev.pol, r)
 		}
 		b.s.decodes[key] = parsedPolicy{cd: prev.cd, pol: p}
-		return p, prev.cd.err
+		return p, prev.pol, prev.cd.err
 	}
 	dec, err := decodePolicy(r, d, b.sysNS, b.reg.Conditions())
 	cd := &cachedDecode{spec: r.Spec, labels: r.Labels, dec: dec, err: err}
 	if err != nil {
 		b.s.decodes[key] = parsedPolicy{cd: cd}
-		return nil, err
+		return nil, nil, err
 	}
-	p := b.parseDecoded(r, d, dec)
+	p = b.parseDecoded(r, d, dec)
 	encodeOrigins(p)
 	b.s.decodes[key] = parsedPolicy{cd: cd, pol: p}
-	return p, nil
+	return p, nil, nil
 }
 
 // encodeOrigins caches the JSON of every contribution's origin (the clones

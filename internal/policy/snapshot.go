@@ -115,6 +115,10 @@ type typeIndex struct {
 	// mixed roles, unresolvable top-level targetRef); every Dataplane sees them.
 	warnings []string
 	skipped  map[nsName]bool // policies not evaluated because of such a problem
+
+	// sources[i] is the previous snapshot's policy policies[i] was cloned
+	// from (nil when parsed afresh); only while building (finishType).
+	sources []*policy
 }
 
 type meshService struct {
@@ -136,6 +140,9 @@ type builder struct {
 	zone  string
 	sysNS string
 	prev  map[resource.Key]parsedPolicy
+	// prevTypes are the previous snapshot's type indexes: the order of
+	// unchanged policies is kept from them (finishType).
+	prevTypes map[string]*typeIndex
 	// clones hands out the structs of policies cloned from the previous
 	// snapshot in chunks (clone.go).
 	clones cloneArena
@@ -164,7 +171,7 @@ func NewMeshSnapshot(in Inputs) (*MeshSnapshot, error) {
 	}
 	b := &builder{s: s, reg: in.Registry, zone: in.Zone, sysNS: sysNS}
 	if p := in.Previous; p != nil && p.reg == in.Registry && p.sysNS == sysNS && p.zone == in.Zone {
-		b.prev = p.decodes
+		b.prev, b.prevTypes = p.decodes, p.types
 	}
 	if err := b.index(in.Resources); err != nil {
 		return nil, fmt.Errorf("policy snapshot of mesh %q: %w", in.Mesh, err)
@@ -259,13 +266,14 @@ func (b *builder) addPolicies(rs []*resource.Resource) {
 	for _, r := range rs {
 		d, _ := b.reg.Lookup(r.Type)
 		t := b.typeIndex(d)
-		p, err := b.parsePolicy(r, d)
+		p, src, err := b.parsePolicy(r, d)
 		if err != nil {
 			t.warnings = append(t.warnings, fmt.Sprintf("%s %s: skipped: %v", d.Name, qualified(r.Namespace, r.Name), err))
 			t.skipped[nsName{b.normNS(r.Namespace), r.Name}] = true
 			continue
 		}
 		t.policies = append(t.policies, p)
+		t.sources = append(t.sources, src)
 		parsed = append(parsed, p)
 		if r.Type == "MeshHTTPRoute" {
 			key := nsName{b.normNS(r.Namespace), r.Name}
@@ -313,14 +321,21 @@ func (b *builder) resolve(p *policy) {
 
 func (b *builder) finishType(t *typeIndex) {
 	slices.Sort(t.warnings) // resources arrive in store order; output must not depend on it
-	slices.SortStableFunc(t.policies, comparePolicies)
+	if prev := b.prevTypes[t.desc.Name]; prev != nil {
+		b.keepOrder(t, prev)
+	} else {
+		slices.SortStableFunc(t.policies, comparePolicies)
+		for _, p := range t.policies {
+			t.to = append(t.to, p.to...)
+			t.from = append(t.from, p.from...)
+		}
+		sortEntries(t.to)
+		sortEntries(t.from)
+	}
+	t.sources = nil
 	for i, p := range t.policies {
 		p.idx = i
-		t.to = append(t.to, p.to...)
-		t.from = append(t.from, p.from...)
 	}
-	sortEntries(t.to)
-	sortEntries(t.from)
 	for i, e := range t.to {
 		e.pos, e.c.order = i, i
 	}
@@ -344,4 +359,63 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// keepOrder sorts t's policies and entries using the previous snapshot's
+// order: policies cloned from it keep their relative order (the sort keys
+// are part of the shared definitions and the resource's name), so only the
+// new and changed ones are sorted, then merged in. At 100,000 policies
+// this replaces two sorts that took about a fifth of a rebuild.
+func (b *builder) keepOrder(t, prev *typeIndex) {
+	kept := make([]*policy, len(prev.policies))
+	keptTo := make([]*entry, len(prev.to))
+	keptFrom := make([]*entry, len(prev.from))
+	var fresh []*policy
+	var freshTo, freshFrom []*entry
+	for i, p := range t.policies {
+		src := t.sources[i]
+		if src == nil || src.idx >= len(kept) || prev.policies[src.idx] != src {
+			fresh = append(fresh, p)
+			freshTo = append(freshTo, p.to...)
+			freshFrom = append(freshFrom, p.from...)
+			continue
+		}
+		kept[src.idx] = p
+		for j, e := range p.to {
+			keptTo[src.to[j].pos] = e
+		}
+		for j, e := range p.from {
+			keptFrom[src.from[j].pos] = e
+		}
+	}
+	slices.SortStableFunc(fresh, comparePolicies)
+	sortEntries(freshTo)
+	sortEntries(freshFrom)
+	t.policies = mergeSorted(withoutNil(kept), fresh, comparePolicies)
+	t.to = mergeSorted(withoutNil(keptTo), freshTo, compareEntries)
+	t.from = mergeSorted(withoutNil(keptFrom), freshFrom, compareEntries)
+}
+
+func withoutNil[T any](s []*T) []*T {
+	return slices.DeleteFunc(s, func(v *T) bool { return v == nil })
+}
+
+// mergeSorted merges two sorted lists; on ties a's item comes first.
+func mergeSorted[T any](a, b []T, compare func(T, T) int) []T {
+	if len(b) == 0 {
+		return a
+	}
+	out := make([]T, 0, len(a)+len(b))
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		if compare(b[j], a[i]) < 0 {
+			out = append(out, b[j])
+			j++
+		} else {
+			out = append(out, a[i])
+			i++
+		}
+	}
+	out = append(out, a[i:]...)
+	return append(out, b[j:]...)
 }
