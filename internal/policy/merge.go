@@ -68,6 +68,7 @@ type contributionDef struct {
 	when   *condition.Expr
 	unset  [][]string // default blocks: paths removed from less specific defaults
 	origin Origin     // precomputed for output
+	at     string     // where(), set when parsing is done (finishContribution)
 }
 
 // newContribution makes a contribution of pol (nil in tests).
@@ -198,6 +199,13 @@ func (st foldState) warnings() []string {
 
 // where names the block in messages: "to[1].override", "default".
 func (c *contribution) where() string {
+	if c.at != "" {
+		return c.at
+	}
+	return c.computeWhere()
+}
+
+func (c *contributionDef) computeWhere() string {
 	if c.entry < 0 {
 		return c.block
 	}

@@ -67,6 +67,9 @@ type policyDef struct {
 
 	// Legacy shapes.
 	sources, destinations, selectors []selector
+
+	// name is policyName(p), set when parsing is done.
+	name string
 }
 
 // entry is one to/from item: its definition, and this snapshot's policy,
@@ -135,29 +138,35 @@ func (b *builder) parsePolicy(r *resource.Resource, d *resource.TypeDescriptor) 
 		return nil, nil, err
 	}
 	p = b.parseDecoded(r, d, dec)
-	encodeOrigins(p)
+	finishContributions(p)
+	p.name = policyName(p)
 	b.s.decodes[key] = parsedPolicy{cd: cd, pol: p}
 	return p, nil, nil
 }
 
-// encodeOrigins caches the JSON of every contribution's origin (the clones
-// of later snapshots share it).
-func encodeOrigins(p *policy) {
+// finishContributions caches, once per version of a policy, what messages
+// and output need of each contribution: the JSON of its origin and its
+// where(); the clones of later snapshots share them.
+func finishContributions(p *policy) {
 	for _, list := range [][]*entry{p.to, p.from} {
 		for _, e := range list {
-			encodeOrigin(e.c)
-			encodeOrigin(e.o)
+			finishContribution(e.c)
+			finishContribution(e.o)
 		}
 	}
-	encodeOrigin(p.proxy)
-	encodeOrigin(p.proxyOver)
-	encodeOrigin(p.legacyConf)
+	finishContribution(p.proxy)
+	finishContribution(p.proxyOver)
+	finishContribution(p.legacyConf)
 }
 
-func encodeOrigin(c *contribution) {
-	if c != nil && c.origin.encoded == nil {
+func finishContribution(c *contribution) {
+	if c == nil {
+		return
+	}
+	if c.origin.encoded == nil {
 		c.origin = c.origin.withEncoding()
 	}
+	c.at = c.computeWhere()
 }
 
 func (b *builder) parseDecoded(r *resource.Resource, d *resource.TypeDescriptor, dec *decodedPolicy) *policy {

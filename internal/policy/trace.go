@@ -195,6 +195,9 @@ func (c *contribution) name() string {
 // synced copy by its display name and where it came from ("MeshTimeout
 // guardrail (global)"); the exact stored name is in every META.
 func policyName(p *policy) string {
+	if p.name != "" {
+		return p.name
+	}
 	name := p.desc.Name + " " + qualified(p.ownNS, p.res.DisplayName())
 	switch {
 	case p.origin == originGlobal && p.res.DisplayName() != p.res.Name:
