@@ -48,13 +48,18 @@ type View struct {
 	meshes   map[string]*meshState
 	builds   int // snapshots built, for tests and metrics
 	building map[string]chan struct{}
-	runCtx   context.Context // set by Run: background status recomputes stop with it
 
-	// notify gets a value after every applied change (RunStatusReports).
-	notify chan struct{}
+	// statusKick wakes the status loop (runStatuses): after every applied
+	// change, and when a status read finds its mesh stale.
+	statusKick chan struct{}
+	// reporting is set by RunStatusReports: every mesh's statuses are then
+	// kept current and reported, read or not.
+	reporting bool
 	// report is the latest status report of the global's policies.
 	report        []policy.GlobalPolicyStatus
 	reportChanged chan struct{}
+	// statusRuns counts status recomputes of a mesh, for tests.
+	statusRuns int
 }
 
 // meshState is the mirror of one mesh. generation bumps on every change so a
@@ -66,11 +71,10 @@ type meshState struct {
 	snapGen    uint64
 
 	// Policy statuses (StatusSnapshot): the last snapshot whose statuses
-	// were computed, the generation it reflects, and whether a background
-	// recompute is scheduled.
-	statusSnap    *policy.MeshSnapshot
-	statusGen     uint64
-	statusPending bool
+	// were computed, and the generation it reflects. Only the status loop
+	// and a mesh's first status read write them.
+	statusSnap *policy.MeshSnapshot
+	statusGen  uint64
 }
 
 // StatusDebounce is how long the view waits after a change before it
@@ -92,7 +96,7 @@ func New(cfg Config) (*View, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	v := &View{cfg: cfg, meshes: map[string]*meshState{}, building: map[string]chan struct{}{}, notify: make(chan struct{}, 1)}
+	v := &View{cfg: cfg, meshes: map[string]*meshState{}, building: map[string]chan struct{}{}, statusKick: make(chan struct{}, 1)}
 	v.changed = sync.NewCond(&v.mu)
 	return v, nil
 }
@@ -100,9 +104,12 @@ func New(cfg Config) (*View, error) {
 // Run loads every relevant resource, then applies the store's watch until ctx
 // ends. It returns the error that stopped it (nil on ctx end).
 func (v *View) Run(ctx context.Context) error {
-	v.mu.Lock()
-	v.runCtx = ctx
-	v.mu.Unlock()
+	statusesDone := make(chan struct{})
+	go func() {
+		defer close(statusesDone)
+		v.runStatuses(ctx)
+	}()
+	defer func() { <-statusesDone }()
 	err := v.run(ctx)
 	v.mu.Lock()
 	if err == nil {
@@ -163,6 +170,7 @@ func (v *View) loadAll(ctx context.Context, rev uint64) error {
 	v.applied = rev
 	v.loaded = true
 	v.changed.Broadcast()
+	v.kickStatuses()
 	return nil
 }
 
@@ -188,10 +196,7 @@ func (v *View) apply(ev storage.Event) {
 	}
 	m := meshOf(v.meshes, r.Mesh)
 	m.generation++
-	select {
-	case v.notify <- struct{}{}:
-	default:
-	}
+	v.kickStatuses()
 	if ev.Kind == storage.EventDelete {
 		delete(m.resources, r.Key())
 		return
@@ -231,20 +236,28 @@ func (v *View) Snapshot(ctx context.Context, mesh string) (*policy.MeshSnapshot,
 	if err := v.waitFor(ctx, rev); err != nil {
 		return nil, err
 	}
+	snap, _, err := v.currentSnapshot(ctx, mesh)
+	return snap, err
+}
+
+// currentSnapshot returns the snapshot of mesh's current generation (and
+// that generation), building it or waiting for the caller that is.
+func (v *View) currentSnapshot(ctx context.Context, mesh string) (*policy.MeshSnapshot, uint64, error) {
 	for {
 		snap, gen, resources, prev, wait := v.cached(mesh)
 		if snap != nil {
-			return snap, nil
+			return snap, gen, nil
 		}
 		if wait != nil {
 			select {
 			case <-wait:
 				continue
 			case <-ctx.Done():
-				return nil, ctx.Err()
+				return nil, 0, ctx.Err()
 			}
 		}
-		return v.build(mesh, gen, resources, prev)
+		snap, err := v.build(mesh, gen, resources, prev)
+		return snap, gen, err
 	}
 }
 
@@ -255,7 +268,7 @@ func (v *View) cached(mesh string) (*policy.MeshSnapshot, uint64, []*resource.Re
 	defer v.mu.Unlock()
 	m := meshOf(v.meshes, mesh)
 	if m.snapshot != nil && m.snapGen == m.generation {
-		return m.snapshot, 0, nil, nil, nil
+		return m.snapshot, m.snapGen, nil, nil, nil
 	}
 	if ch, ok := v.building[mesh]; ok {
 		return nil, 0, nil, nil, ch
@@ -298,149 +311,179 @@ func (v *View) Builds() int {
 // StatusSnapshot returns the snapshot of mesh whose policy statuses are
 // computed, without waiting for the latest changes: policy status is
 // derived data shown beside the resources, and a read must never pay a
-// rebuild. When the mesh changed since, one recompute is scheduled in the
-// background (after StatusDebounce), so statuses follow changes within
-// about that delay plus the rebuild, without polling. Only the first call
-// for a mesh builds synchronously.
+// rebuild. The status loop (runStatuses) recomputes a mesh whose statuses
+// have been read once after its changes settle, so statuses follow changes
+// within about StatusDebounce plus a rebuild, without polling. Only the
+// first call for a mesh builds synchronously.
 func (v *View) StatusSnapshot(ctx context.Context, mesh string) (*policy.MeshSnapshot, error) {
 	v.mu.Lock()
 	m := meshOf(v.meshes, mesh)
-	snap := m.statusSnap
-	if snap != nil && m.statusGen != m.generation && !m.statusPending && v.runCtx != nil {
-		m.statusPending = true
-		go v.refreshStatus(v.runCtx, mesh)
-	}
+	snap, stale := m.statusSnap, m.statusGen != m.generation
 	v.mu.Unlock()
 	if snap != nil {
+		if stale {
+			v.kickStatuses() // a change raced with the first computation
+		}
 		return snap, nil
 	}
-	snap, err := v.Snapshot(ctx, mesh)
+	rev, err := v.cfg.Store.Revision(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := v.waitFor(ctx, rev); err != nil {
+		return nil, err
+	}
+	snap, gen, err := v.currentSnapshot(ctx, mesh)
 	if err != nil {
 		return nil, err
 	}
 	snap.ComputeStatuses()
-	v.storeStatus(mesh, snap)
+	v.storeStatus(mesh, snap, gen)
+	v.kickStatuses() // in case the mesh changed meanwhile
 	return snap, nil
 }
 
-// refreshStatus recomputes a mesh's statuses until they reflect its
-// latest generation.
-func (v *View) refreshStatus(ctx context.Context, mesh string) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(StatusDebounce):
-		}
-		snap, err := v.Snapshot(ctx, mesh)
-		if err != nil {
-			v.mu.Lock()
-			meshOf(v.meshes, mesh).statusPending = false
-			v.mu.Unlock()
-			v.cfg.Logger.Debug("policy status not recomputed", "mesh", mesh, "error", err)
-			return
-		}
-		snap.ComputeStatuses()
-		if v.storeStatus(mesh, snap) {
-			return
-		}
-	}
-}
-
-// storeStatus records snap as the mesh's status snapshot; it reports
-// whether that is current (else the caller recomputes again). It clears
-// statusPending when current.
-func (v *View) storeStatus(mesh string, snap *policy.MeshSnapshot) bool {
+// storeStatus records snap, whose statuses are computed and which reflects
+// generation gen of mesh, unless a newer one is recorded.
+func (v *View) storeStatus(mesh string, snap *policy.MeshSnapshot, gen uint64) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	m := meshOf(v.meshes, mesh)
-	if m.snapshot != snap {
-		// Another build replaced it meanwhile: its generation is unknown,
-		// so keep it only as a first answer and recompute.
-		if m.statusSnap == nil {
-			m.statusSnap, m.statusGen = snap, 0
-		}
-		return false
+	if m.statusSnap == nil || gen >= m.statusGen {
+		m.statusSnap, m.statusGen = snap, gen
 	}
-	if m.statusSnap == nil || m.snapGen >= m.statusGen {
-		m.statusSnap, m.statusGen = snap, m.snapGen
+}
+
+func (v *View) kickStatuses() {
+	select {
+	case v.statusKick <- struct{}{}:
+	default:
 	}
-	current := m.statusGen == m.generation
-	if current {
-		m.statusPending = false
-	}
-	return current
 }
 
 // RunStatusReports keeps the report of the global's policies' statuses in
-// every mesh current until ctx ends: StatusDebounce after changes it
-// recomputes the meshes that changed. A zone connected to a global runs it;
-// its sync client sends the report (GlobalPolicyStatuses).
+// every mesh current until ctx ends (GlobalPolicyStatuses): from now on the
+// status loop recomputes every mesh after its changes, read or not. A zone
+// connected to a global runs it; its sync client sends the report.
 func (v *View) RunStatusReports(ctx context.Context) error {
-	reported := map[string]uint64{} // mesh → generation of its last report
-	byMesh := map[string][]policy.GlobalPolicyStatus{}
-	for {
-		v.mu.Lock()
-		notify := v.notify
-		v.mu.Unlock()
-		changed := false
-		for _, mesh := range v.meshNames() {
-			gen := v.generationOf(mesh)
-			if g, ok := reported[mesh]; ok && g == gen {
-				continue
-			}
-			snap, err := v.Snapshot(ctx, mesh)
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				v.cfg.Logger.Warn("policy statuses not computed for the report", "mesh", mesh, "error", err)
-				continue
-			}
-			byMesh[mesh] = snap.GlobalPolicyStatuses()
-			reported[mesh] = gen
-			changed = true
-		}
-		if changed {
-			v.publishReport(byMesh)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-notify:
-		}
-		if !v.settle(ctx, notify) {
-			return nil
-		}
-	}
+	v.mu.Lock()
+	v.reporting = true
+	v.mu.Unlock()
+	v.kickStatuses()
+	<-ctx.Done()
+	return nil
 }
 
-// StatusReportMaxDelay bounds how long a stream of writes can hold the
-// status report back (settle).
+// StatusReportMaxDelay bounds how long a stream of writes can hold status
+// recomputes back (settle).
 const StatusReportMaxDelay = time.Second
+
+// runStatuses is the one place policy statuses are recomputed in the
+// background (for reads and for the report), so a change costs one
+// computation however many consumers there are. It runs until ctx ends.
+func (v *View) runStatuses(ctx context.Context) {
+	var took time.Duration          // the last recompute's duration
+	reported := map[string]uint64{} // mesh → statusGen of its last report
+	byMesh := map[string][]policy.GlobalPolicyStatus{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-v.statusKick:
+		}
+		if !v.settle(ctx, took) {
+			return
+		}
+		start := time.Now()
+		if !v.recomputeStatuses(ctx, reported, byMesh) {
+			return
+		}
+		took = time.Since(start)
+	}
+}
 
 // settle waits until no change has arrived for StatusDebounce, or
 // StatusReportMaxDelay has passed: a burst of thousands of writes costs one
 // or two recomputes a second instead of one per debounce window (which took
-// a third of a zone's CPU while 10,000 policies streamed in). It reports
-// false when ctx ended.
-func (v *View) settle(ctx context.Context, notify <-chan struct{}) bool {
+// a third of a zone's CPU while 10,000 policies streamed in). Both waits
+// grow with the last recompute's duration (took), so that at a size where
+// one recompute takes seconds (100,000 policies) they still use at most
+// about a quarter of the CPU while writes stream in. It reports false when
+// ctx ended.
+func (v *View) settle(ctx context.Context, took time.Duration) bool {
+	quiet := max(StatusDebounce, took)
+	maxDelay := max(StatusReportMaxDelay, 3*took)
 	start := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return false
-		case <-time.After(StatusDebounce):
+		case <-time.After(quiet):
 		}
 		select {
-		case <-notify:
-			if time.Since(start) < StatusReportMaxDelay {
+		case <-v.statusKick:
+			if time.Since(start) < maxDelay {
 				continue // still changing
 			}
 		default:
 		}
 		return true
 	}
+}
+
+// recomputeStatuses brings every mesh whose statuses are wanted (read once,
+// or reported) up to date, then publishes the report when reporting and a
+// mesh's statuses changed. It reports false when ctx ended.
+func (v *View) recomputeStatuses(ctx context.Context, reported map[string]uint64, byMesh map[string][]policy.GlobalPolicyStatus) bool {
+	changed := false
+	for _, mesh := range v.meshNames() {
+		v.mu.Lock()
+		m := meshOf(v.meshes, mesh)
+		wanted, reporting := m.statusSnap != nil || v.reporting, v.reporting
+		current := m.statusSnap != nil && m.statusGen == m.generation
+		v.mu.Unlock()
+		if !wanted {
+			continue
+		}
+		if !current {
+			snap, gen, err := v.currentSnapshot(ctx, mesh)
+			if err != nil {
+				if ctx.Err() != nil {
+					return false
+				}
+				v.cfg.Logger.Warn("policy statuses not computed", "mesh", mesh, "error", err)
+				continue
+			}
+			snap.ComputeStatuses()
+			v.storeStatus(mesh, snap, gen)
+			v.mu.Lock()
+			v.statusRuns++
+			v.mu.Unlock()
+		}
+		if !reporting {
+			continue
+		}
+		v.mu.Lock()
+		snap, gen := m.statusSnap, m.statusGen
+		v.mu.Unlock()
+		if g, ok := reported[mesh]; ok && g == gen {
+			continue
+		}
+		byMesh[mesh] = snap.GlobalPolicyStatuses()
+		reported[mesh] = gen
+		changed = true
+	}
+	if changed {
+		v.publishReport(byMesh)
+	}
+	return true
+}
+
+// StatusRuns counts background status recomputes of a mesh, for tests.
+func (v *View) StatusRuns() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.statusRuns
 }
 
 // GlobalPolicyStatuses returns the latest report (nil before the first) and
@@ -486,10 +529,4 @@ func (v *View) meshNames() []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-func (v *View) generationOf(mesh string) uint64 {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return meshOf(v.meshes, mesh).generation
 }

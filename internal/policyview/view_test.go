@@ -4,13 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/meridian-mesh/meridian/internal/policy"
 	"github.com/meridian-mesh/meridian/internal/policyview"
 	"github.com/meridian-mesh/meridian/internal/resource"
+	"github.com/meridian-mesh/meridian/internal/storage"
 	"github.com/meridian-mesh/meridian/internal/storage/boltstore"
 )
 
@@ -164,4 +167,96 @@ func TestStatusSnapshotNeverWaits(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// TestOneStatusComputationServesReadsAndReports: with the report running
+// and statuses read through the API path, a burst of changes costs one
+// background recompute (not one per consumer, nor one per change), and both
+// the report and StatusSnapshot reflect the burst's end.
+func TestOneStatusComputationServesReadsAndReports(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store, err := boltstore.Open(boltstore.Config{Path: filepath.Join(t.TempDir(), "db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	global := func(name, idle string) *resource.Resource {
+		r := timeout(name, idle)
+		r.Labels = map[string]string{resource.LabelOrigin: resource.OriginGlobal}
+		return r
+	}
+	for _, r := range []*resource.Resource{dataplane("web-1", "web"), global("g1", "1h")} {
+		if _, err := store.Create(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := policyview.New(policyview.Config{Registry: resource.NewDefaultRegistry(), Store: store, Zone: "zone-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- v.Run(ctx) }()
+	go func() { _ = v.RunStatusReports(ctx) }()
+	reportHas := func(names ...string) bool {
+		report, _ := v.GlobalPolicyStatuses()
+		if len(report) != len(names) {
+			return false
+		}
+		for i, st := range report {
+			if st.Name != names[i] {
+				return false
+			}
+		}
+		return true
+	}
+	waitUntil(t, "first report", func() bool { return reportHas("g1") })
+	if _, err := v.StatusSnapshot(ctx, "default"); err != nil {
+		t.Fatal(err)
+	}
+	runs := v.StatusRuns()
+	// One batch: its 20 events arrive together, whatever the machine's
+	// speed (separate writes more than StatusDebounce apart would be two
+	// bursts).
+	var burst storage.Batch
+	for i := range 20 {
+		burst.Puts = append(burst.Puts, global(fmt.Sprintf("g%02d", i+2), fmt.Sprintf("%ds", i+1)))
+	}
+	if _, err := store.Apply(ctx, burst); err != nil {
+		t.Fatal(err)
+	}
+	var all []string
+	for i := range 21 {
+		all = append(all, fmt.Sprintf("g%02d", i+1))
+	}
+	all[0] = "g1"
+	slices.Sort(all) // the report is sorted by type and name
+	waitUntil(t, "report after the burst", func() bool { return reportHas(all...) })
+	waitUntil(t, "statuses after the burst", func() bool {
+		snap, err := v.StatusSnapshot(ctx, "default")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = snap.PolicyStatus("MeshTimeout", "g21", "")
+		return err == nil
+	})
+	time.Sleep(3 * policyview.StatusDebounce) // anything still scheduled runs
+	if got := v.StatusRuns() - runs; got != 1 {
+		t.Errorf("a burst of 20 changes cost %d status recomputes, want 1", got)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 5 s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
