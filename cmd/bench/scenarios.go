@@ -67,9 +67,14 @@ func fleet(bins binariesAndN, r results) error {
 	if err != nil {
 		return err
 	}
+	if bins.profileDir != "" {
+		profiles.Add(1)
+		go func() { defer profiles.Done(); _ = e.profile(z3, bins.profileDir, "cold", 5*time.Second) }()
+	}
 	if r["cold_zone_ms"], err = ms(e.waitTotal([]*plane{z3}, "meshtimeouts", n, start, 60*time.Second)); err != nil {
 		return err
 	}
+	profiles.Wait()
 
 	// One change at a time, each direction.
 	if err := oneChanges(e, g, []*plane{z1}, "t-0", "global_to_zone", r, func(v int) (string, string) {
@@ -160,6 +165,17 @@ func fleet(bins binariesAndN, r results) error {
 		rss, cpu := usage(p.proc.PID())
 		r[p.name+"_rss_mib"] = rss
 		r[p.name+"_cpu_s"] = cpu
+	}
+	// The restarted zone-2 computes its policy statuses once after loading
+	// and sends the report (a one-off, not idling): the window starts when
+	// it used no CPU for 500 ms (or after 10 s).
+	settleStart := time.Now()
+	for time.Since(settleStart) < 10*time.Second {
+		_, c0 := usage(z2.proc.PID())
+		time.Sleep(500 * time.Millisecond)
+		if _, c1 := usage(z2.proc.PID()); c1 == c0 {
+			break
+		}
 	}
 	var idle0 []float64
 	for _, p := range []*plane{g, z1, z2, z3} {

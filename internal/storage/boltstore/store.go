@@ -125,6 +125,9 @@ func Open(cfg Config) (*Store, error) {
 	return s, nil
 }
 
+// initialMmapSize is the mapping bbolt starts with (see openDB).
+const initialMmapSize = 1 << 30
+
 func openDB(cfg Config) (*bolt.DB, error) {
 	if err := os.MkdirAll(filepath.Dir(cfg.Path), 0o700); err != nil {
 		return nil, fmt.Errorf("boltstore: create data dir: %w", err)
@@ -135,6 +138,12 @@ func openDB(cfg Config) (*bolt.DB, error) {
 		// by every commit: fewer pages per fsync, the same crash safety.
 		NoFreelistSync: true,
 		FreelistType:   bolt.FreelistMapType,
+		// Address space reserved up front (not memory: pages are only
+		// resident once used). Each time the file outgrows the mapping,
+		// bbolt remaps it, copying every node the write transaction holds
+		// and blocking reads meanwhile: loading 100,000 policies into a
+		// new zone spent a sixth of its CPU in remaps. etcd reserves 10 GiB.
+		InitialMmapSize: initialMmapSize,
 	})
 	switch {
 	case errors.Is(err, berrors.ErrTimeout):
