@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -469,8 +470,14 @@ func (v *View) recomputeStatuses(ctx context.Context, reported map[string]uint64
 		if g, ok := reported[mesh]; ok && g == gen {
 			continue
 		}
-		byMesh[mesh] = snap.GlobalPolicyStatuses()
 		reported[mesh] = gen
+		statuses := snap.GlobalPolicyStatuses()
+		if prev, ok := byMesh[mesh]; ok && slices.EqualFunc(prev, statuses, sameStatus) {
+			// Most changes (a new timeout value, say) change no status: the
+			// zone does not send the global megabytes it already has.
+			continue
+		}
+		byMesh[mesh] = statuses
 		changed = true
 	}
 	if changed {
@@ -529,4 +536,8 @@ func (v *View) meshNames() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+func sameStatus(a, b policy.GlobalPolicyStatus) bool {
+	return a.Type == b.Type && a.Mesh == b.Mesh && a.Name == b.Name && slices.Equal(a.Conditions, b.Conditions)
 }

@@ -260,3 +260,56 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestReportOnlyWhenStatusesChange: a change that leaves every status as it
+// was (a new timeout value) publishes no new report; one that changes a
+// status does.
+func TestReportOnlyWhenStatusesChange(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store, err := boltstore.Open(boltstore.Config{Path: filepath.Join(t.TempDir(), "db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	global := func(name, idle string) *resource.Resource {
+		r := timeout(name, idle)
+		r.Labels = map[string]string{resource.LabelOrigin: resource.OriginGlobal}
+		return r
+	}
+	for _, r := range []*resource.Resource{dataplane("web-1", "web"), global("g1", "1h")} {
+		if _, err := store.Create(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := policyview.New(policyview.Config{Registry: resource.NewDefaultRegistry(), Store: store, Zone: "zone-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = v.Run(ctx) }()
+	go func() { _ = v.RunStatusReports(ctx) }()
+	waitUntil(t, "first report", func() bool { r, _ := v.GlobalPolicyStatuses(); return len(r) == 1 })
+	_, changed := v.GlobalPolicyStatuses()
+	runs := v.StatusRuns()
+	if _, _, err := store.Put(ctx, global("g1", "2h")); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "recompute after the change", func() bool { return v.StatusRuns() > runs })
+	select {
+	case <-changed:
+		t.Fatal("a change that left every status as it was published a new report")
+	case <-time.After(2 * policyview.StatusDebounce):
+	}
+	// g2 loses idleTimeout to g1 (the smaller name wins): a status changes.
+	if _, _, err := store.Put(ctx, global("g2", "3h")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a new policy's status was not reported")
+	}
+	if r, _ := v.GlobalPolicyStatuses(); len(r) != 2 {
+		t.Errorf("report has %d statuses, want 2", len(r))
+	}
+}
