@@ -313,7 +313,15 @@ func tenZones(bins binariesAndN, r results) error {
 		}
 		zones = append(zones, z)
 	}
+	var profiles sync.WaitGroup
+	if bins.profileDir != "" {
+		for _, p := range []*plane{g, zones[0]} {
+			profiles.Add(1)
+			go func() { defer profiles.Done(); _ = e.profile(p, bins.profileDir, "ten-put", 3*time.Second) }()
+		}
+	}
 	took, err := e.putAll(g.api, names("t-", bins.n), 8, func(name string) string { return timeoutBody(name, 1) })
+	profiles.Wait()
 	if err != nil {
 		return err
 	}
