@@ -35,8 +35,10 @@
 //     concatenated per type and sorted by SPEC 3.2 with Kuma 2.14's kind
 //     order and Dataplane tie-breaks (order.go). spec.rules items (Kuma
 //     2.10+) are from entries of kind Mesh (with their SPIFFE ID matches as
-//     client tags spiffeID.exact/prefix). Decoded policies are reused by the
-//     next snapshot (Inputs.Previous).
+//     client tags spiffeID.exact/prefix). The next snapshot (Inputs.Previous)
+//     shares every unchanged policy's parsed definition (policyDef, entryDef,
+//     contributionDef), makes only small per-snapshot structs around them
+//     (clone.go) and keeps their sort order, merging in the changed ones.
 //   - select.go: top-level selection per section of a Dataplane (each
 //     inbound, embedded listener and the gateway): tag kinds over the
 //     inbound's tags (plus the implicit kuma.io/zone and

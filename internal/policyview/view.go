@@ -2,7 +2,9 @@
 // the store's mesh-scoped resources through one watch and hands out immutable
 // policy.MeshSnapshots, rebuilt lazily per mesh when a change touched that
 // mesh. Repeated reads of an unchanged mesh reuse the same snapshot (and its
-// memos); a rebuild reuses the decoded form of every unchanged policy.
+// memos); a rebuild reuses the parsed form and order of every unchanged
+// policy. One background loop keeps policy statuses (for reads and for the
+// zone's report to the global) current after changes settle.
 package policyview
 
 import (
