@@ -1,11 +1,9 @@
 package policy
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"strings"
 
 	"github.com/meridian-mesh/meridian/internal/condition"
@@ -159,19 +157,10 @@ func spiffeIDTag(typ, value string) tag {
 	return tag{key: "spiffeID." + strings.ToLower(typ), value: value}
 }
 
-// cachedDecode remembers what a decode was computed from.
+// cachedDecode is a policy resource's decoded form, or why it has none.
 type cachedDecode struct {
-	spec   json.RawMessage
-	labels map[string]string
-	dec    *decodedPolicy
-	err    error
-}
-
-// sameSource reports whether r would decode the same: same spec bytes and
-// labels (labels carry the role of synced copies). The key, namespace
-// included, is the cache's own key.
-func (c *cachedDecode) sameSource(r *resource.Resource) bool {
-	return bytes.Equal(c.spec, r.Spec) && maps.Equal(c.labels, r.Labels)
+	dec *decodedPolicy
+	err error
 }
 
 func decodePolicy(r *resource.Resource, d *resource.TypeDescriptor, sysNS string, cond *condition.Env) (*decodedPolicy, error) {

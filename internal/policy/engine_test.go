@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -281,11 +282,16 @@ func TestConcurrentQueries(t *testing.T) {
 }
 
 // TestPreviousSnapshotReuse: a snapshot built with Previous gives the same
-// results, reuses the decoded form of unchanged policies and decodes changed
-// ones again.
+// results, reuses the decoded form of unchanged policies (the same resource
+// objects, as the zone's view passes them) and decodes changed ones again.
 func TestPreviousSnapshotReuse(t *testing.T) {
-	gc, first := loadCase(t, "testdata/seed004-roles/input.yaml")
+	gc, loaded := loadCase(t, "testdata/seed004-roles/input.yaml")
 	rs := decodeResources(t, gc.Resources, "")
+	first, err := NewMeshSnapshot(Inputs{Registry: loaded.reg, Mesh: "default", Zone: "zone-1", Resources: rs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs = slices.Clone(rs)
 	var changedKey resource.Key
 	for i, r := range rs {
 		if r.Name == "zz-backend-producer" {
@@ -311,9 +317,10 @@ func TestPreviousSnapshotReuse(t *testing.T) {
 			t.Errorf("%s: with Previous %s\nwithout %s", dp.Name, compact(b), compact(a))
 		}
 	}
-	for k, c := range reused.decodes {
-		prev := first.decodes[k]
-		if same := prev.cd == c.cd; same == (k == changedKey) {
+	for r, c := range reused.decodes {
+		k := r.Key()
+		prev := first.decodes[r]
+		if same := prev.cd != nil && prev.cd == c.cd; same == (k == changedKey) {
 			t.Errorf("%s: decode reused %v", k, same)
 		}
 		if c.pol != nil && c.pol == prev.pol {

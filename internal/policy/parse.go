@@ -121,26 +121,27 @@ func metaOf(r *resource.Resource) Meta {
 // error means the policy cannot be evaluated at all; the snapshot reports it
 // as a warning on every Dataplane.
 func (b *builder) parsePolicy(r *resource.Resource, d *resource.TypeDescriptor) (p, src *policy, err error) {
-	key := r.Key()
-	if prev, ok := b.prev[key]; ok && prev.cd.sameSource(r) {
-		// Unchanged: the previous snapshot's parse holds, apart from the
-		// state each snapshot sets itself (clone).
+	if prev, ok := b.prev[r]; ok {
+		// The very resource the previous snapshot parsed (resources are
+		// immutable, and the zone's view hands out the same object until
+		// it changes): that parse holds, apart from the state each
+		// snapshot sets itself (clone).
 		if prev.pol != nil {
 			p = b.clones.policy(prev.pol, r)
 		}
-		b.s.decodes[key] = parsedPolicy{cd: prev.cd, pol: p}
+		b.s.decodes[r] = parsedPolicy{cd: prev.cd, pol: p}
 		return p, prev.pol, prev.cd.err
 	}
 	dec, err := decodePolicy(r, d, b.sysNS, b.reg.Conditions())
-	cd := &cachedDecode{spec: r.Spec, labels: r.Labels, dec: dec, err: err}
+	cd := &cachedDecode{dec: dec, err: err}
 	if err != nil {
-		b.s.decodes[key] = parsedPolicy{cd: cd}
+		b.s.decodes[r] = parsedPolicy{cd: cd}
 		return nil, nil, err
 	}
 	p = b.parseDecoded(r, d, dec)
 	finishContributions(p)
 	p.name = policyName(p)
-	b.s.decodes[key] = parsedPolicy{cd: cd, pol: p}
+	b.s.decodes[r] = parsedPolicy{cd: cd, pol: p}
 	return p, nil, nil
 }
 

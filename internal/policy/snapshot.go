@@ -20,11 +20,14 @@ type Inputs struct {
 	Zone string
 	// SystemNamespace defaults to resource.DefaultSystemNamespace.
 	SystemNamespace string
-	// Previous, when set, is the snapshot this one replaces: policies whose
-	// spec and labels did not change reuse its decoded form instead of
-	// decoding JSON again (the bulk of building a snapshot). Optional; the
-	// result is the same either way. It must have been built with the same
-	// Registry and SystemNamespace, else it is ignored.
+	// Previous, when set, is the snapshot this one replaces: the policies
+	// it was built from that are among Resources (the same *Resource, as
+	// the zone's view passes them until they change) reuse its parse and
+	// order instead of decoding JSON and sorting again (the bulk of building
+	// a snapshot). Optional; the result is the same either way. It must
+	// have been built with the same Registry, SystemNamespace and Zone,
+	// else it is ignored.
+	//
 	// Resources: policies of every type, Dataplanes, MeshServices,
 	// MeshExternalServices, MeshMultiZoneServices and MeshGateways of Mesh. Other infrastructure
 	// types are ignored. The snapshot keeps the pointers: the caller must not
@@ -71,7 +74,7 @@ type MeshSnapshot struct {
 	// decodes lets the next snapshot reuse decoded and parsed policies
 	// (Inputs.Previous).
 	reg     *resource.Registry
-	decodes map[resource.Key]parsedPolicy
+	decodes map[*resource.Resource]parsedPolicy
 }
 
 // parsedPolicy is what a snapshot remembers of one policy for the next:
@@ -139,7 +142,7 @@ type builder struct {
 	reg   *resource.Registry
 	zone  string
 	sysNS string
-	prev  map[resource.Key]parsedPolicy
+	prev  map[*resource.Resource]parsedPolicy
 	// prevTypes are the previous snapshot's type indexes: the order of
 	// unchanged policies is kept from them (finishType).
 	prevTypes map[string]*typeIndex
@@ -167,7 +170,7 @@ func NewMeshSnapshot(in Inputs) (*MeshSnapshot, error) {
 		externals: map[nsName]*resource.Resource{}, extByName: map[string][]*resource.Resource{},
 		multis: map[nsName]*resource.Resource{}, multiByName: map[string][]*resource.Resource{},
 		gateways: map[string]*gateway{}, routes: map[nsName]*policy{}, routeByName: map[string][]*policy{},
-		reg: in.Registry, decodes: make(map[resource.Key]parsedPolicy, len(in.Resources)),
+		reg: in.Registry, decodes: make(map[*resource.Resource]parsedPolicy, len(in.Resources)),
 	}
 	b := &builder{s: s, reg: in.Registry, zone: in.Zone, sysNS: sysNS}
 	if p := in.Previous; p != nil && p.reg == in.Registry && p.sysNS == sysNS && p.zone == in.Zone {
