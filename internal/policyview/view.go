@@ -52,9 +52,11 @@ type View struct {
 	builds   int // snapshots built, for tests and metrics
 	building map[string]chan struct{}
 
-	// statusKick wakes the status loop (runStatuses): after every applied
-	// change, and when a status read finds its mesh stale.
-	statusKick chan struct{}
+	// statusKick wakes the status loop (runStatuses) after every applied
+	// change; statusWake when a status read finds its mesh stale. Only
+	// changes hold a recompute back while they keep coming (settle): a
+	// client polling a stale status must not.
+	statusKick, statusWake chan struct{}
 	// reporting is set by RunStatusReports: every mesh's statuses are then
 	// kept current and reported, read or not.
 	reporting bool
@@ -99,7 +101,8 @@ func New(cfg Config) (*View, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	v := &View{cfg: cfg, meshes: map[string]*meshState{}, building: map[string]chan struct{}{}, statusKick: make(chan struct{}, 1)}
+	v := &View{cfg: cfg, meshes: map[string]*meshState{}, building: map[string]chan struct{}{},
+		statusKick: make(chan struct{}, 1), statusWake: make(chan struct{}, 1)}
 	v.changed = sync.NewCond(&v.mu)
 	return v, nil
 }
@@ -325,7 +328,7 @@ func (v *View) StatusSnapshot(ctx context.Context, mesh string) (*policy.MeshSna
 	v.mu.Unlock()
 	if snap != nil {
 		if stale {
-			v.kickStatuses() // a change raced with the first computation
+			wake(v.statusWake) // in case the change's kick came before the mesh was wanted
 		}
 		return snap, nil
 	}
@@ -342,7 +345,7 @@ func (v *View) StatusSnapshot(ctx context.Context, mesh string) (*policy.MeshSna
 	}
 	snap.ComputeStatuses()
 	v.storeStatus(mesh, snap, gen)
-	v.kickStatuses() // in case the mesh changed meanwhile
+	wake(v.statusWake) // in case the mesh changed meanwhile
 	return snap, nil
 }
 
@@ -357,9 +360,12 @@ func (v *View) storeStatus(mesh string, snap *policy.MeshSnapshot, gen uint64) {
 	}
 }
 
-func (v *View) kickStatuses() {
+func (v *View) kickStatuses() { wake(v.statusKick) }
+
+// wake signals c without blocking (a signal already pending suffices).
+func wake(c chan struct{}) {
 	select {
-	case v.statusKick <- struct{}{}:
+	case c <- struct{}{}:
 	default:
 	}
 }
@@ -372,7 +378,7 @@ func (v *View) RunStatusReports(ctx context.Context) error {
 	v.mu.Lock()
 	v.reporting = true
 	v.mu.Unlock()
-	v.kickStatuses()
+	wake(v.statusWake)
 	<-ctx.Done()
 	return nil
 }
@@ -393,6 +399,7 @@ func (v *View) runStatuses(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-v.statusKick:
+		case <-v.statusWake:
 		}
 		if !v.settle(ctx, took) {
 			return

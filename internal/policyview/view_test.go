@@ -313,3 +313,48 @@ func TestReportOnlyWhenStatusesChange(t *testing.T) {
 		t.Errorf("report has %d statuses, want 2", len(r))
 	}
 }
+
+// TestPollingDoesNotHoldStatusesBack: a client polling a stale status as
+// fast as it can does not count as a stream of changes; the statuses follow
+// a change well before StatusReportMaxDelay.
+func TestPollingDoesNotHoldStatusesBack(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store, err := boltstore.Open(boltstore.Config{Path: filepath.Join(t.TempDir(), "db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if _, err := store.Create(ctx, timeout("t1", "1h")); err != nil {
+		t.Fatal(err)
+	}
+	v, err := policyview.New(policyview.Config{Registry: resource.NewDefaultRegistry(), Store: store, Zone: "zone-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = v.Run(ctx) }()
+	accepted := func() bool {
+		snap, err := v.StatusSnapshot(ctx, "default")
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := snap.PolicyStatus("MeshTimeout", "t1", "")
+		return err == nil && st.Conditions[0].Status == "True"
+	}
+	if accepted() {
+		t.Fatal("accepted without a Dataplane")
+	}
+	if _, err := store.Create(ctx, dataplane("web-1", "web")); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for !accepted() {
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("status did not follow the new Dataplane")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	if took := time.Since(start); took > policyview.StatusReportMaxDelay*3/4 {
+		t.Errorf("polling held the recompute back: the status followed after %s", took)
+	}
+}
