@@ -3,6 +3,7 @@ package policy
 import (
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -326,5 +327,26 @@ func BenchmarkStatuses1000Dataplanes(b *testing.B) {
 	for b.Loop() {
 		forgetMemos(s)
 		_ = s.computeStatuses()
+	}
+}
+
+// BenchmarkSnapshotHeap100000MeshTimeouts reports the heap a zone's
+// snapshot of 100,000 MeshTimeouts holds once its statuses and one proxy's
+// rules are computed (heap-MiB, measured after a GC; run with -benchtime 1x).
+func BenchmarkSnapshotHeap100000MeshTimeouts(b *testing.B) {
+	rs := append(timeouts(100000), mtpItems("mtp", 70, 2), benchDataplane("dp", 10, 0))
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		s := benchSnapshot(b, rs)
+		s.ComputeStatuses()
+		if _, err := s.Rules("dp", ""); err != nil {
+			b.Fatal(err)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "heap-MiB")
+		runtime.KeepAlive(s)
 	}
 }

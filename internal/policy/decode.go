@@ -157,12 +157,6 @@ func spiffeIDTag(typ, value string) tag {
 	return tag{key: "spiffeID." + strings.ToLower(typ), value: value}
 }
 
-// cachedDecode is a policy resource's decoded form, or why it has none.
-type cachedDecode struct {
-	dec *decodedPolicy
-	err error
-}
-
 func decodePolicy(r *resource.Resource, d *resource.TypeDescriptor, sysNS string, cond *condition.Env) (*decodedPolicy, error) {
 	var spec rawSpec
 	if len(r.Spec) > 0 {

@@ -59,22 +59,30 @@ type contribution struct {
 // contributionDef is a contribution as parsed; never written once parsing
 // of its policy is done.
 type contributionDef struct {
-	entry  int    // index in the policy's to/from array; -1 for proxy-wide and legacy
-	list   string // "to" or "from" for entries
-	block  string // blockDefault, blockOverride or blockConf
-	conf   any    // decoded JSON, numbers as json.Number; nil = no conf
-	patch  *patch // conf compiled for folding
-	atomic bool   // strategy atomic (else merge)
-	when   *condition.Expr
-	unset  [][]string // default blocks: paths removed from less specific defaults
-	origin Origin     // precomputed for output
-	at     string     // where(), set when parsing is done (finishContribution)
+	entry int    // index in the policy's to/from array; -1 for proxy-wide and legacy
+	list  string // "to" or "from" for entries
+	block string // blockDefault, blockOverride or blockConf
+	// hasConf says the block carries a conf (patch); a default block may
+	// carry only unset. The decoded JSON itself is kept only for legacy
+	// blocks (conf), which are returned as they are: the fold works on the
+	// patch, and keeping both doubled a policy's memory.
+	hasConf bool
+	conf    any    // legacy (blockConf) only: decoded JSON, numbers as json.Number
+	patch   *patch // conf compiled for folding
+	atomic  bool   // strategy atomic (else merge)
+	when    *condition.Expr
+	unset   [][]string // default blocks: paths removed from less specific defaults
+	origin  Origin     // precomputed for output
+	at      string     // where(), set when parsing is done (finishContribution)
 }
 
 // newContribution makes a contribution of pol (nil in tests).
 func newContribution(pol *policy, entry int, block string, conf confBlock) *contribution {
-	c := &contribution{pol: pol, contributionDef: &contributionDef{entry: entry, block: block, conf: conf.value,
+	c := &contribution{pol: pol, contributionDef: &contributionDef{entry: entry, block: block, hasConf: conf.value != nil,
 		patch: conf.patch, atomic: conf.atomic, when: conf.when, unset: conf.unset}}
+	if block == blockConf {
+		c.conf = conf.value
+	}
 	if pol != nil {
 		c.origin = Origin{Meta: pol.meta}
 		if entry >= 0 {
@@ -99,7 +107,7 @@ func overrideContribution(pol *policy, entry int, conf confBlock) *contribution 
 }
 
 // active reports whether the contribution can change a fold at all.
-func (c *contribution) active() bool { return c != nil && (c.conf != nil || len(c.unset) > 0) }
+func (c *contribution) active() bool { return c != nil && (c.hasConf || len(c.unset) > 0) }
 
 // patch is a conf compiled for folding: an object's fields are a sorted
 // slice, so the fold never iterates maps (map iteration, with its random
@@ -240,7 +248,7 @@ func (m merger) fill(st foldState, c *contribution) (foldState, bool) {
 	if !c.active() {
 		return st, false
 	}
-	apply := c.conf != nil && (!c.atomic || !hasContent(st.root))
+	apply := c.hasConf && (!c.atomic || !hasContent(st.root))
 	if apply && c.when != nil {
 		ok, err := c.when.Eval(st.value())
 		if err != nil {
@@ -280,7 +288,7 @@ func (m merger) fold(cs []*contribution) foldState {
 // pass, forward): merge is an RFC 7396 patch that wins over what is set,
 // atomic replaces the whole conf, and a false (or failing) `when` skips it.
 func (m merger) override(st foldState, c *contribution) (foldState, bool) {
-	if c == nil || c.conf == nil {
+	if c == nil || !c.hasConf {
 		return st, false
 	}
 	if c.when != nil {

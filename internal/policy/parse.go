@@ -129,19 +129,18 @@ func (b *builder) parsePolicy(r *resource.Resource, d *resource.TypeDescriptor) 
 		if prev.pol != nil {
 			p = b.clones.policy(prev.pol, r)
 		}
-		b.s.decodes[r] = parsedPolicy{cd: prev.cd, pol: p}
-		return p, prev.pol, prev.cd.err
+		b.s.decodes[r] = parsedPolicy{pol: p, err: prev.err}
+		return p, prev.pol, prev.err
 	}
 	dec, err := decodePolicy(r, d, b.sysNS, b.reg.Conditions())
-	cd := &cachedDecode{dec: dec, err: err}
 	if err != nil {
-		b.s.decodes[r] = parsedPolicy{cd: cd}
+		b.s.decodes[r] = parsedPolicy{err: err}
 		return nil, nil, err
 	}
 	p = b.parseDecoded(r, d, dec)
 	finishContributions(p)
 	p.name = policyName(p)
-	b.s.decodes[r] = parsedPolicy{cd: cd, pol: p}
+	b.s.decodes[r] = parsedPolicy{pol: p}
 	return p, nil, nil
 }
 

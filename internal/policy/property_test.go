@@ -91,9 +91,11 @@ func TestFoldEqualsForwardMergePatch(t *testing.T) {
 		n := 1 + r.IntN(5)
 		confs := make([]any, n)
 		cs := make([]*contribution, n)
+		confOf := map[*contribution]any{} // the fold keeps patches, not the confs
 		for j := range confs {
 			confs[j] = randomPatch(r, 0)
 			cs[j] = newContribution(nil, -1, "default", compileConf(confs[j]))
+			confOf[cs[j]] = confs[j]
 		}
 		want := forwardFold(confs, appendPaths)
 		st := m.fold(cs)
@@ -104,7 +106,7 @@ func TestFoldEqualsForwardMergePatch(t *testing.T) {
 		// Dropping a contribution the fold did not record must not matter.
 		var kept []any
 		for c := st.contrib; c != nil; c = c.next {
-			kept = append(kept, c.c.conf)
+			kept = append(kept, confOf[c.c])
 		}
 		if again := forwardFold(kept, appendPaths); !reflect.DeepEqual(normalizeJSON(again), normalizeJSON(want)) {
 			t.Fatalf("case %d: confs %s: origins %s give %s, want %s", i, compact(confs), compact(kept), compact(again), compact(want))

@@ -77,14 +77,15 @@ type MeshSnapshot struct {
 	decodes map[*resource.Resource]parsedPolicy
 }
 
-// parsedPolicy is what a snapshot remembers of one policy for the next:
-// its decode, and the policy as this snapshot parsed it (nil when it could
-// not be parsed). The next snapshot clones pol when the resource did not
-// change: a policy's snapshot-specific state (positions, resolved targets)
-// lives in its own copy, so published snapshots stay immutable.
+// parsedPolicy is what a snapshot remembers of one policy for the next: the
+// policy as this snapshot parsed it, or why it could not be parsed. The
+// next snapshot clones pol when it holds the same resource: a policy's
+// snapshot-specific state (positions, resolved targets) lives in its own
+// copy, so published snapshots stay immutable. The decoded spec is not
+// kept: the parse holds everything later snapshots need.
 type parsedPolicy struct {
-	cd  *cachedDecode
 	pol *policy
+	err error
 }
 
 // fromResult is a memoized from-rule computation; the RBAC filter (for

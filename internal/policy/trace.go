@@ -78,7 +78,7 @@ func traceFold(m merger, defaults, overrides []*contribution) *trace {
 		if c.when != nil && bt.fate != fateApplied {
 			bt.whenErr = whenError(c, st)
 		}
-		atomicLost := bt.fate == fateApplied && c.conf != nil && c.atomic && hasContent(st.root)
+		atomicLost := bt.fate == fateApplied && c.hasConf && c.atomic && hasContent(st.root)
 		var changed bool
 		st, changed = m.fill(st, c)
 		switch {
@@ -130,7 +130,7 @@ func whenError(c *contribution, st foldState) error {
 // effect and, if not, which block decided otherwise.
 func (tr *trace) judge(bt *blockTrace) {
 	c := bt.c
-	if c.patch != nil && c.conf != nil {
+	if c.patch != nil && c.hasConf {
 		leafPaths(c.patch, nil, func(path []string, p *patch) {
 			ff := fieldFate{path: strings.Join(path, "."), value: patchValue(p)}
 			switch bt.fate {
