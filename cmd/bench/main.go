@@ -90,7 +90,7 @@ func main() {
 	simZones := flag.Int("sim-zones", 100, "simulated zones (0: skip)")
 	skipTen := flag.Bool("skip-ten", false, "skip the ten-zone-process scenario")
 	skipFleet := flag.Bool("skip-fleet", false, "skip the global + zones scenario")
-	profileDir := flag.String("profile", "", "write CPU profiles to this directory: the global and zone-1 during the PUT phase, the cold zone's first 5 s, the global and one of ten zones during the ten-zone PUT phase, zone-2 during the first _rules after a change")
+	profileDir := flag.String("profile", "", "write CPU profiles to this directory: the global and zone-1 during the PUT phase, the cold zone's first 5 s, the global and one of ten zones during the ten-zone PUT phase, every plane during the idle window, zone-2 during the first _rules after a change")
 	logDir := flag.String("logs", "", "append each process's log (warnings and errors) to DIR/<name>.log")
 	simGzip := flag.Bool("sim-gzip", true, "simulated zones ask for gzip as zone-cp does (false: uncompressed streams)")
 	store := flag.String("store", "bolt", "the global's store: bolt, or etcd (a 3-member etcd cluster on loopback, built from tools/etcd)")

@@ -179,7 +179,14 @@ func fleet(bins binariesAndN, r results) error {
 		_, c := usage(p.proc.PID())
 		idle0 = append(idle0, c)
 	}
+	if bins.profileDir != "" {
+		for _, p := range planes {
+			profiles.Add(1)
+			go func() { defer profiles.Done(); _ = e.profile(p, bins.profileDir, "idle", 5*time.Second) }()
+		}
+	}
 	time.Sleep(5 * time.Second)
+	profiles.Wait()
 	idle := 0.0
 	for i, p := range planes {
 		_, c := usage(p.proc.PID())
