@@ -31,22 +31,7 @@ func timeout(name, idle string) *resource.Resource {
 func TestViewFollowsTheStore(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	store, err := boltstore.Open(boltstore.Config{Path: filepath.Join(t.TempDir(), "db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	for _, r := range []*resource.Resource{dataplane("web-1", "web"), timeout("t1", "1h")} {
-		if _, err := store.Create(ctx, r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	v, err := policyview.New(policyview.Config{Registry: resource.NewDefaultRegistry(), Store: store, Zone: "zone-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- v.Run(ctx) }()
+	store, v, done := startView(ctx, t, dataplane("web-1", "web"), timeout("t1", "1h"))
 
 	idle := func() string {
 		t.Helper()
@@ -127,20 +112,7 @@ func TestViewFollowsTheStore(t *testing.T) {
 func TestStatusSnapshotNeverWaits(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	store, err := boltstore.Open(boltstore.Config{Path: filepath.Join(t.TempDir(), "db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	if _, err := store.Create(ctx, timeout("t1", "1h")); err != nil {
-		t.Fatal(err)
-	}
-	v, err := policyview.New(policyview.Config{Registry: resource.NewDefaultRegistry(), Store: store, Zone: "zone-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- v.Run(ctx) }()
+	store, v, done := startView(ctx, t, timeout("t1", "1h"))
 	reason := func() string {
 		snap, err := v.StatusSnapshot(ctx, "default")
 		if err != nil {
@@ -176,27 +148,7 @@ func TestStatusSnapshotNeverWaits(t *testing.T) {
 func TestOneStatusComputationServesReadsAndReports(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	store, err := boltstore.Open(boltstore.Config{Path: filepath.Join(t.TempDir(), "db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	global := func(name, idle string) *resource.Resource {
-		r := timeout(name, idle)
-		r.Labels = map[string]string{resource.LabelOrigin: resource.OriginGlobal}
-		return r
-	}
-	for _, r := range []*resource.Resource{dataplane("web-1", "web"), global("g1", "1h")} {
-		if _, err := store.Create(ctx, r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	v, err := policyview.New(policyview.Config{Registry: resource.NewDefaultRegistry(), Store: store, Zone: "zone-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- v.Run(ctx) }()
+	store, v, done := startView(ctx, t, dataplane("web-1", "web"), global("g1", "1h"))
 	go func() { _ = v.RunStatusReports(ctx) }()
 	reportHas := func(names ...string) bool {
 		report, _ := v.GlobalPolicyStatuses()
@@ -267,26 +219,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 func TestReportOnlyWhenStatusesChange(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	store, err := boltstore.Open(boltstore.Config{Path: filepath.Join(t.TempDir(), "db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	global := func(name, idle string) *resource.Resource {
-		r := timeout(name, idle)
-		r.Labels = map[string]string{resource.LabelOrigin: resource.OriginGlobal}
-		return r
-	}
-	for _, r := range []*resource.Resource{dataplane("web-1", "web"), global("g1", "1h")} {
-		if _, err := store.Create(ctx, r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	v, err := policyview.New(policyview.Config{Registry: resource.NewDefaultRegistry(), Store: store, Zone: "zone-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = v.Run(ctx) }()
+	store, v, _ := startView(ctx, t, dataplane("web-1", "web"), global("g1", "1h"))
 	go func() { _ = v.RunStatusReports(ctx) }()
 	waitUntil(t, "first report", func() bool { r, _ := v.GlobalPolicyStatuses(); return len(r) == 1 })
 	_, changed := v.GlobalPolicyStatuses()
@@ -320,19 +253,7 @@ func TestReportOnlyWhenStatusesChange(t *testing.T) {
 func TestPollingDoesNotHoldStatusesBack(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	store, err := boltstore.Open(boltstore.Config{Path: filepath.Join(t.TempDir(), "db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	if _, err := store.Create(ctx, timeout("t1", "1h")); err != nil {
-		t.Fatal(err)
-	}
-	v, err := policyview.New(policyview.Config{Registry: resource.NewDefaultRegistry(), Store: store, Zone: "zone-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = v.Run(ctx) }()
+	store, v, _ := startView(ctx, t, timeout("t1", "1h"))
 	accepted := func() bool {
 		snap, err := v.StatusSnapshot(ctx, "default")
 		if err != nil {
@@ -357,4 +278,34 @@ func TestPollingDoesNotHoldStatusesBack(t *testing.T) {
 	if took := time.Since(start); took > policyview.StatusReportMaxDelay*3/4 {
 		t.Errorf("polling held the recompute back: the status followed after %s", took)
 	}
+}
+
+// global is a MeshTimeout synced from the global.
+func global(name, idle string) *resource.Resource {
+	r := timeout(name, idle)
+	r.Labels = map[string]string{resource.LabelOrigin: resource.OriginGlobal}
+	return r
+}
+
+// startView opens a store holding rs and runs a view of it until ctx ends;
+// done yields Run's result.
+func startView(ctx context.Context, t *testing.T, rs ...*resource.Resource) (*boltstore.Store, *policyview.View, <-chan error) {
+	t.Helper()
+	store, err := boltstore.Open(boltstore.Config{Path: filepath.Join(t.TempDir(), "db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	for _, r := range rs {
+		if _, err := store.Create(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := policyview.New(policyview.Config{Registry: resource.NewDefaultRegistry(), Store: store, Zone: "zone-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- v.Run(ctx) }()
+	return store, v, done
 }
