@@ -317,9 +317,9 @@ func TestPreviousSnapshotReuse(t *testing.T) {
 			t.Errorf("%s: with Previous %s\nwithout %s", dp.Name, compact(b), compact(a))
 		}
 	}
-	for r, c := range reused.decodes {
+	for r, c := range reused.parses {
 		k := r.Key()
-		prev := first.decodes[r]
+		prev := first.parses[r]
 		if same := prev.pol != nil && c.pol != nil && prev.pol.policyDef == c.pol.policyDef; same == (k == changedKey) {
 			t.Errorf("%s: parse reused %v", k, same)
 		}

@@ -129,18 +129,18 @@ func (b *builder) parsePolicy(r *resource.Resource, d *resource.TypeDescriptor) 
 		if prev.pol != nil {
 			p = b.clones.policy(prev.pol, r)
 		}
-		b.s.decodes[r] = parsedPolicy{pol: p, err: prev.err}
+		b.s.parses[r] = parsedPolicy{pol: p, err: prev.err}
 		return p, prev.pol, prev.err
 	}
 	dec, err := decodePolicy(r, d, b.sysNS, b.reg.Conditions())
 	if err != nil {
-		b.s.decodes[r] = parsedPolicy{err: err}
+		b.s.parses[r] = parsedPolicy{err: err}
 		return nil, nil, err
 	}
 	p = b.parseDecoded(r, d, dec)
 	finishContributions(p)
 	p.name = policyName(p)
-	b.s.decodes[r] = parsedPolicy{pol: p}
+	b.s.parses[r] = parsedPolicy{pol: p}
 	return p, nil, nil
 }
 

@@ -71,10 +71,9 @@ type MeshSnapshot struct {
 	statusOnce sync.Once
 	status     map[string]map[nsName]*PolicyStatus
 
-	// decodes lets the next snapshot reuse decoded and parsed policies
-	// (Inputs.Previous).
-	reg     *resource.Registry
-	decodes map[*resource.Resource]parsedPolicy
+	// parses lets the next snapshot reuse parsed policies (Inputs.Previous).
+	reg    *resource.Registry
+	parses map[*resource.Resource]parsedPolicy
 }
 
 // parsedPolicy is what a snapshot remembers of one policy for the next: the
@@ -171,11 +170,11 @@ func NewMeshSnapshot(in Inputs) (*MeshSnapshot, error) {
 		externals: map[nsName]*resource.Resource{}, extByName: map[string][]*resource.Resource{},
 		multis: map[nsName]*resource.Resource{}, multiByName: map[string][]*resource.Resource{},
 		gateways: map[string]*gateway{}, routes: map[nsName]*policy{}, routeByName: map[string][]*policy{},
-		reg: in.Registry, decodes: make(map[*resource.Resource]parsedPolicy, len(in.Resources)),
+		reg: in.Registry, parses: make(map[*resource.Resource]parsedPolicy, len(in.Resources)),
 	}
 	b := &builder{s: s, reg: in.Registry, zone: in.Zone, sysNS: sysNS}
 	if p := in.Previous; p != nil && p.reg == in.Registry && p.sysNS == sysNS && p.zone == in.Zone {
-		b.prev, b.prevTypes = p.decodes, p.types
+		b.prev, b.prevTypes = p.parses, p.types
 	}
 	if err := b.index(in.Resources); err != nil {
 		return nil, fmt.Errorf("policy snapshot of mesh %q: %w", in.Mesh, err)
