@@ -235,15 +235,21 @@ func (v *View) waitFor(ctx context.Context, rev uint64) error {
 // Snapshot returns the current snapshot of mesh, reflecting every write the
 // store had committed when it was called (read-your-writes for the API).
 func (v *View) Snapshot(ctx context.Context, mesh string) (*policy.MeshSnapshot, error) {
+	snap, _, err := v.latest(ctx, mesh)
+	return snap, err
+}
+
+// latest returns the snapshot of mesh (and its generation) reflecting every
+// write the store had committed when it was called.
+func (v *View) latest(ctx context.Context, mesh string) (*policy.MeshSnapshot, uint64, error) {
 	rev, err := v.cfg.Store.Revision(ctx)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if err := v.waitFor(ctx, rev); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	snap, _, err := v.currentSnapshot(ctx, mesh)
-	return snap, err
+	return v.currentSnapshot(ctx, mesh)
 }
 
 // currentSnapshot returns the snapshot of mesh's current generation (and
@@ -332,14 +338,7 @@ func (v *View) StatusSnapshot(ctx context.Context, mesh string) (*policy.MeshSna
 		}
 		return snap, nil
 	}
-	rev, err := v.cfg.Store.Revision(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := v.waitFor(ctx, rev); err != nil {
-		return nil, err
-	}
-	snap, gen, err := v.currentSnapshot(ctx, mesh)
+	snap, gen, err := v.latest(ctx, mesh)
 	if err != nil {
 		return nil, err
 	}
