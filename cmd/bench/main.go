@@ -39,8 +39,8 @@ type binariesAndN struct {
 	profileDir string
 	// simGzip: simulated zones ask for gzip, as zone-cp does.
 	simGzip bool
-	// logDir, when set, keeps each process's log.
-	logDir string
+	// logDir, when set, keeps each process's log at logLevel.
+	logDir, logLevel string
 	// store is the global's store: bolt, or etcd (a 3-member etcd cluster
 	// on loopback, started per scenario beside the processes).
 	store string
@@ -90,8 +90,9 @@ func main() {
 	simZones := flag.Int("sim-zones", 100, "simulated zones (0: skip)")
 	skipTen := flag.Bool("skip-ten", false, "skip the ten-zone-process scenario")
 	skipFleet := flag.Bool("skip-fleet", false, "skip the global + zones scenario")
-	profileDir := flag.String("profile", "", "write CPU profiles to this directory: the global and zone-1 during the PUT phase, the cold zone's first 5 s, the global and one of ten zones during the ten-zone PUT phase, every plane during the idle window, zone-2 during the first _rules after a change")
-	logDir := flag.String("logs", "", "append each process's log (warnings and errors) to DIR/<name>.log")
+	profileDir := flag.String("profile", "", "write CPU profiles to this directory: the global and zone-1 during the PUT phase, the global and the cold zone over the cold zone's first 5 s, the global and one of ten zones during the ten-zone PUT phase, every plane during the idle window, zone-2 during the first _rules after a change")
+	logDir := flag.String("logs", "", "append each process's log to DIR/<name>.log")
+	logLevel := flag.String("log-level", "warn", "the processes' --log-level (info shows, e.g., when a full snapshot was sent and applied)")
 	simGzip := flag.Bool("sim-gzip", true, "simulated zones ask for gzip as zone-cp does (false: uncompressed streams)")
 	store := flag.String("store", "bolt", "the global's store: bolt, or etcd (a 3-member etcd cluster on loopback, built from tools/etcd)")
 	flag.Parse()
@@ -99,7 +100,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: -store must be bolt or etcd")
 		os.Exit(2)
 	}
-	b := binariesAndN{n: *n, profileDir: *profileDir, simGzip: *simGzip, logDir: *logDir, store: *store}
+	b := binariesAndN{n: *n, profileDir: *profileDir, simGzip: *simGzip, logDir: *logDir, logLevel: *logLevel, store: *store}
 	for _, dir := range []string{*profileDir, *logDir} {
 		if dir == "" {
 			continue

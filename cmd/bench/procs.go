@@ -31,8 +31,9 @@ type plane struct {
 // env builds and runs processes for one run of a scenario.
 type env struct {
 	bins launcher.Binaries
-	// logDir, when set (-logs), receives each process's log as <name>.log.
-	logDir string
+	// logDir, when set (-logs), receives each process's log as <name>.log,
+	// at logLevel (-log-level).
+	logDir, logLevel string
 	// names remembers where each plane stores a display name (roundOf).
 	names  sync.Map // plane api + display -> "name?namespace=ns"
 	tmp    string
@@ -44,12 +45,12 @@ type env struct {
 	etcd  *etcdtest.Cluster
 }
 
-func newEnv(bins launcher.Binaries, logDir, store string) (*env, error) {
+func newEnv(bins launcher.Binaries, logDir, logLevel, store string) (*env, error) {
 	tmp, err := os.MkdirTemp("", "meridian-bench-")
 	if err != nil {
 		return nil, err
 	}
-	return &env{bins: bins, logDir: logDir, tmp: tmp, store: store,
+	return &env{bins: bins, logDir: logDir, logLevel: logLevel, tmp: tmp, store: store,
 		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 60 * time.Second}}, nil
 }
 
@@ -74,7 +75,7 @@ func (e *env) start(name, bin string, args ...string) (*plane, error) {
 		return nil, err
 	}
 	p := &plane{name: name, api: "http://" + addr, debug: "http://" + debug, dataDir: filepath.Join(e.tmp, name)}
-	full := append([]string{"--data-dir", p.dataDir, "--api-address", addr, "--debug-address", debug, "--log-level", "warn"}, args...)
+	full := append([]string{"--data-dir", p.dataDir, "--api-address", addr, "--debug-address", debug, "--log-level", e.logLevel}, args...)
 	var log io.Writer = io.Discard
 	if e.logDir != "" {
 		f, err := os.OpenFile(filepath.Join(e.logDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -281,6 +282,29 @@ func usage(pid int) (rssMiB, cpuSec float64) {
 		}
 	}
 	return rssMiB, cpuSec
+}
+
+// onCPU is the time the process's live threads spent on a CPU, to the
+// nanosecond (/proc/PID/task/*/schedstat), where utime and stime count
+// 10 ms ticks: over a few seconds of idling, a tick more or less in each of
+// four processes would move the figure by most of its bar.
+func onCPU(pid int) time.Duration {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if err != nil {
+			continue // the thread exited meanwhile
+		}
+		if f := strings.Fields(string(data)); len(f) > 0 {
+			ns, _ := strconv.ParseInt(f[0], 10, 64)
+			sum += time.Duration(ns)
+		}
+	}
+	return sum
 }
 
 // profile saves a CPU profile of the plane taken over d to dir/<name>-<tag>.pprof.

@@ -68,8 +68,10 @@ func fleet(bins binariesAndN, r results) error {
 		return err
 	}
 	if bins.profileDir != "" {
-		profiles.Add(1)
-		go func() { defer profiles.Done(); _ = e.profile(z3, bins.profileDir, "cold", 5*time.Second) }()
+		for _, p := range []*plane{g, z3} {
+			profiles.Add(1)
+			go func() { defer profiles.Done(); _ = e.profile(p, bins.profileDir, "cold", 5*time.Second) }()
+		}
 	}
 	if r["cold_zone_ms"], err = ms(e.waitTotal([]*plane{z3}, "meshtimeouts", n, start, 60*time.Second)); err != nil {
 		return err
@@ -174,10 +176,9 @@ func fleet(bins binariesAndN, r results) error {
 	// idling).
 	planes := []*plane{g, z1, z2, z3}
 	quiesce(planes)
-	var idle0 []float64
+	var idle0 []time.Duration
 	for _, p := range planes {
-		_, c := usage(p.proc.PID())
-		idle0 = append(idle0, c)
+		idle0 = append(idle0, onCPU(p.proc.PID()))
 	}
 	if bins.profileDir != "" {
 		for _, p := range planes {
@@ -187,18 +188,17 @@ func fleet(bins binariesAndN, r results) error {
 	}
 	time.Sleep(5 * time.Second)
 	profiles.Wait()
-	idle := 0.0
+	var idle time.Duration
 	for i, p := range planes {
-		_, c := usage(p.proc.PID())
-		idle += c - idle0[i]
+		idle += onCPU(p.proc.PID()) - idle0[i]
 	}
-	r["idle_cpu_pct"] = idle / 5 * 100
+	r["idle_cpu_pct"] = idle.Seconds() / 5 * 100
 	return nil
 }
 
 // withGlobal is a fresh environment running a global; the caller closes it.
 func withGlobal(bins binariesAndN) (*env, *plane, error) {
-	e, err := newEnv(bins.bins, bins.logDir, bins.store)
+	e, err := newEnv(bins.bins, bins.logDir, bins.logLevel, bins.store)
 	if err != nil {
 		return nil, nil, err
 	}
