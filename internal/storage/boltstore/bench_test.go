@@ -3,6 +3,7 @@ package boltstore
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -112,5 +113,31 @@ func BenchmarkList10000(b *testing.B) {
 		if err != nil || len(res.Items) != total {
 			b.Fatalf("list: %d items, %v", len(res.Items), err)
 		}
+	}
+}
+
+// BenchmarkApplyCold100000 is a cold zone's full snapshot: 100,000
+// resources in one batch into an empty store, in the order given.
+func BenchmarkApplyCold100000(b *testing.B) {
+	const size = 100000
+	for _, order := range []string{"sorted", "shuffled"} {
+		b.Run(order, func(b *testing.B) {
+			ctx := context.Background()
+			for b.Loop() {
+				b.StopTimer()
+				s := benchStore(b)
+				batch := storage.Batch{Puts: make([]*resource.Resource, size)}
+				for j := range batch.Puts {
+					batch.Puts[j] = benchResource(j, 0)
+				}
+				if order == "shuffled" {
+					rand.New(rand.NewPCG(1, 2)).Shuffle(size, func(i, j int) { batch.Puts[i], batch.Puts[j] = batch.Puts[j], batch.Puts[i] })
+				}
+				b.StartTimer()
+				if _, err := s.Apply(ctx, batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
