@@ -11,7 +11,9 @@
 //   - one select loop that owns every piece of stream state: the outbound
 //     side (outbound.go: the local store's watch, filtered and mapped per
 //     peer, chunked under MaxBatchBytes, a bounded window of unacknowledged
-//     batches, NACK retries) and the inbound side (inbound.go: applying the
+//     batches, a partial batch held while an earlier one is unanswered so
+//     that a busy peer gets fewer, larger batches, NACK retries) and the
+//     inbound side (inbound.go: applying the
 //     peer's batches in one store transaction with the peer's revision in
 //     the store's Meta, full-snapshot staging, ACK/NACK);
 //   - one sender, the only caller of Send, fed by the loop.

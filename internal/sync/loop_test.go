@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -260,6 +261,43 @@ func TestLoopWindowAndConfirmation(t *testing.T) {
 		n += len(bb.GetUpserts())
 		h.ack(bb)
 	}
+}
+
+// TestLoopGathersWhileAnswerPending: a change to an idle peer leaves at
+// once; changes made while its batch is unanswered leave together, as one
+// stamped batch, when the answer arrives (a busy peer gets fewer, larger
+// batches). The window would allow more batches: it is the partial batch
+// that waits.
+func TestLoopGathersWhileAnswerPending(t *testing.T) {
+	store := newTestStore(t)
+	writeGlobal(t, store, mesh("default"))
+	rev, _ := store.Revision(context.Background())
+	h := startLoop(t, StreamConfig{MaxInFlight: 8}, store, rev)
+	h.stream.none(t)
+
+	writeGlobal(t, store, timeout("first", "", ""))
+	first := h.batch()
+	if len(first.GetUpserts()) != 1 || !first.GetLastChunk() {
+		t.Fatalf("first batch: %v", first)
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		writeGlobal(t, store, timeout(name, "", ""))
+	}
+	last, _ := store.Revision(context.Background())
+	h.stream.none(t) // gathered, not sent: first is unanswered
+	h.ack(first)
+	gathered := h.batch()
+	var names []string
+	for _, u := range gathered.GetUpserts() {
+		base, _, _ := strings.Cut(u.GetName(), "-") // the zone's names carry a hash
+		names = append(names, base)
+	}
+	if strings.Join(names, ",") != "a,b,c" || !gathered.GetLastChunk() || gathered.GetRevision() != last {
+		t.Fatalf("gathered batch: upserts %v, last_chunk %v, revision %d (want a,b,c, true, %d)",
+			names, gathered.GetLastChunk(), gathered.GetRevision(), last)
+	}
+	h.ack(gathered)
+	h.stream.none(t)
 }
 
 func TestLoopNackBackoff(t *testing.T) {

@@ -393,8 +393,14 @@ func (o *outbound) mapEvent(ev storage.Event) (entry, bool) {
 
 // flushIdle sends what is pending, with last_chunk when its last revision is
 // complete; revisions that sent nothing are stamped later (see outbound).
+//
+// A partial batch waits while an earlier batch is unanswered: the reply
+// pumps again and sends what gathered meanwhile as one batch. An idle peer
+// so gets a change at once, and a busy one fewer, larger batches (one
+// transaction and one fsync on its side per batch, one frame here) instead
+// of one per local commit; a full batch leaves as soon as the window allows.
 func (o *outbound) flushIdle() {
-	if o.pending.len() > 0 {
+	if o.pending.len() > 0 && o.idle() {
 		o.cut(o.seen, o.complete >= o.seen)
 	}
 	if o.seen > o.stamped {
@@ -432,6 +438,9 @@ func (o *outbound) flushForDrain() {
 	}
 	if drained, err := o.pump(); err != nil || !drained {
 		return
+	}
+	if o.pending.len() > 0 && o.windowOpen() {
+		o.cut(o.seen, o.complete >= o.seen) // no waiting for replies: the stream ends
 	}
 	o.confirm.stop()
 	if o.seen > o.stamped && o.complete >= o.seen && o.pending.len() == 0 && o.windowOpen() {
