@@ -87,6 +87,8 @@ type loopHarness struct {
 	status FlowStatus
 	done   chan error
 	cancel context.CancelFunc
+	// drain, when closed, starts the session's graceful end.
+	drain chan struct{}
 }
 
 // startLoop runs a global-side session for zone-1 on a fake stream and a
@@ -97,13 +99,14 @@ func startLoop(t *testing.T, cfg StreamConfig, store storage.Store, resume uint6
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &loopHarness{t: t, store: store, clock: newFakeClock(), stream: newFakeStream(), done: make(chan error, 1)}
+	h := &loopHarness{t: t, store: store, clock: newFakeClock(), stream: newFakeStream(), done: make(chan error, 1),
+		drain: make(chan struct{})}
 	tr := newTracker(h.clock, nil)
 	_, g2z, z2g := tr.connected("zone-1", &syncv1.Handshake{ResumeRevision: resume}, "kubernetes", 0)
 	h.obs = g2z
 	zone := mapping.Zone{Name: "zone-1", Environment: resource.EnvKubernetes}
 	sess := &session{log: testLogger(t, "loop"), clock: h.clock, stream: h.stream,
-		heartbeatInterval: cfg.HeartbeatInterval, heartbeatTimeout: cfg.HeartbeatTimeout}
+		heartbeatInterval: cfg.HeartbeatInterval, heartbeatTimeout: cfg.HeartbeatTimeout, drain: h.drain}
 	sess.out = newOutbound(cfg.outbound(), store, globalSource{reg: testRegistry, zone: "zone-1"}, sess.log, h.clock, g2z, sess.enqueue)
 	sess.in = &inbound{store: store, metaKey: MetaKeyZoneRevision("zone-1"), log: sess.log, obs: z2g,
 		sink: globalSink{reg: testRegistry, store: store, zone: zone, systemNS: "kuma-system"}}
@@ -298,6 +301,29 @@ func TestLoopGathersWhileAnswerPending(t *testing.T) {
 	}
 	h.ack(gathered)
 	h.stream.none(t)
+}
+
+// TestLoopDrainSendsGathered: a graceful end does not wait for the answer
+// that a gathered batch waits for: what gathered leaves at once, stamped.
+func TestLoopDrainSendsGathered(t *testing.T) {
+	store := newTestStore(t)
+	writeGlobal(t, store, mesh("default"))
+	rev, _ := store.Revision(context.Background())
+	h := startLoop(t, StreamConfig{}, store, rev)
+	h.stream.none(t)
+	writeGlobal(t, store, timeout("first", "", ""))
+	first := h.batch()
+	writeGlobal(t, store, timeout("second", "", ""))
+	last, _ := store.Revision(context.Background())
+	h.stream.none(t)
+	close(h.drain)
+	gathered := h.batch()
+	if len(gathered.GetUpserts()) != 1 || !gathered.GetLastChunk() || gathered.GetRevision() != last {
+		t.Fatalf("at the drain: %d upserts, last_chunk %v, revision %d (want 1, true, %d)",
+			len(gathered.GetUpserts()), gathered.GetLastChunk(), gathered.GetRevision(), last)
+	}
+	h.ack(first)
+	h.ack(gathered)
 }
 
 func TestLoopNackBackoff(t *testing.T) {
