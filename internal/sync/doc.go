@@ -13,9 +13,9 @@
 //     peer, chunked under MaxBatchBytes, a bounded window of unacknowledged
 //     batches, a partial batch held while an earlier one is unanswered so
 //     that a busy peer gets fewer, larger batches, NACK retries) and the
-//     inbound side (inbound.go: applying the
-//     peer's batches in one store transaction with the peer's revision in
-//     the store's Meta, full-snapshot staging, ACK/NACK);
+//     inbound side (inbound.go: applying the peer's batches in one store
+//     transaction with the peer's revision in the store's Meta,
+//     full-snapshot staging, ACK/NACK);
 //   - one sender, the only caller of Send, fed by the loop.
 //
 // Nothing here polls: the loop wakes on a received message, a store event, a

@@ -397,8 +397,9 @@ func (o *outbound) mapEvent(ev storage.Event) (entry, bool) {
 // A partial batch waits while an earlier batch is unanswered: the reply
 // pumps again and sends what gathered meanwhile as one batch. An idle peer
 // so gets a change at once, and a busy one fewer, larger batches (one
-// transaction and one fsync on its side per batch, one frame here) instead
-// of one per local commit; a full batch leaves as soon as the window allows.
+// transaction with its fsyncs on its side per batch, one frame here)
+// instead of one per local commit; a full batch leaves as soon as the
+// window allows.
 func (o *outbound) flushIdle() {
 	if o.pending.len() > 0 && o.idle() {
 		o.cut(o.seen, o.complete >= o.seen)
