@@ -95,15 +95,17 @@ func validateMesh(d *TypeDescriptor, mesh string, errs *ValidationError) {
 
 func validateLabels(labels map[string]string, errs *ValidationError) {
 	for _, k := range sortedKeys(labels) {
-		field := "labels[" + strconv.Quote(k) + "]"
+		// The field name is made only for a problem: every resource a
+		// zone receives passes through here with its labels.
+		field := func() string { return "labels[" + strconv.Quote(k) + "]" }
 		if msg := labelKeyProblem(k); msg != "" {
-			errs.Add(field, "%s", msg)
+			errs.Add(field(), "%s", msg)
 		}
 		if msg := labelValueProblem(k, labels[k]); msg != "" {
-			errs.Add(field, "%s", msg)
+			errs.Add(field(), "%s", msg)
 		}
 		if allowed := knownLabelValues(k); allowed != nil && !contains(allowed, labels[k]) {
-			errs.Add(field, "invalid value %q: must be one of %s", labels[k], strings.Join(allowed, ", "))
+			errs.Add(field(), "invalid value %q: must be one of %s", labels[k], strings.Join(allowed, ", "))
 		}
 	}
 }
