@@ -1,6 +1,8 @@
 package sync
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -57,6 +59,9 @@ func TestLargeStatusReportArrivesInChunks(t *testing.T) {
 	const n = 40000 // ~6 MB: over gRPC's 4 MiB default receive limit
 	z := c.zone("zone-1", zoneOpts{reporter: bigReporter{n: n}}).start()
 	eventually(t, wait, "connected", z.connected)
+	// Written while the report's chunks are leaving: its batch travels
+	// between them, and the report is still reassembled whole.
+	writeZone(t, z.store, "zone-1", timeout("during-report", "", ""))
 	eventually(t, wait, "the whole report on the global", func() bool {
 		first := c.server.PolicyStatuses("MeshTimeout", "default", "policy-0")
 		last := c.server.PolicyStatuses("MeshTimeout", "default", "policy-"+itoa(n-1))
@@ -64,7 +69,8 @@ func TestLargeStatusReportArrivesInChunks(t *testing.T) {
 	})
 	writeZone(t, z.store, "zone-1", timeout("after-report", "", ""))
 	eventually(t, wait, "the zone's writes still reach the global", func() bool {
-		return exists(c.global, "MeshTimeout", "default", mapping.HashedName("default", "after-report", "zone-1"))
+		return exists(c.global, "MeshTimeout", "default", mapping.HashedName("default", "during-report", "zone-1")) &&
+			exists(c.global, "MeshTimeout", "default", mapping.HashedName("default", "after-report", "zone-1"))
 	})
 }
 
@@ -86,5 +92,67 @@ func TestChunkReport(t *testing.T) {
 	}
 	if got := chunkReport(&syncv1.PolicyStatusReport{}, 1024); len(got) != 1 || got[0].GetMore() {
 		t.Errorf("an empty report: %v", got)
+	}
+}
+
+// TestReportChunksYieldToOtherMessages: report chunks leave only when
+// nothing else waits (a change is not queued behind megabytes of
+// statuses); a new report replaces a queued one that has not begun to
+// leave, and follows the rest of one that has.
+func TestReportChunksYieldToOtherMessages(t *testing.T) {
+	report := func(prefix string, n int) *syncv1.PolicyStatusReport {
+		rep := &syncv1.PolicyStatusReport{}
+		for i := range n {
+			rep.Statuses = append(rep.Statuses, &syncv1.PolicyStatus{
+				Key:        &syncv1.ResourceKey{Type: "MeshTimeout", Mesh: "default", Name: prefix + itoa(i)},
+				Conditions: []*syncv1.Condition{{Type: "Enforced", Status: "True", Reason: "Enforced", Message: "applies"}}})
+		}
+		return rep
+	}
+	// sendAll takes what the loop would offer the sender, in order: a
+	// report chunk as "<first name>..<more>", anything else by kind.
+	sendAll := func(s *session, n int) []string {
+		var out []string
+		for range n {
+			m := s.nextToSend()
+			if m == nil {
+				break
+			}
+			if r := m.GetPolicyStatusReport(); r != nil {
+				out = append(out, r.GetStatuses()[0].GetKey().GetName()+"/more="+strconv.FormatBool(r.GetMore()))
+			} else {
+				out = append(out, "batch")
+			}
+			s.sent()
+		}
+		return out
+	}
+	s := &session{maxChunk: 1024}
+	s.queueReport(report("old-", 30))
+	chunks := len(s.reportQueue)
+	if chunks < 3 {
+		t.Fatalf("want a report of at least 3 chunks, got %d", chunks)
+	}
+	s.queueReport(report("new-", 30)) // replaces the old one: none of it left
+	if got := sendAll(s, 1); len(got) != 1 || !strings.HasPrefix(got[0], "new-0/") {
+		t.Fatalf("first chunk after replacing an unsent report: %v", got)
+	}
+	s.enqueue(msgBatch(&syncv1.DeltaBatch{Nonce: "1"}))
+	if got := sendAll(s, 1); got[0] != "batch" {
+		t.Fatalf("a batch queued during a report leaves before the report's next chunk, got %v", got)
+	}
+	s.queueReport(report("newer-", 30)) // the one under way finishes first
+	got := sendAll(s, 1000)
+	if len(got) != 2*chunks-1 {
+		t.Fatalf("sent %d chunks, want %d: %v", len(got), 2*chunks-1, got)
+	}
+	for i, c := range got {
+		wantNew := i < chunks-1
+		if strings.HasPrefix(c, "new-") != wantNew || strings.HasPrefix(c, "newer-") == wantNew {
+			t.Fatalf("chunk %d is %s: want the rest of new-, then newer- (%v)", i, c, got)
+		}
+	}
+	if !strings.HasSuffix(got[chunks-2], "/more=false") || s.reportMidway {
+		t.Fatalf("the report under way must end before the next starts: %v (midway %v)", got, s.reportMidway)
 	}
 }

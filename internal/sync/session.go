@@ -94,8 +94,17 @@ type session struct {
 	maxChunk      int
 	partialReport *syncv1.PolicyStatusReport
 
-	queue    []*syncv1.Message
-	lastRecv time.Time
+	// queue holds what the loop sends next: batches, answers, heartbeats.
+	// reportQueue holds status report chunks, sent only when queue is
+	// empty: at 100,000 policies a report is ~20 MB, and a change queued
+	// behind it waited for all of it (the chunks are reassembled in order
+	// whatever travels between them).
+	queue       []*syncv1.Message
+	reportQueue []*syncv1.Message
+	// reportMidway: chunks of a report were sent and its last one was not
+	// (the rest of it must follow before another report starts).
+	reportMidway bool
+	lastRecv     time.Time
 }
 
 // sessionParams is what differs between the global's and the zone's end of
@@ -147,6 +156,48 @@ func newSession(p sessionParams) *session {
 }
 
 func (s *session) enqueue(m *syncv1.Message) { s.queue = append(s.queue, m) }
+
+// nextToSend is the message the loop offers the sender: the queue first,
+// then report chunks.
+func (s *session) nextToSend() *syncv1.Message {
+	switch {
+	case len(s.queue) > 0:
+		return s.queue[0]
+	case len(s.reportQueue) > 0:
+		return s.reportQueue[0]
+	}
+	return nil
+}
+
+// sent drops the message nextToSend offered, once the sender took it.
+func (s *session) sent() {
+	if len(s.queue) > 0 {
+		s.queue[0] = nil
+		s.queue = s.queue[1:]
+		return
+	}
+	s.reportMidway = s.reportQueue[0].GetPolicyStatusReport().GetMore()
+	s.reportQueue[0] = nil
+	s.reportQueue = s.reportQueue[1:]
+}
+
+// queueReport queues report's chunks in place of any queued report that has
+// not begun to leave (a report replaces the previous one: sending a stale
+// one first only delays the current one).
+func (s *session) queueReport(report *syncv1.PolicyStatusReport) {
+	keep := 0
+	if s.reportMidway {
+		for keep < len(s.reportQueue) && s.reportQueue[keep].GetPolicyStatusReport().GetMore() {
+			keep++
+		}
+		keep = min(keep+1, len(s.reportQueue)) // with the report's last chunk
+	}
+	clear(s.reportQueue[keep:])
+	s.reportQueue = s.reportQueue[:keep]
+	for _, chunk := range chunkReport(report, s.maxChunk) {
+		s.reportQueue = append(s.reportQueue, &syncv1.Message{Kind: &syncv1.Message_PolicyStatusReport{PolicyStatusReport: chunk}})
+	}
+}
 
 // run streams until ctx ends or the stream fails, and returns why.
 func (s *session) run(ctx context.Context, resume uint64) error {
@@ -216,13 +267,13 @@ func (s *session) loop(ctx context.Context, resume uint64, recvC <-chan *syncv1.
 	var drainDeadline <-chan time.Time
 	draining := false
 	for {
-		if draining && s.out.idle() && len(s.queue) == 0 {
+		if draining && s.out.idle() && len(s.queue) == 0 && len(s.reportQueue) == 0 {
 			return errDrained
 		}
-		var head *syncv1.Message
 		var sc chan<- *syncv1.Message
-		if len(s.queue) > 0 {
-			head, sc = s.queue[0], sendC
+		head := s.nextToSend()
+		if head != nil {
+			sc = sendC
 		}
 		var err error
 		select {
@@ -233,8 +284,7 @@ func (s *session) loop(ctx context.Context, resume uint64, recvC <-chan *syncv1.
 		case err = <-sendErr:
 			err = s.sendFailure(err, recvErr)
 		case sc <- head:
-			s.queue[0] = nil
-			s.queue = s.queue[1:]
+			s.sent()
 		case m := <-recvC:
 			s.lastRecv = s.clock.Now()
 			err = s.handle(ctx, m)
@@ -289,14 +339,12 @@ func (s *session) sendFailure(err error, recvErr <-chan error) error {
 }
 
 // sendReport queues the current policy status report (if any), in chunks
-// of at most maxChunk bytes, and returns the channel announcing the next
-// one.
+// of at most maxChunk bytes (queueReport), and returns the channel
+// announcing the next one.
 func (s *session) sendReport() <-chan struct{} {
 	report, changed := s.reporter.PolicyStatusReport()
 	if report != nil {
-		for _, chunk := range chunkReport(report, s.maxChunk) {
-			s.enqueue(&syncv1.Message{Kind: &syncv1.Message_PolicyStatusReport{PolicyStatusReport: chunk}})
-		}
+		s.queueReport(report)
 	}
 	return changed
 }
