@@ -59,7 +59,8 @@
 // MetadataAuthorization) before the global reads any message; the stream
 // ends when its token expires, its signing key retires, or EndStreams is
 // called (revocation, a disabled zone). With the policy-status feature the
-// zone sends PolicyStatusReports (PolicyStatuses on the global). Each sender
+// zone sends PolicyStatusReports (PolicyStatuses on the global), in chunks
+// that leave only when no batch, answer or heartbeat waits. Each sender
 // records what its peer NACKed (Client.Rejected, Server.RejectedBy) until a
 // later batch is accepted. On the global, every batch from a zone applies
 // with the ZoneAdmission precondition in its transaction.

@@ -143,3 +143,34 @@ func watchKey(t *testing.T, st storage.Store, key resource.Key) <-chan struct{} 
 	}()
 	return out
 }
+
+// TestChangeDuringLargeReport measures how long a zone's change waits when
+// the zone is sending a status report of 100,000 policies (~20 MB, the
+// report a zone sends after a change that alters every global policy's
+// status):
+//
+//	MERIDIAN_SYNC_PERF=1 go test -run TestChangeDuringLargeReport -v ./internal/sync/
+//
+// Report chunks leave only when nothing else waits, so the change does not
+// queue behind the whole report (505–580 ms before, see BENCHMARKS.md).
+func TestChangeDuringLargeReport(t *testing.T) {
+	if os.Getenv("MERIDIAN_SYNC_PERF") == "" || testing.Short() {
+		t.Skip("set MERIDIAN_SYNC_PERF=1 to run")
+	}
+	const n = 100_000
+	c := newCluster(t, clusterOpts{quiet: os.Getenv("MERIDIAN_SYNC_PERF_LOG") == ""})
+	z := c.zone("zone-1", zoneOpts{reporter: bigReporter{n: n}}).start()
+	eventually(t, wait, "connected", z.connected)
+	time.Sleep(20 * time.Millisecond) // the report's first chunks are leaving
+	start := time.Now()
+	writeZone(t, z.store, "zone-1", timeout("during-report", "", ""))
+	eventually(t, time.Minute, "the change on the global", func() bool {
+		return exists(c.global, "MeshTimeout", "default", mapping.HashedName("default", "during-report", "zone-1"))
+	})
+	change := time.Since(start)
+	eventually(t, time.Minute, "the whole report on the global", func() bool {
+		return len(c.server.PolicyStatuses("MeshTimeout", "default", "policy-"+itoa(n-1))) == 1
+	})
+	t.Logf("a zone's change reached the global after %s; the whole report after %s",
+		change.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+}

@@ -64,7 +64,7 @@ var ErrPeerSilent = errors.New("peer silent for longer than the heartbeat timeou
 
 // session runs one established stream (after the handshake). Concurrency:
 // run starts a receive goroutine (only Recv, feeding recvC) and the loop
-// goroutine (owner of out, in, queue and lastRecv); the goroutine that
+// goroutine (owner of out, in, the send queues and lastRecv); the goroutine that
 // calls run is the sender (the only caller of Send). On the server that is
 // the gRPC handler goroutine, so no Send can happen after the handler has
 // returned.
