@@ -1,0 +1,102 @@
+package controlplane
+
+import (
+	"context"
+	"runtime/debug"
+	"runtime/metrics"
+	"time"
+)
+
+// memoryTrimmer hands the heap's free pages back to the OS once the process
+// has gone quiet. Go returns freed memory slowly: a background scavenger,
+// paced at 1% of a CPU, trims only down to about the next collection's goal,
+// which is twice the live heap. After a burst (a snapshot received, statuses
+// recomputed, a large list served) a control plane so kept about twice its
+// live heap resident for minutes, and paid the scavenger's CPU meanwhile.
+// Once the process has allocated next to nothing for a quiet period, one
+// collection and release (debug.FreeOSMemory) brings the resident set down
+// to about the live heap. The free memory a trim leaves is near zero and only
+// grows again with new garbage, so an idle process is not collected again.
+//
+// Owned by its run goroutine; the fields are fixed before run starts.
+type memoryTrimmer struct {
+	tick time.Duration
+	// quiet: no more than quietAlloc bytes allocated per tick for this long.
+	quiet      time.Duration
+	quietAlloc uint64
+	// minFree: reclaimable heap (see memSample) below which a collection
+	// is not worth it.
+	minFree uint64
+	read    func() memSample
+	trim    func()
+	ticks   func(time.Duration) (<-chan time.Time, func())
+}
+
+// memSample is what the trimmer reads of the runtime.
+type memSample struct {
+	allocated uint64 // bytes allocated since the process started
+	// free is what a collection and release would hand back, about: the
+	// heap held from the OS (objects, dead or alive, and free spans) less
+	// what was live at the last collection. Garbage counts: an idle
+	// process does not collect it (the next collection waits for
+	// allocation, or the runtime's forced one every 2 minutes).
+	free uint64
+}
+
+func newMemoryTrimmer() *memoryTrimmer {
+	return &memoryTrimmer{
+		tick: 500 * time.Millisecond, quiet: time.Second, quietAlloc: 1 << 20, minFree: 8 << 20,
+		read: readMemSample, trim: debug.FreeOSMemory,
+		ticks: func(d time.Duration) (<-chan time.Time, func()) {
+			t := time.NewTicker(d)
+			return t.C, t.Stop
+		},
+	}
+}
+
+func readMemSample() memSample {
+	s := []metrics.Sample{
+		{Name: "/gc/heap/allocs:bytes"},
+		{Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/memory/classes/heap/free:bytes"},
+		{Name: "/gc/heap/live:bytes"},
+	}
+	metrics.Read(s)
+	held, live := s[1].Value.Uint64()+s[2].Value.Uint64(), s[3].Value.Uint64()
+	return memSample{allocated: s[0].Value.Uint64(), free: held - min(held, live)}
+}
+
+// run trims after each quiet period until ctx ends.
+func (m *memoryTrimmer) run(ctx context.Context) error {
+	c, stop := m.ticks(m.tick)
+	defer stop()
+	st := trimState{last: m.read()}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c:
+		}
+		if m.observe(&st, m.read()) {
+			m.trim()
+			st = trimState{last: m.read()}
+		}
+	}
+}
+
+// trimState is what the trimmer remembers between ticks.
+type trimState struct {
+	last     memSample
+	quietFor time.Duration
+}
+
+// observe takes the sample of the next tick and reports whether to trim.
+func (m *memoryTrimmer) observe(st *trimState, s memSample) bool {
+	if s.allocated-st.last.allocated > m.quietAlloc {
+		st.quietFor = 0
+	} else {
+		st.quietFor += m.tick
+	}
+	st.last = s
+	return st.quietFor >= m.quiet && s.free >= m.minFree
+}

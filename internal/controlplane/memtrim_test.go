@@ -1,0 +1,70 @@
+package controlplane
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestMemoryTrimmerObserve: a trim needs a quiet period (at most quietAlloc
+// allocated per tick) and enough free memory held; allocation restarts the
+// quiet period, and after a trim (which leaves nothing free) an idle process
+// is not trimmed again until it holds free memory anew.
+func TestMemoryTrimmerObserve(t *testing.T) {
+	const mib = 1 << 20
+	m := &memoryTrimmer{tick: time.Second, quiet: 2 * time.Second, quietAlloc: mib, minFree: 8 * mib}
+	steps := []struct {
+		name            string
+		allocated, free uint64
+		trim            bool
+	}{
+		{"one quiet tick", 0, 20 * mib, false},
+		{"a burst restarts the quiet period", 100 * mib, 20 * mib, false},
+		{"one quiet tick", 100 * mib, 20 * mib, false},
+		{"two quiet ticks, 20 MiB free", 100*mib + mib, 20 * mib, true},
+		{"after the trim nothing is free", 100*mib + mib, 0, false},
+		{"quiet, nothing free", 100*mib + mib, 0, false},
+		{"quiet, less free than minFree", 101*mib + mib, 4 * mib, false},
+		{"a burst", 400 * mib, 50 * mib, false},
+		{"one quiet tick", 400 * mib, 50 * mib, false},
+		{"two quiet ticks", 400 * mib, 60 * mib, true},
+	}
+	st := trimState{}
+	for i, s := range steps {
+		sample := memSample{allocated: s.allocated, free: s.free}
+		got := m.observe(&st, sample)
+		if got != s.trim {
+			t.Fatalf("step %d (%s): trim %v, want %v", i, s.name, got, s.trim)
+		}
+		if got {
+			st = trimState{last: memSample{allocated: s.allocated}} // as run does after trimming
+		}
+	}
+}
+
+// TestMemoryTrimmerRun: the loop trims once per quiet period on its ticks
+// and stops with its context.
+func TestMemoryTrimmerRun(t *testing.T) {
+	ticks := make(chan time.Time)
+	cur := memSample{allocated: 0, free: 64 << 20}
+	trimmed := make(chan struct{}, 10)
+	m := &memoryTrimmer{
+		tick: time.Second, quiet: 2 * time.Second, quietAlloc: 1 << 20, minFree: 8 << 20,
+		read:  func() memSample { return cur },
+		trim:  func() { cur.free = 0; trimmed <- struct{}{} },
+		ticks: func(time.Duration) (<-chan time.Time, func()) { return ticks, func() {} },
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- m.run(ctx) }()
+	for range 5 {
+		ticks <- time.Time{}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := len(trimmed); n != 1 {
+		t.Fatalf("trimmed %d times over 5 quiet ticks with 64 MiB free once, want 1", n)
+	}
+}
