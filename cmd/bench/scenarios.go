@@ -81,7 +81,7 @@ func fleet(bins binariesAndN, r results) error {
 	// One change at a time, each direction. The cold zone's tail (its
 	// first status computation, the report the global takes in) is another
 	// scenario's work: the rounds start once it is done.
-	quiesce([]*plane{g, z1, z2, z3})
+	quiesce([]*plane{g, z1, z2, z3}, 500*time.Millisecond)
 	if err := oneChanges(e, g, []*plane{z1}, "t-0", "global_to_zone", r, func(v int) (string, string) {
 		return g.api + "/meshes/default/meshtimeouts/t-0", withRound(timeoutBody("t-0", 1), v)
 	}); err != nil {
@@ -165,17 +165,18 @@ func fleet(bins binariesAndN, r results) error {
 	}
 	r["reconnect_resent"] = float64(after - before)
 
-	// Resources, then idle CPU over 5 s.
+	// Resources once settled, then idle CPU over 5 s. Settled: no plane
+	// used CPU for 2 s, so one-off tails are over — the restarted zone-2
+	// computing its policy statuses once after loading and the global
+	// taking in its report, each process handing its free heap back to the
+	// OS after a burst (controlplane's memory trimmer).
+	planes := []*plane{g, z1, z2, z3}
+	quiesce(planes, 2*time.Second)
 	for _, p := range []*plane{g, z1} {
 		rss, cpu := usage(p.proc.PID())
 		r[p.name+"_rss_mib"] = rss
 		r[p.name+"_cpu_s"] = cpu
 	}
-	// The restarted zone-2 computes its policy statuses once after loading
-	// and sends the report, which the global takes in (one-off work, not
-	// idling).
-	planes := []*plane{g, z1, z2, z3}
-	quiesce(planes)
 	var idle0 []time.Duration
 	for _, p := range planes {
 		idle0 = append(idle0, onCPU(p.proc.PID()))
@@ -454,9 +455,9 @@ func ms(d time.Duration, err error) (float64, error) { return msOf(d), err }
 
 func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// quiesce waits until no plane used CPU for 500 ms, or 20 s passed
-// (continuous activity then shows in what is measured next).
-func quiesce(planes []*plane) {
+// quiesce waits until no plane used CPU for quiet (no 10 ms tick charged),
+// or 20 s passed (continuous activity then shows in what is measured next).
+func quiesce(planes []*plane, quiet time.Duration) {
 	cpuOf := func() (sum float64) {
 		for _, p := range planes {
 			_, c := usage(p.proc.PID())
@@ -466,7 +467,7 @@ func quiesce(planes []*plane) {
 	}
 	for start := time.Now(); time.Since(start) < 20*time.Second; {
 		c0 := cpuOf()
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(quiet)
 		if cpuOf() == c0 {
 			return
 		}
