@@ -24,8 +24,10 @@ type memoryTrimmer struct {
 	// quiet: no more than quietAlloc bytes allocated per tick for this long.
 	quiet      time.Duration
 	quietAlloc uint64
-	// minFree: reclaimable heap (see memSample) below which a collection
-	// is not worth it.
+	// A trim needs at least minFree reclaimable (see memSample), and a
+	// quarter of the live heap: a collection costs in proportion to the
+	// live heap, so a large one waits for more garbage (a trickle of
+	// allocation in an idle process then rarely triggers one).
 	minFree uint64
 	read    func() memSample
 	trim    func()
@@ -41,6 +43,7 @@ type memSample struct {
 	// process does not collect it (the next collection waits for
 	// allocation, or the runtime's forced one every 2 minutes).
 	free uint64
+	live uint64 // heap live at the last collection
 }
 
 func newMemoryTrimmer() *memoryTrimmer {
@@ -63,7 +66,7 @@ func readMemSample() memSample {
 	}
 	metrics.Read(s)
 	held, live := s[1].Value.Uint64()+s[2].Value.Uint64(), s[3].Value.Uint64()
-	return memSample{allocated: s[0].Value.Uint64(), free: held - min(held, live)}
+	return memSample{allocated: s[0].Value.Uint64(), free: held - min(held, live), live: live}
 }
 
 // run trims after each quiet period until ctx ends.
@@ -98,5 +101,5 @@ func (m *memoryTrimmer) observe(st *trimState, s memSample) bool {
 		st.quietFor += m.tick
 	}
 	st.last = s
-	return st.quietFor >= m.quiet && s.free >= m.minFree
+	return st.quietFor >= m.quiet && s.free >= max(m.minFree, s.live/4)
 }

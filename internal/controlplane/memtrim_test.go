@@ -28,10 +28,17 @@ func TestMemoryTrimmerObserve(t *testing.T) {
 		{"a burst", 400 * mib, 50 * mib, false},
 		{"one quiet tick", 400 * mib, 50 * mib, false},
 		{"two quiet ticks", 400 * mib, 60 * mib, true},
+		{"a burst", 500 * mib, 30 * mib, false},
+		{"one quiet tick", 500 * mib, 30 * mib, false},
+		{"two quiet ticks, but 30 MiB free of a 200 MiB live heap", 500 * mib, 30 * mib, false},
+		{"quiet, 50 MiB free of a 200 MiB live heap", 500 * mib, 50 * mib, true},
 	}
 	st := trimState{}
 	for i, s := range steps {
 		sample := memSample{allocated: s.allocated, free: s.free}
+		if s.allocated >= 500*mib {
+			sample.live = 200 * mib
+		}
 		got := m.observe(&st, sample)
 		if got != s.trim {
 			t.Fatalf("step %d (%s): trim %v, want %v", i, s.name, got, s.trim)
