@@ -24,8 +24,8 @@ type memoryTrimmer struct {
 	// quiet: no more than quietAlloc bytes allocated per tick for this long.
 	quiet      time.Duration
 	quietAlloc uint64
-	// A trim needs at least minFree reclaimable (see memSample), and a
-	// quarter of the live heap: a collection costs in proportion to the
+	// A trim needs at least minFree reclaimable (see memSample), and half
+	// the live heap: a collection costs in proportion to the
 	// live heap, so a large one waits for more garbage (a trickle of
 	// allocation in an idle process then rarely triggers one).
 	minFree uint64
@@ -48,7 +48,7 @@ type memSample struct {
 
 func newMemoryTrimmer() *memoryTrimmer {
 	return &memoryTrimmer{
-		tick: 500 * time.Millisecond, quiet: time.Second, quietAlloc: 1 << 20, minFree: 8 << 20,
+		tick: time.Second, quiet: 2 * time.Second, quietAlloc: 1 << 20, minFree: 8 << 20,
 		read: readMemSample, trim: debug.FreeOSMemory,
 		ticks: func(d time.Duration) (<-chan time.Time, func()) {
 			t := time.NewTicker(d)
@@ -101,5 +101,5 @@ func (m *memoryTrimmer) observe(st *trimState, s memSample) bool {
 		st.quietFor += m.tick
 	}
 	st.last = s
-	return st.quietFor >= m.quiet && s.free >= max(m.minFree, s.live/4)
+	return st.quietFor >= m.quiet && s.free >= max(m.minFree, s.live/2)
 }
