@@ -166,12 +166,12 @@ func fleet(bins binariesAndN, r results) error {
 	r["reconnect_resent"] = float64(after - before)
 
 	// Resources once settled, then idle CPU over 5 s. Settled: no plane
-	// used CPU for 2 s, so one-off tails are over — the restarted zone-2
+	// used CPU for 3 s, so one-off tails are over — the restarted zone-2
 	// computing its policy statuses once after loading and the global
 	// taking in its report, each process handing its free heap back to the
 	// OS after a burst (controlplane's memory trimmer).
 	planes := []*plane{g, z1, z2, z3}
-	quiesce(planes, 2*time.Second)
+	quiesce(planes, 3*time.Second)
 	for _, p := range []*plane{g, z1} {
 		rss, cpu := usage(p.proc.PID())
 		r[p.name+"_rss_mib"] = rss
