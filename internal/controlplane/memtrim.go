@@ -25,9 +25,9 @@ type memoryTrimmer struct {
 	quiet      time.Duration
 	quietAlloc uint64
 	// A trim needs at least minFree reclaimable (see memSample), and half
-	// the live heap: a collection costs in proportion to the
-	// live heap, so a large one waits for more garbage (a trickle of
-	// allocation in an idle process then rarely triggers one).
+	// the live heap: a collection costs in proportion to the live heap, so
+	// a large one waits for more garbage (a trickle of allocation in an
+	// idle process then rarely triggers one).
 	minFree uint64
 	read    func() memSample
 	trim    func()
