@@ -114,11 +114,7 @@ func TestStatusSnapshotNeverWaits(t *testing.T) {
 	defer cancel()
 	store, v, done := startView(ctx, t, timeout("t1", "1h"))
 	reason := func() string {
-		snap, err := v.StatusSnapshot(ctx, "default")
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, err := snap.PolicyStatus("MeshTimeout", "t1", "")
+		st, err := meshTimeoutStatus(ctx, t, v, "t1")
 		if err != nil {
 			return "absent"
 		}
@@ -255,11 +251,7 @@ func TestPollingDoesNotHoldStatusesBack(t *testing.T) {
 	defer cancel()
 	store, v, _ := startView(ctx, t, timeout("t1", "1h"))
 	accepted := func() bool {
-		snap, err := v.StatusSnapshot(ctx, "default")
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, err := snap.PolicyStatus("MeshTimeout", "t1", "")
+		st, err := meshTimeoutStatus(ctx, t, v, "t1")
 		return err == nil && st.Conditions[0].Status == "True"
 	}
 	if accepted() {
@@ -308,4 +300,15 @@ func startView(ctx context.Context, t *testing.T, rs ...*resource.Resource) (*bo
 	done := make(chan error, 1)
 	go func() { done <- v.Run(ctx) }()
 	return store, v, done
+}
+
+// meshTimeoutStatus reads a MeshTimeout's status in mesh default through
+// StatusSnapshot (which never waits).
+func meshTimeoutStatus(ctx context.Context, t *testing.T, v *policyview.View, name string) (*policy.PolicyStatus, error) {
+	t.Helper()
+	snap, err := v.StatusSnapshot(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap.PolicyStatus("MeshTimeout", name, "")
 }
