@@ -44,6 +44,15 @@ func encodeRecord(lk logKey, r *resource.Resource) []byte {
 	return kv.AppendResource(append(make([]byte, 0, 128+len(r.Spec)+len(r.Status)), lk[:]...), r)
 }
 
+// recordHasLabels matches a record's labels without decoding it (see
+// kv.RecordHasLabels).
+func recordHasLabels(b []byte, want map[string]string) (bool, error) {
+	if len(b) < len(logKey{}) {
+		return false, fmt.Errorf("%w: record of %d bytes", kv.ErrCorrupt, len(b))
+	}
+	return kv.RecordHasLabels(b[len(logKey{}):], want)
+}
+
 func decodeRecord(b []byte) (record, error) {
 	if len(b) < len(logKey{}) {
 		return record{}, fmt.Errorf("%w: record of %d bytes", kv.ErrCorrupt, len(b))

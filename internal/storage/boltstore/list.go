@@ -51,12 +51,14 @@ func scan(ctx context.Context, b *bolt.Bucket, opts storage.ListOptions) (*stora
 		}
 		var r *resource.Resource
 		if len(opts.Labels) > 0 {
+			if match, err := recordHasLabels(v, opts.Labels); err != nil {
+				return nil, fmt.Errorf("boltstore: resource %q: %w", k, err)
+			} else if !match {
+				continue
+			}
 			rec, err := decodeListed(k, v)
 			if err != nil {
 				return nil, err
-			}
-			if !kv.HasLabels(rec.res, opts.Labels) {
-				continue
 			}
 			r = rec.res
 		}

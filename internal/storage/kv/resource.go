@@ -92,6 +92,41 @@ func DecodeResource(b []byte) (*resource.Resource, error) {
 	return r, nil
 }
 
+// RecordHasLabels reports whether the resource record b (DecodeResource's
+// input) carries every label of want with its value, reading only the
+// record's key and labels and allocating nothing. A label-filtered list
+// checks each record with it and decodes only those that match; a record
+// truncated before its labels end is an error (the rest of a record that
+// does not match is not read, so its later corruption is found by the reads
+// that decode it).
+func RecordHasLabels(b []byte, want map[string]string) (bool, error) {
+	d := decoder{buf: b}
+	if f := d.byte(); d.err == nil && f != ResourceFormat {
+		return false, fmt.Errorf("%w: unknown record format %d", ErrCorrupt, f)
+	}
+	for range 4 { // type, mesh, namespace, name
+		d.raw()
+	}
+	n := d.uvarint()
+	if d.err == nil && n > uint64(len(d.buf)) {
+		return false, fmt.Errorf("%w: %d labels in %d bytes", ErrCorrupt, n, len(d.buf))
+	}
+	found := 0
+	for range n {
+		k, v := d.raw(), d.raw()
+		if w, ok := want[string(k)]; ok { // the conversion in a lookup does not allocate
+			if w != string(v) {
+				return false, d.err
+			}
+			found++
+		}
+	}
+	if d.err != nil {
+		return false, d.err
+	}
+	return found == len(want), nil
+}
+
 // decoder reads a record; after the first error every read returns a zero
 // value and err keeps that first error.
 type decoder struct {

@@ -67,11 +67,64 @@ func TestDecodeCorrupt(t *testing.T) {
 	}
 }
 
+// TestRecordHasLabels: the raw matcher agrees with decoding and HasLabels,
+// and a record cut inside its labels is an error.
+func TestRecordHasLabels(t *testing.T) {
+	rec := AppendResource(nil, &resource.Resource{Type: "MeshTimeout", Mesh: "m", Name: "n",
+		Labels: map[string]string{"kuma.io/origin": "zone", "kuma.io/zone": "zone-1", "": "empty key"}, Spec: []byte(`{}`),
+		CreationTime: time.Unix(0, 0), ModificationTime: time.Unix(0, 0)})
+	noLabels := AppendResource(nil, &resource.Resource{Type: "MeshTimeout", Mesh: "m", Name: "n"})
+	tests := []struct {
+		name string
+		rec  []byte
+		want map[string]string
+		ok   bool
+	}{
+		{"one label", rec, map[string]string{"kuma.io/zone": "zone-1"}, true},
+		{"two labels", rec, map[string]string{"kuma.io/zone": "zone-1", "kuma.io/origin": "zone"}, true},
+		{"empty key", rec, map[string]string{"": "empty key"}, true},
+		{"other value", rec, map[string]string{"kuma.io/zone": "zone-2"}, false},
+		{"value prefix", rec, map[string]string{"kuma.io/zone": "zone-"}, false},
+		{"one of two missing", rec, map[string]string{"kuma.io/zone": "zone-1", "team": "a"}, false},
+		{"no labels", noLabels, map[string]string{"kuma.io/zone": "zone-1"}, false},
+	}
+	for _, tc := range tests {
+		got, err := RecordHasLabels(tc.rec, tc.want)
+		if err != nil || got != tc.ok {
+			t.Errorf("%s: got %v, %v; want %v", tc.name, got, err, tc.ok)
+		}
+		r, err := DecodeResource(tc.rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if HasLabels(r, tc.want) != tc.ok {
+			t.Errorf("%s: HasLabels disagrees", tc.name)
+		}
+	}
+	// After the labels: spec (1+2 bytes), status (1), two times at the
+	// epoch (2 each), version 0 (1); see AppendResource.
+	labelsEnd := len(rec) - 9
+	for n := range labelsEnd {
+		if _, err := RecordHasLabels(rec[:n], map[string]string{"team": "a"}); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("truncated to %d bytes: %v, want ErrCorrupt", n, err)
+		}
+	}
+	bad := slices.Clone(rec)
+	bad[0] = 99
+	if _, err := RecordHasLabels(bad, map[string]string{"team": "a"}); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("unknown format: %v", err)
+	}
+}
+
 func FuzzDecodeResource(f *testing.F) {
 	f.Add(AppendResource(nil, &resource.Resource{Type: "Mesh", Name: "x", Labels: map[string]string{"a": "b"}, Spec: []byte("{}")}))
 	f.Add([]byte{ResourceFormat, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := DecodeResource(b)
+		want := map[string]string{"a": "b"}
+		if match, merr := RecordHasLabels(b, want); err == nil && (merr != nil || match != HasLabels(r, want)) {
+			t.Fatalf("RecordHasLabels gave %v, %v on a record that decodes with labels %v", match, merr, r.Labels)
+		}
 		if err != nil {
 			return
 		}
