@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
 	"github.com/meridian-mesh/meridian/internal/sync/mapping"
@@ -107,7 +109,7 @@ func startLoop(t *testing.T, cfg StreamConfig, store storage.Store, resume uint6
 	zone := mapping.Zone{Name: "zone-1", Environment: resource.EnvKubernetes}
 	sess := &session{log: testLogger(t, "loop"), clock: h.clock, stream: h.stream,
 		heartbeatInterval: cfg.HeartbeatInterval, heartbeatTimeout: cfg.HeartbeatTimeout, drain: h.drain}
-	sess.out = newOutbound(cfg.outbound(), store, globalSource{reg: testRegistry, zone: "zone-1"}, sess.log, h.clock, g2z, sess.enqueue)
+	sess.out = newOutbound(cfg.outbound(), store, globalSource{reg: testRegistry, zone: "zone-1"}, sess.log, h.clock, g2z, sess.enqueue, sess.backlog)
 	sess.in = &inbound{store: store, metaKey: MetaKeyZoneRevision("zone-1"), log: sess.log, obs: z2g,
 		sink: globalSink{reg: testRegistry, store: store, zone: zone, systemNS: "kuma-system"}}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -365,6 +367,85 @@ func TestLoopResumeAheadSendsSnapshot(t *testing.T) {
 	h := startLoop(t, StreamConfig{}, store, 1000) // a resume point from another store
 	if b := h.batch(); !b.GetFullSnapshot() || len(b.GetUpserts()) != 1 {
 		t.Fatalf("batch %v", b)
+	}
+}
+
+// TestSnapshotChunksRamp: a full snapshot starts with a chunk of a
+// sixteenth of the batch limit and doubles until chunks are full size, so
+// the peer gets its first resources to validate early.
+func TestSnapshotChunksRamp(t *testing.T) {
+	store := newTestStore(t)
+	writeGlobal(t, store, mesh("default"))
+	var b storage.Batch
+	for i := range 400 {
+		b.Puts = append(b.Puts, timeout("p-"+itoa(i), "", ""))
+	}
+	if _, err := store.Apply(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	const limit = 32 << 10
+	h := startLoop(t, StreamConfig{MaxBatchBytes: limit}, store, 1000) // no usable resume point: a full snapshot
+	var counts []int
+	for {
+		c := h.batch()
+		if !c.GetFullSnapshot() || c.GetChunkIndex() != uint32(len(counts)) {
+			t.Fatalf("chunk %d: %v", len(counts), c)
+		}
+		if size := proto.Size(c); size > limit>>max(snapshotRamp-len(counts), 0) {
+			t.Errorf("chunk %d: %d bytes, over its ramp limit", len(counts), size)
+		}
+		counts = append(counts, len(c.GetUpserts()))
+		h.ack(c)
+		if c.GetLastChunk() {
+			break
+		}
+	}
+	total := 0
+	for i, n := range counts {
+		total += n
+		if i > 0 && i <= snapshotRamp && n < counts[i-1] && i < len(counts)-1 {
+			t.Errorf("chunk %d holds %d resources, fewer than chunk %d (%d): %v", i, n, i-1, counts[i-1], counts)
+		}
+	}
+	if total != 401 || len(counts) <= snapshotRamp+1 || counts[0]*8 > counts[snapshotRamp] {
+		t.Fatalf("chunks %v (%d resources): want 401 resources over a ramp of %d chunks to full size", counts, total, snapshotRamp)
+	}
+}
+
+// TestSnapshotChunkWaitsForSender: a snapshot chunk is mapped only once the
+// sender took the previous one, so the first chunk leaves without waiting
+// for the mapping of the whole window's worth.
+func TestSnapshotChunkWaitsForSender(t *testing.T) {
+	store := newTestStore(t)
+	for i := range 50 {
+		writeGlobal(t, store, timeout("p-"+itoa(i), "", ""))
+	}
+	cfg, err := StreamConfig{MaxBatchBytes: MinMaxBatchBytes, MaxInFlight: 8}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var emitted, queued int
+	tr := newTracker(newFakeClock(), nil)
+	_, g2z, _ := tr.connected("zone-1", &syncv1.Handshake{}, "kubernetes", 0)
+	o := newOutbound(cfg.outbound(), store, globalSource{reg: testRegistry, zone: "zone-1"}, testLogger(t, "out"),
+		newFakeClock(), g2z, func(*syncv1.Message) { emitted++; queued++ }, func() int { return queued })
+	if err := o.start(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := o.pump(); err != nil {
+			t.Fatal(err)
+		}
+		if emitted != 1 || !o.sendingSnapshot() {
+			t.Fatalf("%d chunks mapped while the first waits for the sender", emitted)
+		}
+	}
+	queued = 0 // the sender took it
+	if _, err := o.pump(); err != nil {
+		t.Fatal(err)
+	}
+	if emitted != 2 {
+		t.Fatalf("%d chunks mapped after the sender took the first, want 2", emitted)
 	}
 }
 

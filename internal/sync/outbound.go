@@ -73,6 +73,12 @@ type outbound struct {
 	clock Clock
 	obs   flowObserver
 	emit  func(*syncv1.Message)
+	// backlog counts the messages emitted and not yet taken by the sender.
+	// A full snapshot maps its next chunk only when that is zero (the
+	// session pumps again when the sender takes one): mapping every chunk
+	// the window allows before the first one left delayed it by all of
+	// their mapping, and the peer waited with nothing to validate.
+	backlog func() int
 
 	events   <-chan storage.Event
 	snapshot *snapshotIter // a full snapshot being sent
@@ -125,9 +131,10 @@ type flight struct {
 	entries []entry
 }
 
-func newOutbound(cfg outboundConfig, store Store, src source, log hclog.Logger, clock Clock, obs flowObserver, emit func(*syncv1.Message)) *outbound {
+func newOutbound(cfg outboundConfig, store Store, src source, log hclog.Logger, clock Clock, obs flowObserver,
+	emit func(*syncv1.Message), backlog func() int) *outbound {
 	return &outbound{
-		cfg: cfg, store: store, src: src, log: log, clock: clock, obs: obs, emit: emit,
+		cfg: cfg, store: store, src: src, log: log, clock: clock, obs: obs, emit: emit, backlog: backlog,
 		inflight:  map[string]*flight{},
 		retryKeys: map[resource.Key]struct{}{},
 		confirm:   optTimer{clock: clock},
@@ -261,7 +268,7 @@ func (o *outbound) nextChunk(it *snapshotIter) (*syncv1.DeltaBatch, []entry) {
 			continue
 		}
 		e := o.putEntry(r.Key(), send)
-		if b.len() > 0 && b.size+e.size > o.limit() {
+		if b.len() > 0 && b.size+e.size > o.chunkLimit(it.index) {
 			break
 		}
 		o.listed[r.Key()] = r.Version
@@ -279,6 +286,21 @@ func (o *outbound) nextChunk(it *snapshotIter) (*syncv1.DeltaBatch, []entry) {
 }
 
 func (o *outbound) limit() int { return o.cfg.maxBatchBytes - batchOverhead }
+
+// snapshotRamp is how many chunks a full snapshot takes to reach the batch
+// limit: chunk 0 is limit/2^snapshotRamp, each next one twice as large. The
+// receiver gets its first resources to validate after a small chunk's
+// mapping, encoding and transfer instead of a full one's, and the stages on
+// both sides overlap from the start; later chunks are full size.
+const snapshotRamp = 4
+
+// chunkLimit is the size limit of snapshot chunk index.
+func (o *outbound) chunkLimit(index uint32) int {
+	if index >= snapshotRamp {
+		return o.limit()
+	}
+	return max(o.limit()>>(snapshotRamp-index), 1)
+}
 
 func (o *outbound) windowOpen() bool { return len(o.inflight) < o.cfg.maxInFlight }
 
@@ -301,6 +323,9 @@ var errWatchClosed = errors.New("store watch ended")
 func (o *outbound) pump() (drained bool, err error) {
 	for o.windowOpen() {
 		if o.snapshot != nil {
+			if o.backlog() > 0 {
+				return false, nil // the next chunk is mapped once the sender took this one
+			}
 			o.send(o.nextChunk(o.snapshot))
 			if o.snapshot.done {
 				o.snapshot = nil
@@ -448,6 +473,9 @@ func (o *outbound) flushForDrain() {
 		o.send(&syncv1.DeltaBatch{Revision: o.seen, BaseRevision: o.stamped, LastChunk: true}, nil)
 	}
 }
+
+// sendingSnapshot reports that a full snapshot has chunks left to map.
+func (o *outbound) sendingSnapshot() bool { return o.snapshot != nil }
 
 // idle reports that every batch sent was answered.
 func (o *outbound) idle() bool { return len(o.inflight) == 0 }

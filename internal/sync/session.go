@@ -148,7 +148,7 @@ func newSession(p sessionParams) *session {
 		onHeartbeat: p.onHeartbeat, reporter: p.reporter, onReport: p.onReport,
 		drain: p.drain, drainTimeout: p.cfg.DrainTimeout, maxChunk: p.cfg.MaxBatchBytes,
 	}
-	s.out = newOutbound(p.cfg.outbound(), p.store, p.src, p.sendLog, p.clock, p.sent, s.enqueue)
+	s.out = newOutbound(p.cfg.outbound(), p.store, p.src, p.sendLog, p.clock, p.sent, s.enqueue, s.backlog)
 	s.out.rej = p.rej
 	s.in = &inbound{store: p.store, sink: p.sink, check: p.checkBatch, metaKey: p.metaKey, storeKey: p.storeKey,
 		peerStore: p.peerStore, log: p.recvLog, obs: p.received, applied: p.applied}
@@ -156,6 +156,9 @@ func newSession(p sessionParams) *session {
 }
 
 func (s *session) enqueue(m *syncv1.Message) { s.queue = append(s.queue, m) }
+
+// backlog is the number of messages enqueued and not yet taken by the sender.
+func (s *session) backlog() int { return len(s.queue) }
 
 // nextToSend is the message the loop offers the sender: the queue first,
 // then report chunks.
@@ -285,6 +288,9 @@ func (s *session) loop(ctx context.Context, resume uint64, recvC <-chan *syncv1.
 			err = s.sendFailure(err, recvErr)
 		case sc <- head:
 			s.sent()
+			if s.out.sendingSnapshot() {
+				_, err = s.out.pump() // the next chunk (see outbound.backlog)
+			}
 		case m := <-recvC:
 			s.lastRecv = s.clock.Now()
 			err = s.handle(ctx, m)
