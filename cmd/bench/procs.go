@@ -140,6 +140,13 @@ func (e *env) etcdArgs() ([]string, error) {
 
 // zone starts a zone connected to g.
 func (e *env) zone(g *plane, name, environment string) (*plane, error) {
+	return e.zoneStarted(g, name, environment, nil)
+}
+
+// zoneStarted is zone; started, when set, receives the time just before
+// the process starts (the zone token, which an operator issues ahead of a
+// zone's start, is issued and written before that).
+func (e *env) zoneStarted(g *plane, name, environment string, started *time.Time) (*plane, error) {
 	token, err := e.zoneToken(g, name)
 	if err != nil {
 		return nil, err
@@ -147,6 +154,9 @@ func (e *env) zone(g *plane, name, environment string) (*plane, error) {
 	tokenFile := filepath.Join(e.tmp, name+".token")
 	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
 		return nil, err
+	}
+	if started != nil {
+		*started = time.Now()
 	}
 	return e.start(name, e.bins.Zone, "--zone", name, "--environment", environment, "--global-address", g.kds,
 		"--zone-token-file", tokenFile, "--kds-ca-file", filepath.Join(g.dataDir, "kds-server.crt"))
