@@ -64,7 +64,8 @@ func fleet(bins binariesAndN, r results) error {
 	// A cold zone: process start to listing every policy, against planes
 	// at rest. The two zones' own work after the burst (their status
 	// computations, the reports the global takes in) is not the cold
-	// zone's: on two shared cores it added about 90 ms (A/B, four runs each: 508–574 ms without this wait, 412–475 with it).
+	// zone's: on two shared cores it added about 90 ms (A/B, four runs
+	// each: 508–574 ms without this wait, 412–475 with it).
 	quiesce([]*plane{g, z1, z2}, 500*time.Millisecond)
 	var start time.Time
 	z3, err := e.zoneStarted(g, "zone-3", resource.EnvUniversal, &start)
