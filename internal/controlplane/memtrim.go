@@ -24,10 +24,13 @@ type memoryTrimmer struct {
 	// quiet: no more than quietAlloc bytes allocated per tick for this long.
 	quiet      time.Duration
 	quietAlloc uint64
-	// A trim needs at least minFree reclaimable (see memSample), and half
-	// the live heap: a collection costs in proportion to the live heap, so
-	// a large one waits for more garbage (a trickle of allocation in an
-	// idle process then rarely triggers one).
+	// A trim needs at least minFree reclaimable (see memSample), and a
+	// quarter of the live heap: a collection costs in proportion to the
+	// live heap, so a large one waits for more garbage (a trickle of
+	// allocation in an idle process then rarely triggers one). Half the
+	// live heap was too much: a zone at 10,000 policies (42 MB live) often
+	// settled with 20 MB free, just under it, and stayed at 100–110 MiB
+	// resident instead of 77.
 	minFree uint64
 	read    func() memSample
 	trim    func()
@@ -101,5 +104,5 @@ func (m *memoryTrimmer) observe(st *trimState, s memSample) bool {
 		st.quietFor += m.tick
 	}
 	st.last = s
-	return st.quietFor >= m.quiet && s.free >= max(m.minFree, s.live/2)
+	return st.quietFor >= m.quiet && s.free >= max(m.minFree, s.live/4)
 }

@@ -30,8 +30,8 @@ func TestMemoryTrimmerObserve(t *testing.T) {
 		{"two quiet ticks", 400 * mib, 60 * mib, true},
 		{"a burst", 500 * mib, 30 * mib, false},
 		{"one quiet tick", 500 * mib, 30 * mib, false},
-		{"two quiet ticks, but 60 MiB free of a 200 MiB live heap", 500 * mib, 60 * mib, false},
-		{"quiet, 100 MiB free of a 200 MiB live heap", 500 * mib, 100 * mib, true},
+		{"two quiet ticks, but 40 MiB free of a 200 MiB live heap", 500 * mib, 40 * mib, false},
+		{"quiet, 50 MiB free of a 200 MiB live heap", 500 * mib, 50 * mib, true},
 	}
 	st := trimState{}
 	for i, s := range steps {
