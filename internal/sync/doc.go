@@ -30,7 +30,10 @@
 // back that far (storage.ErrCompacted), or there is no resume point, it sends
 // a full snapshot instead, which the receiver stages until its last chunk
 // and then applies together with the deletion of every synced resource the
-// snapshot does not contain, in one transaction.
+// snapshot does not contain, in one transaction. A snapshot's chunks start
+// at a sixteenth of MaxBatchBytes and double up to it, and each is mapped
+// only once the sender took the previous one, so the receiver validates the
+// first resources while the rest are still being mapped and sent.
 //
 // A revision is recorded only once the sender knows it is complete (see
 // outbound): the store's watch marks the last event of each revision
