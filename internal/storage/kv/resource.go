@@ -95,10 +95,10 @@ func DecodeResource(b []byte) (*resource.Resource, error) {
 // RecordHasLabels reports whether the resource record b (DecodeResource's
 // input) carries every label of want with its value, reading only the
 // record's key and labels and allocating nothing. A label-filtered list
-// checks each record with it and decodes only those that match; a record
-// truncated before its labels end is an error (the rest of a record that
-// does not match is not read, so its later corruption is found by the reads
-// that decode it).
+// checks each record with it and decodes only those that match. A record
+// cut short before its labels end is an error; the rest of the record is
+// not read (its corruption is found by the reads that decode it). As in
+// DecodeResource, the last of repeated keys counts.
 func RecordHasLabels(b []byte, want map[string]string) (bool, error) {
 	d := decoder{buf: b}
 	if f := d.byte(); d.err == nil && f != ResourceFormat {
@@ -111,20 +111,44 @@ func RecordHasLabels(b []byte, want map[string]string) (bool, error) {
 	if d.err == nil && n > uint64(len(d.buf)) {
 		return false, fmt.Errorf("%w: %d labels in %d bytes", ErrCorrupt, n, len(d.buf))
 	}
-	found := 0
-	for range n {
+	labels := d.buf
+	// One pass answers when the keys are strictly increasing, as the
+	// encoder writes them (so none repeats); otherwise each wanted key is
+	// looked up again for its last value.
+	var prev []byte
+	increasing, found, match := true, 0, true
+	for i := range n {
 		k, v := d.raw(), d.raw()
+		if i > 0 && bytes.Compare(prev, k) >= 0 {
+			increasing = false
+		}
+		prev = k
 		if w, ok := want[string(k)]; ok { // the conversion in a lookup does not allocate
-			if w != string(v) {
-				return false, d.err
-			}
 			found++
+			match = match && w == string(v)
 		}
 	}
 	if d.err != nil {
 		return false, d.err
 	}
-	return found == len(want), nil
+	if increasing {
+		return match && found == len(want), nil
+	}
+	labels = labels[:len(labels)-len(d.buf)]
+	for wk, wv := range want {
+		l := decoder{buf: labels}
+		found, match := false, false
+		for range n {
+			k, v := l.raw(), l.raw()
+			if string(k) == wk {
+				found, match = true, string(v) == wv
+			}
+		}
+		if !found || !match {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // decoder reads a record; after the first error every read returns a zero

@@ -109,6 +109,19 @@ func TestRecordHasLabels(t *testing.T) {
 			t.Errorf("truncated to %d bytes: %v, want ErrCorrupt", n, err)
 		}
 	}
+	// A repeated key (no encoder writes one): the last value counts, as in
+	// DecodeResource.
+	dup := []byte{ResourceFormat, 0, 0, 0, 1, 'n', 2, 1, 'a', 1, 'x', 1, 'a', 1, 'b', 0, 0, 0, 0, 0, 0, 0}
+	r, err := DecodeResource(dup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"x", "b"} {
+		got, err := RecordHasLabels(dup, map[string]string{"a": v})
+		if err != nil || got != HasLabels(r, map[string]string{"a": v}) {
+			t.Errorf("repeated key, want a=%s: got %v, %v; DecodeResource gave labels %v", v, got, err, r.Labels)
+		}
+	}
 	bad := slices.Clone(rec)
 	bad[0] = 99
 	if _, err := RecordHasLabels(bad, map[string]string{"team": "a"}); !errors.Is(err, ErrCorrupt) {
