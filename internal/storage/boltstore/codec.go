@@ -44,23 +44,33 @@ func encodeRecord(lk logKey, r *resource.Resource) []byte {
 	return kv.AppendResource(append(make([]byte, 0, 128+len(r.Spec)+len(r.Status)), lk[:]...), r)
 }
 
-// recordHasLabels matches a record's labels without decoding it (see
-// kv.RecordHasLabels).
-func recordHasLabels(b []byte, want map[string]string) (bool, error) {
-	if len(b) < len(logKey{}) {
-		return false, fmt.Errorf("%w: record of %d bytes", kv.ErrCorrupt, len(b))
-	}
-	return kv.RecordHasLabels(b[len(logKey{}):], want)
-}
-
 func decodeRecord(b []byte) (record, error) {
-	if len(b) < len(logKey{}) {
-		return record{}, fmt.Errorf("%w: record of %d bytes", kv.ErrCorrupt, len(b))
+	body, err := recordBody(b)
+	if err != nil {
+		return record{}, err
 	}
-	lk, _ := parseLogKey(b[:12])
-	r, err := kv.DecodeResource(b[12:])
+	lk, _ := parseLogKey(b[:len(logKey{})])
+	r, err := kv.DecodeResource(body)
 	if err != nil {
 		return record{}, err
 	}
 	return record{log: lk, res: r}, nil
+}
+
+// recordHasLabels matches a record's labels without decoding it (see
+// kv.RecordHasLabels).
+func recordHasLabels(b []byte, want map[string]string) (bool, error) {
+	body, err := recordBody(b)
+	if err != nil {
+		return false, err
+	}
+	return kv.RecordHasLabels(body, want)
+}
+
+// recordBody is a record's encoded resource, after its log key.
+func recordBody(b []byte) ([]byte, error) {
+	if len(b) < len(logKey{}) {
+		return nil, fmt.Errorf("%w: record of %d bytes", kv.ErrCorrupt, len(b))
+	}
+	return b[len(logKey{}):], nil
 }

@@ -97,8 +97,7 @@ func DecodeResource(b []byte) (*resource.Resource, error) {
 // record's key and labels and allocating nothing. A label-filtered list
 // checks each record with it and decodes only those that match. A record
 // cut short before its labels end is an error; the rest of the record is
-// not read (its corruption is found by the reads that decode it). As in
-// DecodeResource, the last of repeated keys counts.
+// not read (its corruption is found by the reads that decode it).
 func RecordHasLabels(b []byte, want map[string]string) (bool, error) {
 	d := decoder{buf: b}
 	if f := d.byte(); d.err == nil && f != ResourceFormat {
@@ -111,10 +110,9 @@ func RecordHasLabels(b []byte, want map[string]string) (bool, error) {
 	if d.err == nil && n > uint64(len(d.buf)) {
 		return false, fmt.Errorf("%w: %d labels in %d bytes", ErrCorrupt, n, len(d.buf))
 	}
-	labels := d.buf
-	// One pass answers when the keys are strictly increasing, as the
-	// encoder writes them (so none repeats); otherwise each wanted key is
-	// looked up again for its last value.
+	// Keys are strictly increasing as the encoder writes them, so none
+	// repeats and one pass answers. A record whose keys are not (only a
+	// damaged one) is decoded whole: there the last of repeated keys counts.
 	var prev []byte
 	increasing, found, match := true, 0, true
 	for i := range n {
@@ -131,24 +129,14 @@ func RecordHasLabels(b []byte, want map[string]string) (bool, error) {
 	if d.err != nil {
 		return false, d.err
 	}
-	if increasing {
-		return match && found == len(want), nil
-	}
-	labels = labels[:len(labels)-len(d.buf)]
-	for wk, wv := range want {
-		l := decoder{buf: labels}
-		found, match := false, false
-		for range n {
-			k, v := l.raw(), l.raw()
-			if string(k) == wk {
-				found, match = true, string(v) == wv
-			}
+	if !increasing {
+		r, err := DecodeResource(b)
+		if err != nil {
+			return false, err
 		}
-		if !found || !match {
-			return false, nil
-		}
+		return HasLabels(r, want), nil
 	}
-	return true, nil
+	return match && found == len(want), nil
 }
 
 // decoder reads a record; after the first error every read returns a zero
