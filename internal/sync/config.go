@@ -35,6 +35,8 @@ const (
 	DefaultNackBackoff        = time.Second
 	DefaultMaxNackBackoff     = 5 * time.Minute
 	DefaultDrainTimeout       = time.Second
+	DefaultBatchInterval      = 10 * time.Millisecond
+	DefaultBatchBurst         = 8
 	// MinMaxBatchBytes keeps room for a batch's own fields under the limit.
 	MinMaxBatchBytes = 1024
 )
@@ -100,6 +102,12 @@ type StreamConfig struct {
 	// what is pending, stamps its last complete revision and waits this long
 	// at most for the peer's answers, so the peer's resume point is current.
 	DrainTimeout time.Duration
+	// BatchInterval and BatchBurst pace partial batches (see pacer): up to
+	// BatchBurst leave back to back, then one per BatchInterval while
+	// changes keep coming. A single change on a quiet stream is not
+	// delayed.
+	BatchInterval time.Duration
+	BatchBurst    int
 }
 
 // withDefaults checks c and fills in defaults.
@@ -116,6 +124,7 @@ func (c StreamConfig) withDefaults() (StreamConfig, error) {
 		{"NackBackoff", &c.NackBackoff, DefaultNackBackoff},
 		{"MaxNackBackoff", &c.MaxNackBackoff, DefaultMaxNackBackoff},
 		{"DrainTimeout", &c.DrainTimeout, DefaultDrainTimeout},
+		{"BatchInterval", &c.BatchInterval, DefaultBatchInterval},
 	}
 	for _, d := range durations {
 		if *d.v < 0 {
@@ -137,6 +146,12 @@ func (c StreamConfig) withDefaults() (StreamConfig, error) {
 	case c.MaxInFlight < 0:
 		return c, fmt.Errorf("MaxInFlight is negative (%d)", c.MaxInFlight)
 	}
+	switch {
+	case c.BatchBurst == 0:
+		c.BatchBurst = DefaultBatchBurst
+	case c.BatchBurst < 0:
+		return c, fmt.Errorf("BatchBurst is negative (%d)", c.BatchBurst)
+	}
 	if c.HeartbeatTimeout <= c.HeartbeatInterval {
 		return c, fmt.Errorf("HeartbeatTimeout %s must exceed HeartbeatInterval %s", c.HeartbeatTimeout, c.HeartbeatInterval)
 	}
@@ -148,7 +163,8 @@ func (c StreamConfig) withDefaults() (StreamConfig, error) {
 
 func (c StreamConfig) outbound() outboundConfig {
 	return outboundConfig{maxBatchBytes: c.MaxBatchBytes, maxInFlight: c.MaxInFlight,
-		confirmDelay: c.ResumeConfirmDelay, nackBackoff: c.NackBackoff, maxNackBackoff: c.MaxNackBackoff}
+		confirmDelay: c.ResumeConfirmDelay, nackBackoff: c.NackBackoff, maxNackBackoff: c.MaxNackBackoff,
+		batchInterval: c.BatchInterval, batchBurst: c.BatchBurst}
 }
 
 // ErrInvalidConfig is wrapped by NewServer and NewClient for a config they

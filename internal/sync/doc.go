@@ -12,14 +12,17 @@
 //     side (outbound.go: the local store's watch, filtered and mapped per
 //     peer, chunked under MaxBatchBytes, a bounded window of unacknowledged
 //     batches, a partial batch held while an earlier one is unanswered so
-//     that a busy peer gets fewer, larger batches, NACK retries) and the
+//     that a busy peer gets fewer, larger batches, partial batches paced
+//     once a stream is busy (pacer.go: BatchBurst at once, then one per
+//     BatchInterval), NACK retries) and the
 //     inbound side (inbound.go: applying the peer's batches in one store
 //     transaction with the peer's revision in the store's Meta,
 //     full-snapshot staging, ACK/NACK);
 //   - one sender, the only caller of Send, fed by the loop.
 //
 // Nothing here polls: the loop wakes on a received message, a store event, a
-// free send slot, or a timer (heartbeat, resume confirmation, NACK backoff).
+// free send slot, or a timer (heartbeat, resume confirmation, NACK backoff,
+// pacing).
 //
 // # Resume
 //

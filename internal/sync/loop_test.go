@@ -305,6 +305,37 @@ func TestLoopGathersWhileAnswerPending(t *testing.T) {
 	h.stream.none(t)
 }
 
+// TestLoopPacesBusyStream: a quiet stream's first BatchBurst partial
+// batches leave at once; once they are spent, what gathers leaves as one
+// batch when the pacer allows (BatchInterval), not with the next answer.
+func TestLoopPacesBusyStream(t *testing.T) {
+	store := newTestStore(t)
+	writeGlobal(t, store, mesh("default"))
+	rev, _ := store.Revision(context.Background())
+	h := startLoop(t, StreamConfig{BatchInterval: 10 * time.Millisecond, BatchBurst: 2}, store, rev)
+	h.stream.none(t)
+	for _, name := range []string{"a", "b"} {
+		writeGlobal(t, store, timeout(name, "", ""))
+		b := h.batch()
+		if len(b.GetUpserts()) != 1 {
+			t.Fatalf("batch of %s: %v", name, b)
+		}
+		h.ack(b)
+	}
+	writeGlobal(t, store, timeout("c", "", ""))
+	writeGlobal(t, store, timeout("d", "", ""))
+	last, _ := store.Revision(context.Background())
+	h.stream.none(t)                  // the burst is spent: c and d wait for the pacer
+	h.advance(10*time.Millisecond, 3) // heartbeat, confirmation, pacer
+	paced := h.batch()
+	if len(paced.GetUpserts()) != 2 || !paced.GetLastChunk() || paced.GetRevision() != last {
+		t.Fatalf("paced batch: %d upserts, last_chunk %v, revision %d (want 2, true, %d)",
+			len(paced.GetUpserts()), paced.GetLastChunk(), paced.GetRevision(), last)
+	}
+	h.ack(paced)
+	h.stream.none(t)
+}
+
 // TestLoopDrainSendsGathered: a graceful end does not wait for the answer
 // that a gathered batch waits for: what gathered leaves at once, stamped.
 func TestLoopDrainSendsGathered(t *testing.T) {

@@ -45,6 +45,8 @@ type outboundConfig struct {
 	confirmDelay   time.Duration
 	nackBackoff    time.Duration
 	maxNackBackoff time.Duration
+	batchInterval  time.Duration // pacer.interval
+	batchBurst     int           // pacer.burst
 }
 
 // batchOverhead leaves room for a DeltaBatch's own fields under the limit.
@@ -116,6 +118,8 @@ type outbound struct {
 
 	confirm    optTimer
 	retry      optTimer
+	pacer      pacer
+	paced      optTimer // a partial batch waits for the pacer
 	retryKeys  map[resource.Key]struct{}
 	nackStreak int
 }
@@ -139,6 +143,8 @@ func newOutbound(cfg outboundConfig, store Store, src source, log hclog.Logger, 
 		retryKeys: map[resource.Key]struct{}{},
 		confirm:   optTimer{clock: clock},
 		retry:     optTimer{clock: clock},
+		pacer:     pacer{interval: cfg.batchInterval, burst: cfg.batchBurst},
+		paced:     optTimer{clock: clock},
 		pending:   newBatchBuilder(),
 	}
 }
@@ -424,10 +430,17 @@ func (o *outbound) mapEvent(ev storage.Event) (entry, bool) {
 // so gets a change at once, and a busy one fewer, larger batches (one
 // transaction with its fsyncs on its side per batch, one frame here)
 // instead of one per local commit; a full batch leaves as soon as the
-// window allows.
+// window allows. The pacer spaces partial batches further once a stream is
+// busy (see pacer); the paced timer pumps again when the next may leave.
 func (o *outbound) flushIdle() {
 	if o.pending.len() > 0 && o.idle() {
-		o.cut(o.seen, o.complete >= o.seen)
+		now := o.clock.Now()
+		if wait := o.pacer.wait(now); wait > 0 {
+			o.paced.armIfIdle(wait)
+		} else {
+			o.pacer.take(now)
+			o.cut(o.seen, o.complete >= o.seen)
+		}
 	}
 	if o.seen > o.stamped {
 		o.confirm.armIfIdle(o.cfg.confirmDelay)
@@ -452,6 +465,13 @@ func (o *outbound) onConfirm() error {
 	}
 	o.send(&syncv1.DeltaBatch{Revision: o.seen, BaseRevision: o.stamped, LastChunk: true}, nil)
 	return nil
+}
+
+// onPaced runs when the pacer lets the next partial batch leave.
+func (o *outbound) onPaced() error {
+	o.paced.fired()
+	_, err := o.pump()
+	return err
 }
 
 // flushForDrain sends, within the window, what the watch holds and the
@@ -678,4 +698,5 @@ func (b *batchBuilder) build() *syncv1.DeltaBatch {
 func (o *outbound) stopTimers() {
 	o.confirm.stop()
 	o.retry.stop()
+	o.paced.stop()
 }

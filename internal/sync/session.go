@@ -316,6 +316,8 @@ func (s *session) loop(ctx context.Context, resume uint64, recvC <-chan *syncv1.
 			reportC = s.sendReport()
 		case <-s.out.confirm.C():
 			err = s.out.onConfirm()
+		case <-s.out.paced.C():
+			err = s.out.onPaced()
 		case <-s.out.retry.C():
 			if err = s.out.onRetry(ctx); err == nil {
 				_, err = s.out.pump()
