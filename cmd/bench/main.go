@@ -45,6 +45,8 @@ type binariesAndN struct {
 	// store is the global's store: bolt, or etcd (a 3-member etcd cluster
 	// on loopback, started per scenario beside the processes).
 	store string
+	// writesOnly ends the global + zones scenario after the write figures.
+	writesOnly bool
 }
 
 // figure is one row of the table.
@@ -117,13 +119,14 @@ func main() {
 	logDir := flag.String("logs", "", "append each process's log to DIR/<name>.log")
 	logLevel := flag.String("log-level", "warn", "the processes' --log-level (info shows, e.g., when a full snapshot was sent and applied)")
 	simGzip := flag.Bool("sim-gzip", true, "simulated zones ask for gzip as zone-cp does (false: uncompressed streams)")
+	writesOnly := flag.Bool("writes-only", false, "end the global + zones scenario after its PUT rate and last-write figures (quick A/B runs of the write path)")
 	store := flag.String("store", "bolt", "the global's store: bolt, or etcd (a 3-member etcd cluster on loopback, built from tools/etcd)")
 	flag.Parse()
 	if *store != "bolt" && *store != "etcd" {
 		fmt.Fprintln(os.Stderr, "bench: -store must be bolt or etcd")
 		os.Exit(2)
 	}
-	b := binariesAndN{n: *n, profileDir: *profileDir, simGzip: *simGzip, logDir: *logDir, logLevel: *logLevel, store: *store}
+	b := binariesAndN{n: *n, profileDir: *profileDir, simGzip: *simGzip, logDir: *logDir, logLevel: *logLevel, store: *store, writesOnly: *writesOnly}
 	for _, dir := range []string{*profileDir, *logDir} {
 		if dir == "" {
 			continue
