@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
@@ -16,6 +17,10 @@ import (
 // Instead one committer goroutine takes whatever writes are queued, runs them
 // in one transaction and commits (one fsync); the writes that arrive during
 // that fsync form the next group. Each write still gets its own revision.
+// When writes were already waiting at the end of a commit, the next group
+// also waits briefly for the writers just answered (gatherReturning), so
+// that a few busy clients share one commit instead of alternating between
+// two half-size groups.
 
 // writeReq is one write waiting for the committer. fn may run more than once
 // (when a group is retried) and must be idempotent: it derives everything
@@ -51,16 +56,70 @@ func (s *Store) submit(ctx context.Context, fn func(*writeTx) error) error {
 func (s *Store) commitLoop() {
 	defer s.wg.Done()
 	group := make([]*writeReq, 0, s.cfg.MaxWriteGroup)
+	var (
+		next *writeReq // the first write of the next group
+		// answered: the writers of the last group, who may write again;
+		// others: a write was already waiting when that group committed.
+		answered int
+		others   bool
+		lastTook time.Duration
+		wait     = time.NewTimer(time.Hour)
+	)
+	wait.Stop()
+	defer wait.Stop()
 	for {
+		if next == nil {
+			select {
+			case <-s.closing:
+				return
+			case next = <-s.writes:
+				others = false
+			}
+		}
+		group = s.gather(append(group[:0], next))
+		if others && answered > 0 {
+			group = s.gatherReturning(group, len(group)+answered, min(lastTook/2, s.cfg.MaxGroupWait), wait)
+		}
+		start := time.Now()
+		s.commitGroup(group)
+		lastTook = time.Since(start)
+		answered = len(group)
+		clear(group)
 		select {
-		case <-s.closing:
-			return
-		case req := <-s.writes:
-			group = s.gather(append(group[:0], req))
-			s.commitGroup(group)
-			clear(group)
+		case next = <-s.writes:
+			others = true
+		default:
+			next, others = nil, false
 		}
 	}
+}
+
+// gatherReturning waits up to d for the group to reach want writes. It is
+// called when writes were queued while the previous group committed: the
+// writers that group answered are then likely to write again at once (a
+// client applying many resources with a few connections), and without the
+// wait they would form the next group on their own, so that the writers
+// split into two cohorts that alternate, each commit carrying half of them
+// (Postgres' commit_delay/commit_siblings is the same idea). A lone writer
+// never waits: nothing was queued while its own write committed.
+func (s *Store) gatherReturning(group []*writeReq, want int, d time.Duration, t *time.Timer) []*writeReq {
+	want = min(want, s.cfg.MaxWriteGroup)
+	if d <= 0 || len(group) >= want {
+		return group
+	}
+	t.Reset(d)
+	defer t.Stop()
+	for len(group) < want {
+		select {
+		case req := <-s.writes:
+			group = append(group, req)
+		case <-t.C:
+			return group
+		case <-s.closing:
+			return group
+		}
+	}
+	return group
 }
 
 // gather adds the writes already waiting, without waiting for more.

@@ -25,6 +25,7 @@ const (
 	DefaultExpiryInterval     = time.Minute
 	DefaultLockTimeout        = time.Second
 	DefaultMaxWriteGroup      = 512
+	DefaultMaxGroupWait       = time.Millisecond
 )
 
 // Config configures Open. Zero values take the defaults above.
@@ -48,6 +49,10 @@ type Config struct {
 	// MaxWriteGroup caps how many concurrent single writes share one
 	// transaction (and one fsync).
 	MaxWriteGroup int
+	// MaxGroupWait caps how long a group of writes waits for the writers
+	// the previous group answered (see gatherReturning); the wait is also
+	// at most half the previous commit's duration.
+	MaxGroupWait time.Duration
 }
 
 // ErrInvalidConfig is wrapped by Open for a Config it cannot use.
@@ -66,6 +71,7 @@ func (c Config) withDefaults() (Config, error) {
 		{"TombstoneRetention", &c.TombstoneRetention, DefaultTombstoneRetention},
 		{"ExpiryInterval", &c.ExpiryInterval, DefaultExpiryInterval},
 		{"LockTimeout", &c.LockTimeout, DefaultLockTimeout},
+		{"MaxGroupWait", &c.MaxGroupWait, DefaultMaxGroupWait},
 	} {
 		if *d.v < 0 {
 			return c, fmt.Errorf("%w: %s is negative (%s)", ErrInvalidConfig, d.name, *d.v)

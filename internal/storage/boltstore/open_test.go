@@ -28,6 +28,7 @@ func TestOpenConfig(t *testing.T) {
 		{"negative expiry interval", Config{Path: filepath.Join(dir, "b.db"), ExpiryInterval: -1}, ErrInvalidConfig},
 		{"negative lock timeout", Config{Path: filepath.Join(dir, "c.db"), LockTimeout: -1}, ErrInvalidConfig},
 		{"negative write group", Config{Path: filepath.Join(dir, "d.db"), MaxWriteGroup: -1}, ErrInvalidConfig},
+		{"negative group wait", Config{Path: filepath.Join(dir, "e.db"), MaxGroupWait: -1}, ErrInvalidConfig},
 		{"defaults, missing parent dirs created", Config{Path: filepath.Join(dir, "x", "y", "e.db")}, nil},
 	}
 	for _, tc := range tests {
@@ -39,7 +40,7 @@ func TestOpenConfig(t *testing.T) {
 			t.Errorf("%s: %v", tc.name, err)
 		case err == nil:
 			if s.cfg.TombstoneRetention != DefaultTombstoneRetention || s.cfg.LockTimeout != DefaultLockTimeout ||
-				s.cfg.ExpiryInterval != DefaultExpiryInterval || s.cfg.MaxWriteGroup != DefaultMaxWriteGroup ||
+				s.cfg.ExpiryInterval != DefaultExpiryInterval || s.cfg.MaxWriteGroup != DefaultMaxWriteGroup || s.cfg.MaxGroupWait != DefaultMaxGroupWait ||
 				s.cfg.Logger == nil || s.cfg.Clock == nil {
 				t.Errorf("%s: defaults not applied: %+v", tc.name, s.cfg)
 			}
