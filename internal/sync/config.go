@@ -35,7 +35,7 @@ const (
 	DefaultNackBackoff        = time.Second
 	DefaultMaxNackBackoff     = 5 * time.Minute
 	DefaultDrainTimeout       = time.Second
-	DefaultBatchInterval      = 10 * time.Millisecond
+	DefaultBatchInterval      = 20 * time.Millisecond
 	DefaultBatchBurst         = 8
 	// MinMaxBatchBytes keeps room for a batch's own fields under the limit.
 	MinMaxBatchBytes = 1024
@@ -105,7 +105,10 @@ type StreamConfig struct {
 	// BatchInterval and BatchBurst pace partial batches (see pacer): up to
 	// BatchBurst leave back to back, then one per BatchInterval while
 	// changes keep coming. A single change on a quiet stream is not
-	// delayed.
+	// delayed. The default interval was measured (PUT rate with two zone
+	// processes on two cores, alternated runs): 10 ms → 25 ms raised it by
+	// 20–35% (the zones' fsyncs share the disk with the global's commits),
+	// 50 ms gave nothing more and doubled the last write's arrival.
 	BatchInterval time.Duration
 	BatchBurst    int
 }
