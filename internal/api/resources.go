@@ -464,11 +464,22 @@ func (s *Server) decodeBody(r *http.Request, d *resource.TypeDescriptor, key res
 	if len(strings.TrimSpace(string(body))) == 0 {
 		return nil, badRequest("request body is empty: send the resource as JSON or YAML")
 	}
-	if docs, err := resource.SplitDocuments(body); err == nil && len(docs) > 1 {
-		return nil, badRequest("the body holds %d documents; PUT takes exactly one resource (meridianctl apply splits multi-document files)", len(docs))
+	// A JSON object followed by more fails to decode (trailing data), so
+	// only then is it worth splitting to say why; YAML decodes its first
+	// document alone, so it is split first.
+	jsonObject := bytes.HasPrefix(bytes.TrimLeft(body, " \t\r\n"), []byte("{"))
+	if !jsonObject {
+		if err := checkOneDocument(body); err != nil {
+			return nil, err
+		}
 	}
 	res, err := s.reg.Decode(body)
 	if err != nil {
+		if jsonObject {
+			if err := checkOneDocument(body); err != nil {
+				return nil, err
+			}
+		}
 		var verr *resource.ValidationError
 		if errors.As(err, &verr) {
 			return nil, err
@@ -482,6 +493,14 @@ func (s *Server) decodeBody(r *http.Request, d *resource.TypeDescriptor, key res
 		return nil, err
 	}
 	return res, nil
+}
+
+// checkOneDocument refuses a body of several documents.
+func checkOneDocument(body []byte) error {
+	if docs, err := resource.SplitDocuments(body); err == nil && len(docs) > 1 {
+		return badRequest("the body holds %d documents; PUT takes exactly one resource (meridianctl apply splits multi-document files)", len(docs))
+	}
+	return nil
 }
 
 // matchURL fills identity fields the body left out from the URL and rejects

@@ -22,9 +22,14 @@ func TestSecurityFindings(t *testing.T) {
 	if resp.status != http.StatusForbidden || !strings.Contains(string(resp.body), "kuma.io/zone") {
 		t.Errorf("global accepts zone labels: %d %s", resp.status, resp.body)
 	}
-	two := "type: Mesh\nname: a\n---\ntype: Mesh\nname: b\n"
-	if resp := g.do("PUT", "/meshes/a", two); resp.status != http.StatusBadRequest || !strings.Contains(string(resp.body), "2 documents") {
-		t.Errorf("multi-document PUT: %d %s", resp.status, resp.body)
+	for _, two := range []string{
+		"type: Mesh\nname: a\n---\ntype: Mesh\nname: b\n",
+		`{"type":"Mesh","name":"a"} {"type":"Mesh","name":"b"}`,
+		`[{"type":"Mesh","name":"a"},{"type":"Mesh","name":"b"}]`,
+	} {
+		if resp := g.do("PUT", "/meshes/a", two); resp.status != http.StatusBadRequest || !strings.Contains(string(resp.body), "2 documents") {
+			t.Errorf("multi-document PUT %q: %d %s", two, resp.status, resp.body)
+		}
 	}
 	long := strings.Repeat("x", 40<<10)
 	for _, m := range []string{"GET", "DELETE"} {
