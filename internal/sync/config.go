@@ -36,7 +36,6 @@ const (
 	DefaultMaxNackBackoff     = 5 * time.Minute
 	DefaultDrainTimeout       = time.Second
 	DefaultBatchInterval      = 20 * time.Millisecond
-	DefaultBatchBurst         = 8
 	// MinMaxBatchBytes keeps room for a batch's own fields under the limit.
 	MinMaxBatchBytes = 1024
 )
@@ -102,15 +101,14 @@ type StreamConfig struct {
 	// what is pending, stamps its last complete revision and waits this long
 	// at most for the peer's answers, so the peer's resume point is current.
 	DrainTimeout time.Duration
-	// BatchInterval and BatchBurst pace partial batches (see pacer): up to
-	// BatchBurst leave back to back, then one per BatchInterval while
-	// changes keep coming. A single change on a quiet stream is not
-	// delayed. The default interval was measured (PUT rate with two zone
-	// processes on two cores, alternated runs): 10 ms → 25 ms raised it by
-	// 20–35% (the zones' fsyncs share the disk with the global's commits),
-	// 50 ms gave nothing more and doubled the last write's arrival.
+	// BatchInterval paces partial batches while a stream is busy (see
+	// pacer): after a partial batch of several changes the next leaves no
+	// sooner than BatchInterval later. Single changes are not delayed. The
+	// default was measured (PUT rate with two zone processes on two cores,
+	// alternated runs): 10 ms → 25 ms raised it by 20–35% (the zones'
+	// fsyncs share the disk with the global's commits), 50 ms gave nothing
+	// more and doubled the last write's arrival.
 	BatchInterval time.Duration
-	BatchBurst    int
 }
 
 // withDefaults checks c and fills in defaults.
@@ -149,12 +147,6 @@ func (c StreamConfig) withDefaults() (StreamConfig, error) {
 	case c.MaxInFlight < 0:
 		return c, fmt.Errorf("MaxInFlight is negative (%d)", c.MaxInFlight)
 	}
-	switch {
-	case c.BatchBurst == 0:
-		c.BatchBurst = DefaultBatchBurst
-	case c.BatchBurst < 0:
-		return c, fmt.Errorf("BatchBurst is negative (%d)", c.BatchBurst)
-	}
 	if c.HeartbeatTimeout <= c.HeartbeatInterval {
 		return c, fmt.Errorf("HeartbeatTimeout %s must exceed HeartbeatInterval %s", c.HeartbeatTimeout, c.HeartbeatInterval)
 	}
@@ -167,7 +159,7 @@ func (c StreamConfig) withDefaults() (StreamConfig, error) {
 func (c StreamConfig) outbound() outboundConfig {
 	return outboundConfig{maxBatchBytes: c.MaxBatchBytes, maxInFlight: c.MaxInFlight,
 		confirmDelay: c.ResumeConfirmDelay, nackBackoff: c.NackBackoff, maxNackBackoff: c.MaxNackBackoff,
-		batchInterval: c.BatchInterval, batchBurst: c.BatchBurst}
+		batchInterval: c.BatchInterval}
 }
 
 // ErrInvalidConfig is wrapped by NewServer and NewClient for a config they

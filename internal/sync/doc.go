@@ -13,8 +13,9 @@
 //     peer, chunked under MaxBatchBytes, a bounded window of unacknowledged
 //     batches, a partial batch held while an earlier one is unanswered so
 //     that a busy peer gets fewer, larger batches, partial batches paced
-//     once a stream is busy (pacer.go: BatchBurst at once, then one per
-//     BatchInterval), NACK retries) and the
+//     while a stream is busy (pacer.go: after a batch of several changes
+//     the next waits BatchInterval; single changes never wait), NACK
+//     retries) and the
 //     inbound side (inbound.go: applying the peer's batches in one store
 //     transaction with the peer's revision in the store's Meta,
 //     full-snapshot staging, ACK/NACK);

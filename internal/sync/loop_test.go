@@ -305,27 +305,32 @@ func TestLoopGathersWhileAnswerPending(t *testing.T) {
 	h.stream.none(t)
 }
 
-// TestLoopPacesBusyStream: a quiet stream's first BatchBurst partial
-// batches leave at once; once they are spent, what gathers leaves as one
-// batch when the pacer allows (BatchInterval), not with the next answer.
+// TestLoopPacesBusyStream: single changes leave at once, one after the
+// other; after a batch of several changes, what gathers leaves as one batch
+// when BatchInterval has passed, not with the next answer.
 func TestLoopPacesBusyStream(t *testing.T) {
 	store := newTestStore(t)
 	writeGlobal(t, store, mesh("default"))
 	rev, _ := store.Revision(context.Background())
-	h := startLoop(t, StreamConfig{BatchInterval: 10 * time.Millisecond, BatchBurst: 2}, store, rev)
+	h := startLoop(t, StreamConfig{BatchInterval: 10 * time.Millisecond}, store, rev)
 	h.stream.none(t)
-	for _, name := range []string{"a", "b"} {
-		writeGlobal(t, store, timeout(name, "", ""))
-		b := h.batch()
-		if len(b.GetUpserts()) != 1 {
-			t.Fatalf("batch of %s: %v", name, b)
-		}
-		h.ack(b)
-	}
+	writeGlobal(t, store, timeout("a", "", ""))
+	first := h.batch()
+	// Two changes gather while a is unanswered: a batch of two makes the
+	// stream busy.
+	writeGlobal(t, store, timeout("b", "", ""))
 	writeGlobal(t, store, timeout("c", "", ""))
-	writeGlobal(t, store, timeout("d", "", ""))
+	h.stream.none(t)
+	h.ack(first)
+	gathered := h.batch()
+	if len(first.GetUpserts()) != 1 || len(gathered.GetUpserts()) != 2 {
+		t.Fatalf("batches of %d and %d changes, want 1 and 2", len(first.GetUpserts()), len(gathered.GetUpserts()))
+	}
+	h.ack(gathered)
+	writeGlobal(t, store, timeout("f", "", ""))
+	writeGlobal(t, store, timeout("g", "", ""))
 	last, _ := store.Revision(context.Background())
-	h.stream.none(t)                  // the burst is spent: c and d wait for the pacer
+	h.stream.none(t)                  // after a batch of two, f and g wait for the pacer
 	h.advance(10*time.Millisecond, 3) // heartbeat, confirmation, pacer
 	paced := h.batch()
 	if len(paced.GetUpserts()) != 2 || !paced.GetLastChunk() || paced.GetRevision() != last {
@@ -334,6 +339,24 @@ func TestLoopPacesBusyStream(t *testing.T) {
 	}
 	h.ack(paced)
 	h.stream.none(t)
+}
+
+// TestLoopSingleChangesNotPaced: one change at a time, each answered before
+// the next, leaves at once every time, however close together.
+func TestLoopSingleChangesNotPaced(t *testing.T) {
+	store := newTestStore(t)
+	writeGlobal(t, store, mesh("default"))
+	rev, _ := store.Revision(context.Background())
+	h := startLoop(t, StreamConfig{BatchInterval: time.Hour}, store, rev)
+	h.stream.none(t)
+	for i := range 20 {
+		writeGlobal(t, store, timeout("single-"+itoa(i), "", ""))
+		b := h.batch()
+		if len(b.GetUpserts()) != 1 {
+			t.Fatalf("change %d: %v", i, b)
+		}
+		h.ack(b)
+	}
 }
 
 // TestLoopDrainSendsGathered: a graceful end does not wait for the answer

@@ -46,7 +46,6 @@ type outboundConfig struct {
 	nackBackoff    time.Duration
 	maxNackBackoff time.Duration
 	batchInterval  time.Duration // pacer.interval
-	batchBurst     int           // pacer.burst
 }
 
 // batchOverhead leaves room for a DeltaBatch's own fields under the limit.
@@ -143,7 +142,7 @@ func newOutbound(cfg outboundConfig, store Store, src source, log hclog.Logger, 
 		retryKeys: map[resource.Key]struct{}{},
 		confirm:   optTimer{clock: clock},
 		retry:     optTimer{clock: clock},
-		pacer:     pacer{interval: cfg.batchInterval, burst: cfg.batchBurst},
+		pacer:     pacer{interval: cfg.batchInterval},
 		paced:     optTimer{clock: clock},
 		pending:   newBatchBuilder(),
 	}
@@ -430,7 +429,7 @@ func (o *outbound) mapEvent(ev storage.Event) (entry, bool) {
 // so gets a change at once, and a busy one fewer, larger batches (one
 // transaction with its fsyncs on its side per batch, one frame here)
 // instead of one per local commit; a full batch leaves as soon as the
-// window allows. The pacer spaces partial batches further once a stream is
+// window allows. The pacer spaces partial batches further while a stream is
 // busy (see pacer); the paced timer pumps again when the next may leave.
 func (o *outbound) flushIdle() {
 	if o.pending.len() > 0 && o.idle() {
@@ -438,7 +437,7 @@ func (o *outbound) flushIdle() {
 		if wait := o.pacer.wait(now); wait > 0 {
 			o.paced.armIfIdle(wait)
 		} else {
-			o.pacer.take(now)
+			o.pacer.sent(now, o.pending.len())
 			o.cut(o.seen, o.complete >= o.seen)
 		}
 	}

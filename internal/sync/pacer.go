@@ -10,41 +10,31 @@ import "time"
 // themselves (profiles of the PUT phase: zone commits ~30% of the zone's
 // CPU, a third of a core per zone at 1,200 PUT/s).
 //
-// It is a token bucket in GCRA form: burst batches may leave back to back,
-// then one per interval. A quiet stream has its burst available, so a single
-// change (or a few) still leaves at once; only a sustained stream of changes
-// is gathered into batches at most every interval. Full batches and
-// snapshot chunks are not paced (they are as large as a batch gets).
+// A stream is busy when its last partial batch carried more than one change
+// (they gathered while an earlier batch was unanswered, or while paced):
+// then the next partial batch leaves no sooner than interval after it. A
+// stream of single changes is never delayed, however frequent (one change
+// at a time is what the one-change latency bars measure); a burst of writes
+// reaches the peer as one batch per interval. Full batches and snapshot
+// chunks are not paced (they are as large as a batch gets).
 //
 // Owned by the session's loop goroutine.
 type pacer struct {
 	interval time.Duration
-	burst    int
-	// tat is the theoretical arrival time: when the bucket would be full
-	// again had every token been taken on schedule.
-	tat time.Time
+	last     time.Time // when the last partial batch left
+	busy     bool      // it carried more than one change
 }
 
-// wait returns how long until a batch may leave at now (zero: it may).
+// wait returns how long until a partial batch may leave at now (zero: it
+// may).
 func (p *pacer) wait(now time.Time) time.Duration {
-	if p.interval <= 0 {
+	if p.interval <= 0 || !p.busy {
 		return 0
 	}
-	tat := p.tat
-	if tat.Before(now) {
-		tat = now
-	}
-	ahead := tat.Sub(now) - time.Duration(p.burst-1)*p.interval
-	return max(ahead, 0)
+	return max(p.last.Add(p.interval).Sub(now), 0)
 }
 
-// take records a batch leaving at now; the caller checked wait first.
-func (p *pacer) take(now time.Time) {
-	if p.interval <= 0 {
-		return
-	}
-	if p.tat.Before(now) {
-		p.tat = now
-	}
-	p.tat = p.tat.Add(p.interval)
+// sent records a partial batch of changes entries leaving at now.
+func (p *pacer) sent(now time.Time, changes int) {
+	p.last, p.busy = now, changes > 1
 }

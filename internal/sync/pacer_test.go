@@ -8,35 +8,35 @@ import (
 func TestPacer(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	type batch struct {
+		at      time.Time
+		changes int
+		want    time.Duration // the wait asked for; a batch that may leave is sent
+	}
 	tests := []struct {
-		name string
-		p    pacer
-		// at each time a batch is ready; want the wait the pacer asks for
-		// (a batch that may leave is taken).
-		at   []time.Time
-		want []time.Duration
+		name    string
+		p       pacer
+		batches []batch
 	}{
-		{"disabled", pacer{}, []time.Time{ms(0), ms(0), ms(0)}, []time.Duration{0, 0, 0}},
-		{"burst then interval", pacer{interval: 10 * time.Millisecond, burst: 3},
-			[]time.Time{ms(0), ms(0), ms(0), ms(0), ms(4), ms(10)},
-			[]time.Duration{0, 0, 0, 10 * time.Millisecond, 6 * time.Millisecond, 0}},
-		{"a quiet stream refills", pacer{interval: 10 * time.Millisecond, burst: 2},
-			[]time.Time{ms(0), ms(0), ms(100), ms(100), ms(100)},
-			[]time.Duration{0, 0, 0, 0, 10 * time.Millisecond}},
-		{"burst of one", pacer{interval: 10 * time.Millisecond, burst: 1},
-			[]time.Time{ms(0), ms(5), ms(10), ms(15)},
-			[]time.Duration{0, 5 * time.Millisecond, 0, 5 * time.Millisecond}},
+		{"disabled", pacer{}, []batch{{ms(0), 5, 0}, {ms(0), 5, 0}, {ms(1), 5, 0}}},
+		{"single changes never wait", pacer{interval: 20 * time.Millisecond},
+			[]batch{{ms(0), 1, 0}, {ms(1), 1, 0}, {ms(2), 1, 0}}},
+		{"after several changes the next waits the interval", pacer{interval: 20 * time.Millisecond},
+			[]batch{{ms(0), 1, 0}, {ms(3), 4, 0}, {ms(6), 2, 17 * time.Millisecond}, {ms(23), 2, 0},
+				{ms(30), 1, 13 * time.Millisecond}, {ms(43), 1, 0}, {ms(44), 3, 0}}},
+		{"a quiet stream does not wait", pacer{interval: 20 * time.Millisecond},
+			[]batch{{ms(0), 6, 0}, {ms(100), 6, 0}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := tt.p
-			for i, now := range tt.at {
-				got := p.wait(now)
-				if got != tt.want[i] {
-					t.Fatalf("batch %d at %s: wait %s, want %s", i, now.Sub(t0), got, tt.want[i])
+			for i, b := range tt.batches {
+				got := p.wait(b.at)
+				if got != b.want {
+					t.Fatalf("batch %d at %s: wait %s, want %s", i, b.at.Sub(t0), got, b.want)
 				}
 				if got == 0 {
-					p.take(now)
+					p.sent(b.at, b.changes)
 				}
 			}
 		})
