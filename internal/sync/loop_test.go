@@ -305,9 +305,9 @@ func TestLoopGathersWhileAnswerPending(t *testing.T) {
 	h.stream.none(t)
 }
 
-// TestLoopPacesBusyStream: single changes leave at once, one after the
-// other; after a batch of several changes, what gathers leaves as one batch
-// when BatchInterval has passed, not with the next answer.
+// TestLoopPacesBusyStream: after a batch of several changes, what gathers
+// leaves as one batch when the spacing has passed (BatchInterval, or four
+// times the peer's answer time when longer), not with the next answer.
 func TestLoopPacesBusyStream(t *testing.T) {
 	store := newTestStore(t)
 	writeGlobal(t, store, mesh("default"))
@@ -326,12 +326,15 @@ func TestLoopPacesBusyStream(t *testing.T) {
 	if len(first.GetUpserts()) != 1 || len(gathered.GetUpserts()) != 2 {
 		t.Fatalf("batches of %d and %d changes, want 1 and 2", len(first.GetUpserts()), len(gathered.GetUpserts()))
 	}
+	h.advance(5*time.Millisecond, 1) // the peer answers in 5 ms: spacing 4 × 5 ms
 	h.ack(gathered)
 	writeGlobal(t, store, timeout("f", "", ""))
 	writeGlobal(t, store, timeout("g", "", ""))
 	last, _ := store.Revision(context.Background())
 	h.stream.none(t)                  // after a batch of two, f and g wait for the pacer
 	h.advance(10*time.Millisecond, 3) // heartbeat, confirmation, pacer
+	h.stream.none(t)
+	h.advance(5*time.Millisecond, 3)
 	paced := h.batch()
 	if len(paced.GetUpserts()) != 2 || !paced.GetLastChunk() || paced.GetRevision() != last {
 		t.Fatalf("paced batch: %d upserts, last_chunk %v, revision %d (want 2, true, %d)",

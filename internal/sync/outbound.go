@@ -129,6 +129,7 @@ type flight struct {
 	types   []string
 	sentAt  time.Time
 	retry   bool
+	partial bool // a partial batch (its answer time paces the stream)
 	// entries map each wire key of the batch to the sender's store key, to
 	// retry NACKed resources.
 	entries []entry
@@ -439,6 +440,7 @@ func (o *outbound) flushIdle() {
 		} else {
 			o.pacer.sent(now, o.pending.len())
 			o.cut(o.seen, o.complete >= o.seen)
+			o.inflight[strconv.FormatUint(o.nonce, 10)].partial = true
 		}
 	}
 	if o.seen > o.stamped {
@@ -541,7 +543,11 @@ func (o *outbound) onReply(nonce string, nack *syncv1.Nack) error {
 		return fmt.Errorf("reply for unknown batch nonce %q", nonce)
 	}
 	delete(o.inflight, nonce)
-	o.obs.batchAnswered(f.types, f.summary, nack, o.clock.Now().Sub(f.sentAt))
+	took := o.clock.Now().Sub(f.sentAt)
+	o.obs.batchAnswered(f.types, f.summary, nack, took)
+	if f.partial {
+		o.pacer.answered(took)
+	}
 	if o.rej != nil {
 		o.rej.answered(f.entries, nack)
 	}

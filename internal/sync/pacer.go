@@ -12,17 +12,37 @@ import "time"
 //
 // A stream is busy when its last partial batch carried more than one change
 // (they gathered while an earlier batch was unanswered, or while paced):
-// then the next partial batch leaves no sooner than interval after it. A
+// then the next partial batch leaves no sooner than the spacing after it. A
 // stream of single changes is never delayed, however frequent (one change
 // at a time is what the one-change latency bars measure); a burst of writes
-// reaches the peer as one batch per interval. Full batches and snapshot
+// reaches the peer as one batch per spacing. Full batches and snapshot
 // chunks are not paced (they are as large as a batch gets).
+//
+// The spacing is interval, or answerShare times as long as the peer took to
+// answer the last partial batch when that is longer (up to maxSpacing): a
+// peer whose applies slow down (ten zone processes on two cores, their
+// fsyncs queueing on one disk: 10–15 ms per commit) gets larger batches
+// instead of spending all its time, and the disk's, on commits.
 //
 // Owned by the session's loop goroutine.
 type pacer struct {
 	interval time.Duration
-	last     time.Time // when the last partial batch left
-	busy     bool      // it carried more than one change
+	last     time.Time     // when the last partial batch left
+	busy     bool          // it carried more than one change
+	answer   time.Duration // how long the peer took to answer the last partial batch
+}
+
+const (
+	// answerShare: a busy stream keeps the peer applying its batches
+	// about a quarter of the time at most.
+	answerShare = 4
+	// maxSpacing bounds how long a busy stream's changes may wait.
+	maxSpacing = 250 * time.Millisecond
+)
+
+// spacing is the least time between two partial batches of a busy stream.
+func (p *pacer) spacing() time.Duration {
+	return max(p.interval, min(answerShare*p.answer, maxSpacing))
 }
 
 // wait returns how long until a partial batch may leave at now (zero: it
@@ -31,8 +51,11 @@ func (p *pacer) wait(now time.Time) time.Duration {
 	if p.interval <= 0 || !p.busy {
 		return 0
 	}
-	return max(p.last.Add(p.interval).Sub(now), 0)
+	return max(p.last.Add(p.spacing()).Sub(now), 0)
 }
+
+// answered records how long the peer took to answer a partial batch.
+func (p *pacer) answered(took time.Duration) { p.answer = took }
 
 // sent records a partial batch of changes entries leaving at now.
 func (p *pacer) sent(now time.Time, changes int) {
