@@ -17,17 +17,19 @@ func testLogger(t *testing.T) hclog.Logger {
 }
 
 // TestConformance runs the shared suite twice: with the production
-// settings, and with tiny watch chunks and commit groups so that chunk
-// boundaries (also inside one batch's revision) and group splitting are
-// exercised by small tests too.
+// settings, and with tiny watch chunks, commit groups and a tiny cache of
+// decoded log entries so that chunk boundaries (also inside one batch's
+// revision), group splitting and cache eviction are exercised by small
+// tests too.
 func TestConformance(t *testing.T) {
 	tests := []struct {
 		name          string
 		watchChunk    int
 		maxWriteGroup int
+		eventCache    int
 	}{
-		{"defaults", defaultWatchChunk, 0},
-		{"tiny chunks and groups", 2, 2},
+		{"defaults", defaultWatchChunk, 0, eventCacheSize},
+		{"tiny chunks, groups and cache", 2, 2, 3},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -45,6 +47,7 @@ func TestConformance(t *testing.T) {
 						return nil, err
 					}
 					s.watchChunk = tc.watchChunk // before any Watch
+					s.events = newEventCache(tc.eventCache)
 					return s, nil
 				},
 				ExpireTombstones: func(ctx context.Context, s storage.Store) error {

@@ -51,6 +51,8 @@ type Store struct {
 	revision atomic.Uint64
 	// commits is signalled after every commit that changed the log.
 	commits *broadcaster
+	// events shares decoded log entries among watchers.
+	events *eventCache
 
 	// mu guards closed and watchers, and serializes changes to compacted with
 	// watcher registration (see expire.go for why).
@@ -111,6 +113,7 @@ func Open(cfg Config) (*Store, error) {
 		writes:     make(chan *writeReq),
 		closing:    make(chan struct{}),
 		commits:    newBroadcaster(),
+		events:     newEventCache(eventCacheSize),
 		watchers:   make(map[*watcher]struct{}),
 		watchChunk: defaultWatchChunk,
 	}

@@ -133,9 +133,12 @@ func (s *Store) readLog(w *watcher, next *logKey) (events []storage.Event, more 
 				w.pos.Store(max(w.pos.Load(), lk.revision()-1))
 				return nil
 			}
-			ev, err := decodeEvent(resources, lk, v)
-			if err != nil {
-				return err
+			ev, ok := s.events.get(lk)
+			if !ok {
+				if ev, err = decodeEvent(resources, lk, v); err != nil {
+					return err
+				}
+				s.events.put(lk, ev)
 			}
 			// A revision commits atomically, so this snapshot holds all of
 			// its remaining entries: the event is the revision's last when
