@@ -36,8 +36,13 @@ const (
 	// answerShare: a busy stream keeps the peer applying its batches
 	// about a quarter of the time at most.
 	answerShare = 4
-	// maxSpacing bounds how long a busy stream's changes may wait.
-	maxSpacing = 250 * time.Millisecond
+	// maxSpacing bounds how long a busy stream's changes may wait, and so
+	// how late the last change of a burst arrives (SPEC 7: last write →
+	// zone ≤ 200 ms). The answer time grows with the batch, so on a peer
+	// that needs more than a quarter of its time to apply a burst the
+	// spacing climbs to this bound (250 ms let the last write reach two
+	// zones 100–140 ms after it was made).
+	maxSpacing = 50 * time.Millisecond
 )
 
 // spacing is the least time between two partial batches of a busy stream.
