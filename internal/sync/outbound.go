@@ -439,8 +439,7 @@ func (o *outbound) flushIdle() {
 			o.paced.armIfIdle(wait)
 		} else {
 			o.pacer.sent(now, o.pending.len())
-			o.cut(o.seen, o.complete >= o.seen)
-			o.inflight[strconv.FormatUint(o.nonce, 10)].partial = true
+			o.cut(o.seen, o.complete >= o.seen).partial = true
 		}
 	}
 	if o.seen > o.stamped {
@@ -502,20 +501,20 @@ func (o *outbound) sendingSnapshot() bool { return o.snapshot != nil }
 func (o *outbound) idle() bool { return len(o.inflight) == 0 }
 
 // cut sends the pending batch stamped with revision rev.
-func (o *outbound) cut(rev uint64, last bool) {
+func (o *outbound) cut(rev uint64, last bool) *flight {
 	entries := o.pending.entries
 	batch := o.pending.build()
 	batch.Revision, batch.BaseRevision, batch.LastChunk = rev, o.stamped, last
-	o.send(batch, entries)
+	return o.send(batch, entries)
 }
 
 // send assigns the nonce and chunk index, records the flight and hands the
 // batch to the sender.
-func (o *outbound) send(b *syncv1.DeltaBatch, entries []entry) {
-	o.sendBatch(b, entries, false)
+func (o *outbound) send(b *syncv1.DeltaBatch, entries []entry) *flight {
+	return o.sendBatch(b, entries, false)
 }
 
-func (o *outbound) sendBatch(b *syncv1.DeltaBatch, entries []entry, retry bool) {
+func (o *outbound) sendBatch(b *syncv1.DeltaBatch, entries []entry, retry bool) *flight {
 	o.nonce++
 	b.Nonce = strconv.FormatUint(o.nonce, 10)
 	if !b.FullSnapshot && !retry {
@@ -533,6 +532,7 @@ func (o *outbound) sendBatch(b *syncv1.DeltaBatch, entries []entry, retry bool) 
 	o.inflight[b.Nonce] = f
 	o.obs.batchSent(f.types, f.summary)
 	o.emit(msgBatch(b))
+	return f
 }
 
 // onReply classifies the peer's answer to one of our batches: the only
