@@ -1,8 +1,9 @@
 // Package boltstore is the embedded bbolt implementation of storage.Store.
 //
 // Writes go through one committer goroutine that groups concurrent single
-// writes into one transaction (one fsync); each write still gets its own
-// revision. Every write appends to a change log that watchers replay; see
+// writes into one transaction (one commit and its fsyncs; commit.go); each
+// write still gets its own revision. Every write appends to a change log
+// that watchers replay, sharing the decoded entries (eventcache.go); see
 // schema.go for the layout and watch.go for the watcher design.
 package boltstore
 
