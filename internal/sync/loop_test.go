@@ -123,6 +123,18 @@ func startLoop(t *testing.T, cfg StreamConfig, store storage.Store, resume uint6
 	return h
 }
 
+// startCurrentLoop runs a session on a store holding the default mesh,
+// resuming at its current revision: nothing to send until the test writes.
+func startCurrentLoop(t *testing.T, cfg StreamConfig) (*loopHarness, storage.Store) {
+	t.Helper()
+	store := newTestStore(t)
+	writeGlobal(t, store, mesh("default"))
+	rev, _ := store.Revision(context.Background())
+	h := startLoop(t, cfg, store, rev)
+	h.stream.none(t)
+	return h, store
+}
+
 func (h *loopHarness) ack(b *syncv1.DeltaBatch) {
 	h.stream.in <- msgAck(&syncv1.Ack{Nonce: b.GetNonce(), Revision: b.GetRevision()})
 }
@@ -274,11 +286,7 @@ func TestLoopWindowAndConfirmation(t *testing.T) {
 // batches). The window would allow more batches: it is the partial batch
 // that waits.
 func TestLoopGathersWhileAnswerPending(t *testing.T) {
-	store := newTestStore(t)
-	writeGlobal(t, store, mesh("default"))
-	rev, _ := store.Revision(context.Background())
-	h := startLoop(t, StreamConfig{MaxInFlight: 8}, store, rev)
-	h.stream.none(t)
+	h, store := startCurrentLoop(t, StreamConfig{MaxInFlight: 8})
 
 	writeGlobal(t, store, timeout("first", "", ""))
 	first := h.batch()
@@ -309,11 +317,7 @@ func TestLoopGathersWhileAnswerPending(t *testing.T) {
 // leaves as one batch when the spacing has passed (BatchInterval, or four
 // times the peer's answer time when longer), not with the next answer.
 func TestLoopPacesBusyStream(t *testing.T) {
-	store := newTestStore(t)
-	writeGlobal(t, store, mesh("default"))
-	rev, _ := store.Revision(context.Background())
-	h := startLoop(t, StreamConfig{BatchInterval: 10 * time.Millisecond}, store, rev)
-	h.stream.none(t)
+	h, store := startCurrentLoop(t, StreamConfig{BatchInterval: 10 * time.Millisecond})
 	writeGlobal(t, store, timeout("a", "", ""))
 	first := h.batch()
 	// Two changes gather while a is unanswered: a batch of two makes the
@@ -347,11 +351,7 @@ func TestLoopPacesBusyStream(t *testing.T) {
 // TestLoopSingleChangesNotPaced: one change at a time, each answered before
 // the next, leaves at once every time, however close together.
 func TestLoopSingleChangesNotPaced(t *testing.T) {
-	store := newTestStore(t)
-	writeGlobal(t, store, mesh("default"))
-	rev, _ := store.Revision(context.Background())
-	h := startLoop(t, StreamConfig{BatchInterval: time.Hour}, store, rev)
-	h.stream.none(t)
+	h, store := startCurrentLoop(t, StreamConfig{BatchInterval: time.Hour})
 	for i := range 20 {
 		writeGlobal(t, store, timeout("single-"+itoa(i), "", ""))
 		b := h.batch()
@@ -365,11 +365,7 @@ func TestLoopSingleChangesNotPaced(t *testing.T) {
 // TestLoopDrainSendsGathered: a graceful end does not wait for the answer
 // that a gathered batch waits for: what gathered leaves at once, stamped.
 func TestLoopDrainSendsGathered(t *testing.T) {
-	store := newTestStore(t)
-	writeGlobal(t, store, mesh("default"))
-	rev, _ := store.Revision(context.Background())
-	h := startLoop(t, StreamConfig{}, store, rev)
-	h.stream.none(t)
+	h, store := startCurrentLoop(t, StreamConfig{})
 	writeGlobal(t, store, timeout("first", "", ""))
 	first := h.batch()
 	writeGlobal(t, store, timeout("second", "", ""))
