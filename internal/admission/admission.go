@@ -388,3 +388,45 @@ func (c *Controller) FromZone(zone string, puts []*resource.Resource, deletes []
 		return nil, nil
 	}
 }
+
+// FromGlobal is the precondition of a batch the global's stream applies on
+// this zone: no put or delete touches one of the zone's own resources of a
+// type that syncs zone → global (mapping.OwnedByZone). It runs in the
+// batch's transaction, so a resource the zone's API writes meanwhile is
+// never overwritten or removed by the global.
+func (c *Controller) FromGlobal(puts []*resource.Resource, deletes []resource.Key) func(storage.TxReader) ([]resource.Key, error) {
+	return func(tx storage.TxReader) ([]resource.Key, error) {
+		rejected := map[resource.Key]error{}
+		check := func(key resource.Key) error {
+			d, ok := c.cfg.Registry.Lookup(key.Type)
+			if !ok || !d.Sync.ZoneToGlobal {
+				return nil
+			}
+			existing, err := getOrNil(tx, key)
+			if err != nil || existing == nil || !mapping.OwnedByZone(existing, c.cfg.Zone) {
+				return err
+			}
+			return fmt.Errorf("%w: %s is a resource of zone %s, not the global's", ErrOwned, key, c.cfg.Zone)
+		}
+		for _, r := range puts {
+			if err := check(r.Key()); err != nil {
+				if !errors.Is(err, ErrOwned) {
+					return nil, err
+				}
+				rejected[r.Key()] = err
+			}
+		}
+		for _, k := range deletes {
+			if err := check(k); err != nil {
+				if !errors.Is(err, ErrOwned) {
+					return nil, err
+				}
+				rejected[k] = err
+			}
+		}
+		if len(rejected) > 0 {
+			return nil, &Rejected{Keys: rejected}
+		}
+		return nil, nil
+	}
+}

@@ -258,3 +258,34 @@ func TestFromZone(t *testing.T) {
 		t.Errorf("a vetoed batch wrote: %v", err)
 	}
 }
+
+// TestFromGlobal: on a zone, a batch from the global may not overwrite or
+// remove the zone's own resources; what the global sent before, and new
+// keys, are free.
+func TestFromGlobal(t *testing.T) {
+	c := controller(t, admission.Zone, true)
+	s := newStore(t)
+	ctx := context.Background()
+	own := timeout("default", "own", map[string]string{resource.LabelOrigin: "zone", resource.LabelZone: "zone-1"})
+	ownUnlabelled := timeout("default", "legacy", nil)
+	synced := timeout("default", "synced", map[string]string{resource.LabelOrigin: "global"})
+	seed(t, s, mesh("default", nil), own, ownUnlabelled, synced)
+	k := func(n string) resource.Key { return resource.Key{Type: "MeshTimeout", Mesh: "default", Name: n} }
+	puts := []*resource.Resource{timeout("default", "own", nil), timeout("default", "synced", nil), timeout("default", "new", nil)}
+	deletes := []resource.Key{k("legacy"), k("absent")}
+	_, err := s.Apply(ctx, storage.Batch{Puts: puts, Deletes: deletes, Check: c.FromGlobal(puts, deletes)})
+	var rej *admission.Rejected
+	if !errors.As(err, &rej) {
+		t.Fatalf("err %v, want Rejected", err)
+	}
+	if len(rej.Keys) != 2 || !errors.Is(rej.Keys[k("own")], admission.ErrOwned) || !errors.Is(rej.Keys[k("legacy")], admission.ErrOwned) {
+		t.Fatalf("rejected %v, want own and legacy (ErrOwned)", rej.Keys)
+	}
+	if _, err := s.Get(ctx, k("new")); !errors.Is(err, storage.ErrNotFound) {
+		t.Errorf("a vetoed batch wrote: %v", err)
+	}
+	ok := []*resource.Resource{timeout("default", "synced", nil), timeout("default", "new", nil)}
+	if _, err := s.Apply(ctx, storage.Batch{Puts: ok, Check: c.FromGlobal(ok, nil)}); err != nil {
+		t.Fatalf("a batch of the global's own and new keys: %v", err)
+	}
+}

@@ -143,9 +143,15 @@ func newZoneClient(cfg Config, reg *resource.Registry, store storage.Store, metr
 	if cfg.KDSSkipVerify {
 		cfg.Logger.Warn("not verifying the global's KDS certificate (--kds-skip-verify)")
 	}
+	adm, err := admission.New(admission.Config{Registry: reg, Mode: admission.Zone, Zone: cfg.Zone,
+		Environment: cfg.Environment, SystemNamespace: cfg.SystemNamespace, Federated: true})
+	if err != nil {
+		return nil, err
+	}
 	target, targets := globalTargets(cfg.GlobalAddress)
 	return meridiansync.NewClient(meridiansync.ClientConfig{
 		Store: store, Registry: reg, Zone: cfg.Zone, Environment: cfg.Environment, SystemNamespace: cfg.SystemNamespace,
+		Admission:     adm,
 		Token:         func() (string, error) { return readToken(cfg.ZoneTokenFile) },
 		Target:        target,
 		Targets:       targets,

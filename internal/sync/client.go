@@ -58,6 +58,10 @@ type ClientConfig struct {
 	// StatusReports, when set, gives the report of the global's policies'
 	// statuses this zone sends (if the global supports it).
 	StatusReports StatusReporter
+	// Admission checks every batch from the global inside its write
+	// transaction (GlobalAdmission). Required: without it the global could
+	// overwrite the zone's own resources.
+	Admission GlobalAdmission
 	// SoftwareVersion and Features are sent in the handshake.
 	SoftwareVersion string
 	Features        []string
@@ -133,6 +137,8 @@ func (c *ClientConfig) check() error {
 		return errors.New("Store is required")
 	case c.Registry == nil:
 		return errors.New("Registry is required")
+	case c.Admission == nil:
+		return errors.New("Admission is required (it keeps the global from overwriting the zone's own resources)")
 	case c.Token == nil:
 		return errors.New("Token is required")
 	case c.Target == "" && len(c.Targets) == 0:
@@ -356,6 +362,7 @@ func (c *Client) runSession(ctx context.Context, ws wireStream, resp *syncv1.Han
 		},
 		drain: drain,
 	}
+	p.checkBatch = c.cfg.Admission.FromGlobal
 	if c.cfg.StatusReports != nil && slices.Contains(resp.GetFeatures(), FeaturePolicyStatus) {
 		p.reporter = c.cfg.StatusReports
 	}

@@ -70,7 +70,9 @@
 // that leave only when no batch, answer or heartbeat waits. Each sender
 // records what its peer NACKed (Client.Rejected, Server.RejectedBy) until a
 // later batch is accepted. On the global, every batch from a zone applies
-// with the ZoneAdmission precondition in its transaction.
+// with the ZoneAdmission precondition in its transaction; on a zone, every
+// batch from the global with the GlobalAdmission precondition (it never
+// overwrites or removes one of the zone's own resources).
 //
 // # What flows where
 //
@@ -103,8 +105,10 @@
 // Zone (cmd/zone, when --global-address is set):
 //
 //	tc, _ := auth.ClientTLS(auth.ClientTLSConfig{CAFile: caFile, SkipVerify: skipVerify})
+//	adm, _ := admission.New(admission.Config{Registry: reg, Mode: admission.Zone, Zone: zone,
+//		Environment: env, SystemNamespace: sysNS, Federated: true})
 //	c, _ := sync.NewClient(sync.ClientConfig{Store: store, Registry: reg, Zone: zone,
-//		Environment: env, SystemNamespace: sysNS, Target: globalAddress,
+//		Environment: env, SystemNamespace: sysNS, Target: globalAddress, Admission: adm,
 //		Token: func() (string, error) { b, err := os.ReadFile(tokenFile); return strings.TrimSpace(string(b)), err },
 //		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tc)),
 //			grpc.WithDefaultCallOptions(grpc.UseCompressor(gzip.Name), grpc.MaxCallRecvMsgSize(16<<20))},

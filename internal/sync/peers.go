@@ -232,9 +232,9 @@ func (s zoneSink) upsert(ctx context.Context, w *syncv1.Resource) (*resource.Res
 	if err := s.reg.Validate(c, opts); err != nil {
 		return nil, err
 	}
-	if err := s.checkNotLocal(ctx, d, c.Key()); err != nil && !errors.Is(err, storage.ErrNotFound) {
-		return nil, err
-	}
+	// Whether c would overwrite one of the zone's own resources is checked
+	// inside the write transaction (GlobalAdmission), where no API write can
+	// race it; reading it here too cost a read transaction per resource.
 	return c, nil
 }
 

@@ -38,6 +38,15 @@ type ZoneAdmission interface {
 	FromZone(zone string, puts []*resource.Resource, deletes []resource.Key) func(storage.TxReader) ([]resource.Key, error)
 }
 
+// GlobalAdmission gives the in-transaction precondition of a batch the
+// global's stream applies on a zone (internal/admission.Controller.
+// FromGlobal): it may reject resources (admission.Rejected), which are then
+// NACKed. zoneSink checks the same before the transaction, for a clear error
+// early; this check closes the race with the zone's own API writes.
+type GlobalAdmission interface {
+	FromGlobal(puts []*resource.Resource, deletes []resource.Key) func(storage.TxReader) ([]resource.Key, error)
+}
+
 // ZoneCredential is what a verified zone token says. A stream lives at most
 // until ExpiresAt, and ends when its token is revoked (EndStreams).
 type ZoneCredential struct {

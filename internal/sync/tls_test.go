@@ -61,7 +61,8 @@ func TestOverTLSWithGzip(t *testing.T) {
 	defer zstore.Close()
 	zreg := prometheus.NewRegistry()
 	client, err := NewClient(ClientConfig{Store: zstore, Registry: testRegistry, Zone: "zone-1", Environment: resource.EnvKubernetes,
-		Token: func() (string, error) { return token, nil }, Target: ln.Addr().String(), Logger: testLogger(t, "zone-1"),
+		Admission: testZoneAdmission(t, "zone-1"),
+		Token:     func() (string, error) { return token, nil }, Target: ln.Addr().String(), Logger: testLogger(t, "zone-1"),
 		DialOptions: []grpc.DialOption{
 			grpc.WithTransportCredentials(credentials.NewTLS(clientTLS)),
 			grpc.WithDefaultCallOptions(grpc.UseCompressor(gzip.Name)),
@@ -189,17 +190,18 @@ func TestConfigChecks(t *testing.T) {
 		Stream: StreamConfig{MaxBatchBytes: 10}}); err == nil {
 		t.Error("tiny MaxBatchBytes")
 	}
-	base := ClientConfig{Store: store, Registry: testRegistry, Zone: "zone-1", Environment: "kubernetes",
+	base := ClientConfig{Store: store, Registry: testRegistry, Zone: "zone-1", Environment: "kubernetes", Admission: testZoneAdmission(t, "zone-1"),
 		Token: func() (string, error) { return "", nil }, Target: "x:1", DialOptions: []grpc.DialOption{grpc.WithAuthority("x")}}
 	if _, err := NewClient(base); err != nil {
 		t.Errorf("valid client config refused: %v", err)
 	}
 	for name, mutate := range map[string]func(*ClientConfig){
-		"bad zone":    func(c *ClientConfig) { c.Zone = "Zone_1" },
-		"bad env":     func(c *ClientConfig) { c.Environment = "mars" },
-		"no token":    func(c *ClientConfig) { c.Token = nil },
-		"no target":   func(c *ClientConfig) { c.Target = "" },
-		"no dial opt": func(c *ClientConfig) { c.DialOptions = nil },
+		"bad zone":     func(c *ClientConfig) { c.Zone = "Zone_1" },
+		"bad env":      func(c *ClientConfig) { c.Environment = "mars" },
+		"no token":     func(c *ClientConfig) { c.Token = nil },
+		"no target":    func(c *ClientConfig) { c.Target = "" },
+		"no dial opt":  func(c *ClientConfig) { c.DialOptions = nil },
+		"no admission": func(c *ClientConfig) { c.Admission = nil },
 	} {
 		cfg := base
 		mutate(&cfg)

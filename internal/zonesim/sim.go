@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 
+	"github.com/meridian-mesh/meridian/internal/admission"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	meridiansync "github.com/meridian-mesh/meridian/internal/sync"
 )
@@ -82,8 +83,13 @@ func New(cfg Config) (*Sim, error) {
 				cfg.OnApply(name, r, at)
 			}
 		})
+		adm, err := admission.New(admission.Config{Registry: cfg.Registry, Mode: admission.Zone, Zone: name,
+			Environment: cfg.Environment, Federated: true})
+		if err != nil {
+			return nil, fmt.Errorf("zonesim: zone %s: %w", name, err)
+		}
 		client, err := meridiansync.NewClient(meridiansync.ClientConfig{
-			Store: z.store, Registry: cfg.Registry, Zone: name, Environment: cfg.Environment,
+			Store: z.store, Registry: cfg.Registry, Zone: name, Environment: cfg.Environment, Admission: adm,
 			Token:  func() (string, error) { return cfg.Token(name) },
 			Target: cfg.Target, DialOptions: cfg.DialOptions, SoftwareVersion: "zonesim",
 			Logger: cfg.Logger.Named(name),
