@@ -41,8 +41,9 @@ type ZoneAdmission interface {
 // GlobalAdmission gives the in-transaction precondition of a batch the
 // global's stream applies on a zone (internal/admission.Controller.
 // FromGlobal): it may reject resources (admission.Rejected), which are then
-// NACKed. zoneSink checks the same before the transaction, for a clear error
-// early; this check closes the race with the zone's own API writes.
+// NACKed. Being in the transaction, it cannot race the zone's own API
+// writes (zoneSink still reads before the transaction for removals only,
+// to skip those of keys the zone does not hold).
 type GlobalAdmission interface {
 	FromGlobal(puts []*resource.Resource, deletes []resource.Key) func(storage.TxReader) ([]resource.Key, error)
 }
