@@ -430,12 +430,9 @@ func (z *zoneCP) start() *zoneCP {
 	if z.store == nil {
 		z.store = openStore(z.c.t, z.path, storeOpts{})
 	}
-	adm, err := admission.New(admission.Config{Registry: testRegistry, Mode: admission.Zone, Zone: z.name, Environment: z.env, Federated: true})
-	if err != nil {
-		z.c.t.Fatal(err)
-	}
-	client, err := NewClient(ClientConfig{Store: z.store, Registry: testRegistry, Zone: z.name, Environment: z.env, Admission: adm,
-		Token: func() (string, error) { return z.token, nil }, Target: "passthrough:///bufnet", DialOptions: z.c.dialOptions(),
+	client, err := NewClient(ClientConfig{Store: z.store, Registry: testRegistry, Zone: z.name, Environment: z.env,
+		Admission: testZoneAdmission(z.c.t, z.name, z.env),
+		Token:     func() (string, error) { return z.token, nil }, Target: "passthrough:///bufnet", DialOptions: z.c.dialOptions(),
 		SoftwareVersion: "test-zone", Logger: z.c.logger(z.name), Stream: z.stream, StatusReports: z.reporter,
 		ReconnectBackoff: 10 * time.Millisecond, MaxReconnectBackoff: 50 * time.Millisecond, Metrics: prometheus.NewRegistry()})
 	if err != nil {
@@ -505,10 +502,10 @@ func grpcClient(c *cluster) (*grpc.ClientConn, error) {
 }
 
 // testZoneAdmission is the admission controller of a zone's client.
-func testZoneAdmission(t *testing.T, zone string) *admission.Controller {
+func testZoneAdmission(t testing.TB, zone, env string) *admission.Controller {
 	t.Helper()
 	adm, err := admission.New(admission.Config{Registry: testRegistry, Mode: admission.Zone, Zone: zone,
-		Environment: resource.EnvKubernetes, Federated: true})
+		Environment: env, Federated: true})
 	if err != nil {
 		t.Fatal(err)
 	}

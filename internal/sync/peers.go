@@ -238,33 +238,21 @@ func (s zoneSink) upsert(ctx context.Context, w *syncv1.Resource) (*resource.Res
 	return c, nil
 }
 
+// removal maps a removal the global sent; one of a key the zone does not
+// hold is skipped. Whether the key is one of the zone's own resources is
+// admission's decision, inside the write transaction (GlobalAdmission).
 func (s zoneSink) removal(ctx context.Context, k *syncv1.ResourceKey) (resource.Key, bool, error) {
 	key := keyFromWire(k)
-	d, err := s.descriptor(key.Type)
-	if err != nil {
+	if _, err := s.descriptor(key.Type); err != nil {
 		return resource.Key{}, false, err
 	}
-	err = s.checkNotLocal(ctx, d, key)
-	if errors.Is(err, storage.ErrNotFound) {
-		return resource.Key{}, false, nil
-	}
-	return key, err == nil, err
-}
-
-// checkNotLocal refuses to touch the zone's own resource at key; it
-// returns storage.ErrNotFound (wrapped) when there is none.
-func (s zoneSink) checkNotLocal(ctx context.Context, d *resource.TypeDescriptor, key resource.Key) error {
-	existing, err := s.store.Get(ctx, key)
-	switch {
+	switch _, err := s.store.Get(ctx, key); {
 	case errors.Is(err, storage.ErrNotFound):
-		return err
+		return resource.Key{}, false, nil
 	case err != nil:
-		return fmt.Errorf("read %s: %w", key, err)
+		return resource.Key{}, false, fmt.Errorf("read %s: %w", key, err)
 	}
-	if d.Sync.ZoneToGlobal && mapping.OwnedByZone(existing, s.zone.Name) {
-		return fmt.Errorf("%w: %s is a resource of zone %s", mapping.ErrForeign, key, s.zone.Name)
-	}
-	return nil
+	return key, true, nil
 }
 
 func (s zoneSink) descriptor(typ string) (*resource.TypeDescriptor, error) {

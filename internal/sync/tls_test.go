@@ -61,7 +61,7 @@ func TestOverTLSWithGzip(t *testing.T) {
 	defer zstore.Close()
 	zreg := prometheus.NewRegistry()
 	client, err := NewClient(ClientConfig{Store: zstore, Registry: testRegistry, Zone: "zone-1", Environment: resource.EnvKubernetes,
-		Admission: testZoneAdmission(t, "zone-1"),
+		Admission: testZoneAdmission(t, "zone-1", resource.EnvKubernetes),
 		Token:     func() (string, error) { return token, nil }, Target: ln.Addr().String(), Logger: testLogger(t, "zone-1"),
 		DialOptions: []grpc.DialOption{
 			grpc.WithTransportCredentials(credentials.NewTLS(clientTLS)),
@@ -190,7 +190,7 @@ func TestConfigChecks(t *testing.T) {
 		Stream: StreamConfig{MaxBatchBytes: 10}}); err == nil {
 		t.Error("tiny MaxBatchBytes")
 	}
-	base := ClientConfig{Store: store, Registry: testRegistry, Zone: "zone-1", Environment: "kubernetes", Admission: testZoneAdmission(t, "zone-1"),
+	base := ClientConfig{Store: store, Registry: testRegistry, Zone: "zone-1", Environment: "kubernetes", Admission: testZoneAdmission(t, "zone-1", resource.EnvKubernetes),
 		Token: func() (string, error) { return "", nil }, Target: "x:1", DialOptions: []grpc.DialOption{grpc.WithAuthority("x")}}
 	if _, err := NewClient(base); err != nil {
 		t.Errorf("valid client config refused: %v", err)
