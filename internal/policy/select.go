@@ -248,7 +248,7 @@ func (b *builder) resolveTo(p *policy, e *entry) *toTarget {
 	ref := &e.ref
 	switch ref.Kind {
 	case resource.KindMesh:
-		return &toTarget{all: true}
+		return b.everyOutbound()
 	case resource.KindMeshService:
 		return b.resolveService(p, e)
 	case resource.KindMeshExternalService:
