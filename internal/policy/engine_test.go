@@ -169,6 +169,9 @@ func TestNewMeshSnapshotErrors(t *testing.T) {
 		{"other mesh", Inputs{Registry: reg, Mesh: "other", Resources: []*resource.Resource{dp}}, "belongs to mesh"},
 		{"unknown type", Inputs{Registry: reg, Mesh: "default", Resources: []*resource.Resource{{Type: "Nope", Mesh: "default", Name: "x"}}}, "unknown resource type"},
 		{"duplicate", Inputs{Registry: reg, Mesh: "default", Resources: []*resource.Resource{dp, dp.Clone()}}, "duplicate"},
+		{"duplicate in the system namespace", Inputs{Registry: reg, Mesh: "default", Resources: []*resource.Resource{
+			{Type: "MeshTimeout", Mesh: "default", Name: "t"},
+			{Type: "MeshTimeout", Mesh: "default", Name: "t", Namespace: resource.DefaultSystemNamespace}}}, "duplicate"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -177,6 +180,13 @@ func TestNewMeshSnapshotErrors(t *testing.T) {
 				t.Fatalf("error %v, want %q", err, tc.want)
 			}
 		})
+	}
+	// One name in two types, or in two namespaces, is not a duplicate.
+	_, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Resources: []*resource.Resource{
+		{Type: "MeshTimeout", Mesh: "default", Name: "t"}, {Type: "MeshRetry", Mesh: "default", Name: "t"},
+		{Type: "MeshTimeout", Mesh: "default", Name: "t", Namespace: "ns1"}}})
+	if err != nil {
+		t.Fatalf("distinct resources refused: %v", err)
 	}
 }
 
