@@ -10,8 +10,8 @@
 // Scenarios per run: a global with two zone processes (PUT rate with 8
 // clients, last write → every zone lists all, a cold zone, one change
 // global → zone, zone → global and zone → global → zone, _rules of a proxy
-// every policy matches, reconnect with no changes, RSS and CPU, idle CPU);
-// a global with ten zone processes (PUT rate, last write → all ten); and a
+// every policy matches, reconnect with no changes, RSS, CPU and page
+// faults, idle CPU); a global with ten zone processes (PUT rate, last write → all ten); and a
 // global with simulated zones (internal/zonesim: real KDS streams, in-memory
 // zones) for the fan-out to many zones.
 package main
@@ -86,6 +86,7 @@ func figures(n, simZones int) []figure {
 		{"last_write_to_zones_ms", fmt.Sprintf("last write → 2 zones list all %d", n), "ms", lastWrite, true, lastWriteSrc},
 		{"last_write_to_10zones_ms", fmt.Sprintf("last write → 10 zones list all %d", n), "ms", 2000, true, "issue 10"},
 		{"cold_zone_ms", fmt.Sprintf("cold zone (process start) → lists all %d", n), "ms", cold, true, coldSrc},
+		{"cold_zone_faults", "cold zone page faults (process start → lists all)", "", 0, true, ""},
 		{"global_to_zone_p50_ms", "one change global → zone, p50", "ms", 0, true, ""},
 		{"global_to_zone_p99_ms", "one change global → zone, p99", "ms", g2z, true, g2zSrc},
 		{"zone_to_global_p50_ms", "one change zone → global, p50", "ms", 0, true, ""},
@@ -98,8 +99,10 @@ func figures(n, simZones int) []figure {
 		{"reconnect_ms", "zone restart with no changes: process start → connected", "ms", 0, true, ""},
 		{"global_rss_mib", fmt.Sprintf("global RSS with %d policies, 3 zones, settled", n), "MiB", globalRSS, true, globalRSSSrc},
 		{"global_cpu_s", "global CPU seconds (whole run)", "s", 0, true, ""},
+		{"global_faults", "global page faults (whole run)", "", 0, true, ""},
 		{"zone-1_rss_mib", fmt.Sprintf("zone RSS with %d policies, settled", n), "MiB", zoneRSS, true, zoneRSSSrc},
 		{"zone-1_cpu_s", "zone CPU seconds (whole run)", "s", 0, true, ""},
+		{"zone-1_faults", "zone page faults (whole run)", "", 0, true, ""},
 		{"idle_cpu_pct", "idle CPU, global + 3 zones", "%", 1, true, "SPEC 7"},
 		{"sim_fanout_ms", fmt.Sprintf("last write → %d simulated zones hold all %d", simZones, n), "ms", 2000, true, "issue 10"},
 		{"sim_change_p99_ms", fmt.Sprintf("one change → all %d simulated zones, p99", simZones), "ms", 50, true, "issue 10"},

@@ -270,6 +270,25 @@ func (e *env) waitTotal(planes []*plane, plural string, want int, since time.Tim
 	return time.Since(since), nil
 }
 
+// minorFaults reads how many page faults a process has taken that needed no
+// I/O (/proc/<pid>/stat's minflt): on this kind of VM each costs about
+// 11 µs (a first touch of 8 MiB of fresh anonymous memory took 28 ms; the
+// same pages populated in the kernel with MAP_POPULATE, 1.5 ms), so they
+// are a visible share of a cold start's and a rebuild's time.
+func minorFaults(pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(data)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 8 {
+		return 0
+	}
+	n, _ := strconv.ParseFloat(fields[7], 64)
+	return n
+}
+
 // usage reads a process's RSS (MiB) and CPU seconds (user+system) from /proc.
 func usage(pid int) (rssMiB, cpuSec float64) {
 	if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {

@@ -84,6 +84,7 @@ func fleet(bins binariesAndN, r results) error {
 	if r["cold_zone_ms"], err = ms(e.waitTotal([]*plane{z3}, "meshtimeouts", n, start, 60*time.Second)); err != nil {
 		return err
 	}
+	r["cold_zone_faults"] = minorFaults(z3.proc.PID())
 	profiles.Wait()
 
 	// One change at a time, each direction. The cold zone's tail (its
@@ -184,6 +185,7 @@ func fleet(bins binariesAndN, r results) error {
 		rss, cpu := usage(p.proc.PID())
 		r[p.name+"_rss_mib"] = rss
 		r[p.name+"_cpu_s"] = cpu
+		r[p.name+"_faults"] = minorFaults(p.proc.PID())
 	}
 	var idle0 []time.Duration
 	for _, p := range planes {
