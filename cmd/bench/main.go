@@ -11,9 +11,9 @@
 // clients, last write → every zone lists all, a cold zone, one change
 // global → zone, zone → global and zone → global → zone, _rules of a proxy
 // every policy matches, reconnect with no changes, RSS, CPU and page
-// faults, idle CPU); a global with ten zone processes (PUT rate, last write → all ten); and a
-// global with simulated zones (internal/zonesim: real KDS streams, in-memory
-// zones) for the fan-out to many zones.
+// faults, idle CPU); a global with ten zone processes (PUT rate, last
+// write → all ten); and a global with simulated zones (internal/zonesim:
+// real KDS streams, in-memory zones) for the fan-out to many zones.
 package main
 
 import (

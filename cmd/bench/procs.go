@@ -272,9 +272,9 @@ func (e *env) waitTotal(planes []*plane, plural string, want int, since time.Tim
 
 // minorFaults reads how many page faults a process has taken that needed no
 // I/O (/proc/<pid>/stat's minflt): on this kind of VM each costs about
-// 11 µs (a first touch of 8 MiB of fresh anonymous memory took 28 ms; the
-// same pages populated in the kernel with MAP_POPULATE, 1.5 ms), so they
-// are a visible share of a cold start's and a rebuild's time.
+// 11 µs (a first touch of 16 MiB of fresh anonymous memory took 44–59 ms;
+// the same pages populated by the kernel in one call, MAP_POPULATE, 3 ms),
+// so they are a visible share of a cold start's and a rebuild's time.
 func minorFaults(pid int) float64 {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {

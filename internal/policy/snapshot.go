@@ -230,8 +230,9 @@ func (b *builder) index(rs []*resource.Resource) error {
 	return nil
 }
 
-// typedName identifies a resource within one mesh (duplicate check): a
-// quarter smaller than resource.Key, and hashed over two strings, not four.
+// typedName identifies a resource within one mesh (the duplicate check; a
+// snapshot holds one mesh's resources): 40 bytes against resource.Key's 64,
+// hashed over two strings instead of four.
 type typedName struct {
 	desc     *resource.TypeDescriptor
 	ns, name string
