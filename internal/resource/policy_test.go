@@ -34,18 +34,27 @@ func validateSpecCase(t *testing.T, reg *Registry, tc specCase) []string {
 	return renderCauses(verr.Causes)
 }
 
-// TestUnknownKeysInKeyOrder: the key checks of a spec and of an entry skip
-// sorting when every key is allowed; when some are not, the causes still
-// come in key order, every run.
+// TestUnknownKeysInKeyOrder: the key checks of a spec and of an entry, and
+// a schema's object walk, skip sorting when every key is allowed; when some
+// are not, the causes still come in key order, every run, nested objects'
+// causes together under their key.
 func TestUnknownKeysInKeyOrder(t *testing.T) {
 	reg := NewDefaultRegistry()
 	tc := specCase{typ: "MeshTimeout",
 		spec: `{"zz":1,"to":[{"zeta":1,"targetRef":{"kind":"Mesh"},"alpha":2,"mid":3}],"default":{},"aa":1}`}
 	want := []string{"spec.aa: unknown field", "spec.default: MeshTimeout does not support default", "spec.zz: unknown field",
 		"spec.to[0].alpha: unknown field", "spec.to[0].mid: unknown field", "spec.to[0].zeta: unknown field"}
+	conf := specCase{typ: "MeshTimeout",
+		spec: `{"to":[{"targetRef":{"kind":"Mesh"},"default":{"zz":1,"idleTimeout":5,"aa":1,"http":{"zq":1,"requestTimeout":"x"}}}]}`}
+	confWant := []string{"spec.to[0].default.aa: unknown field", `spec.to[0].default.http.requestTimeout: invalid duration "x"`,
+		"spec.to[0].default.http.zq: unknown field", `spec.to[0].default.idleTimeout: must be a duration string like "5s", got number`,
+		"spec.to[0].default.zz: unknown field"}
 	for range 20 { // map iteration order varies between runs
 		if got := validateSpecCase(t, reg, tc); !reflect.DeepEqual(got, want) {
 			t.Fatalf("got  %q\nwant %q", got, want)
+		}
+		if got := validateSpecCase(t, reg, conf); !reflect.DeepEqual(got, confWant) {
+			t.Fatalf("conf: got  %q\nwant %q", got, confWant)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -179,16 +180,52 @@ func (s *Schema) validateObject(path string, v any, errs *ValidationError) bool 
 			errs.Add(joinPath(path, name), "must be set")
 		}
 	}
-	for _, k := range sortedKeys(obj) {
-		fs, known := s.fields[k]
-		switch {
-		case known && obj[k] != nil: // null means "not set", as in a merge patch
-			fs.validate(joinPath(path, k), obj[k], errs)
-		case !known && !s.open:
-			errs.Add(joinPath(path, k), "unknown field")
+	// Causes come in key order. The fields are checked in map order and
+	// the causes each key produced are put in key order afterwards, so a
+	// valid object (every policy a zone receives) pays no sort, and an
+	// invalid one is still validated once.
+	var spans []causeSpan
+	for k, v := range obj {
+		from := len(errs.Causes)
+		s.validateField(path, k, v, errs)
+		if to := len(errs.Causes); to > from {
+			spans = append(spans, causeSpan{k, from, to})
 		}
 	}
+	orderCauses(errs, spans)
 	return true
+}
+
+// causeSpan is the run of causes (from, to) one key of an object produced.
+type causeSpan struct {
+	key      string
+	from, to int
+}
+
+// orderCauses rearranges the causes of spans, which are adjacent and end
+// the list, into key order; each key's own causes keep their order.
+func orderCauses(errs *ValidationError, spans []causeSpan) {
+	if len(spans) < 2 {
+		return
+	}
+	start := spans[0].from
+	tail := append([]FieldError(nil), errs.Causes[start:]...)
+	slices.SortFunc(spans, func(a, b causeSpan) int { return strings.Compare(a.key, b.key) })
+	out := errs.Causes[:start]
+	for _, sp := range spans {
+		out = append(out, tail[sp.from-start:sp.to-start]...)
+	}
+	errs.Causes = out
+}
+
+func (s *Schema) validateField(path, k string, v any, errs *ValidationError) {
+	fs, known := s.fields[k]
+	switch {
+	case known && v != nil: // null means "not set", as in a merge patch
+		fs.validate(joinPath(path, k), v, errs)
+	case !known && !s.open:
+		errs.Add(joinPath(path, k), "unknown field")
+	}
 }
 
 func (s *Schema) validateString(path string, v any, errs *ValidationError) bool {
