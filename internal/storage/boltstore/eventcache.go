@@ -44,12 +44,15 @@ func (c *eventCache) get(k logKey) (storage.Event, bool) {
 	return ev, ok
 }
 
-func (c *eventCache) put(k logKey, ev storage.Event) {
+// put caches ev for k and returns the cached event (Last unset): when
+// another watcher decoded the entry first (both missed, both decoded), that
+// one, so every reader of an entry shares one resource.
+func (c *eventCache) put(k logKey, ev storage.Event) storage.Event {
 	ev.Last = false
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.byKey[k]; ok {
-		return
+	if cached, ok := c.byKey[k]; ok {
+		return cached
 	}
 	if len(c.ring) < cap(c.ring) {
 		c.ring = append(c.ring, k)
@@ -59,4 +62,5 @@ func (c *eventCache) put(k logKey, ev storage.Event) {
 		c.next = (c.next + 1) % len(c.ring)
 	}
 	c.byKey[k] = ev
+	return ev
 }

@@ -29,6 +29,22 @@ func TestEventCacheEvictsOldest(t *testing.T) {
 	}
 }
 
+// TestEventCacheKeepsTheFirstDecode: two watchers that both missed an entry
+// and decoded it end up with the first decode, so they share one resource
+// (TestWatchersShareDecodedEvents failed in CI when both decoded at once).
+func TestEventCacheKeepsTheFirstDecode(t *testing.T) {
+	c := newEventCache(4)
+	k := makeLogKey(1, 0)
+	first := &resource.Resource{Type: "Mesh", Name: "default"}
+	second := &resource.Resource{Type: "Mesh", Name: "default"}
+	if got := c.put(k, storage.Event{Kind: storage.EventPut, Revision: 1, Resource: first, Last: true}); got.Resource != first || got.Last {
+		t.Fatalf("first put returned %+v", got)
+	}
+	if got := c.put(k, storage.Event{Kind: storage.EventPut, Revision: 1, Resource: second}); got.Resource != first {
+		t.Fatalf("second put returned its own decode %p, want the cached %p", got.Resource, first)
+	}
+}
+
 // TestWatchersShareDecodedEvents: two watchers at the head get the same
 // decoded resource for an entry (decoded once), with Last set by each
 // reader.

@@ -138,7 +138,7 @@ func (s *Store) readLog(w *watcher, next *logKey) (events []storage.Event, more 
 				if ev, err = decodeEvent(resources, lk, v); err != nil {
 					return err
 				}
-				s.events.put(lk, ev)
+				ev = s.events.put(lk, ev)
 			}
 			// A revision commits atomically, so this snapshot holds all of
 			// its remaining entries: the event is the revision's last when
