@@ -56,11 +56,17 @@ type EtcdConfig struct {
 }
 
 // Health timing: a replica that has not completed a quorum read for
-// unhealthyAfter stops serving.
+// unhealthyAfter stops serving. unhealthyAfter must outlast the election
+// that follows the loss of the etcd leader (one member of three down must
+// change nothing: at 3 s a replica under CI load, 2 cores running the whole
+// test suite, turned unready during one and refused 20 writes in a row),
+// and stay under the store's request timeout (etcdstore's default 5 s), so
+// that by the time a write fails for lack of quorum the replica is unready
+// and refuses reads (they could be stale) and KDS streams.
 const (
 	healthInterval = time.Second
 	healthTimeout  = 1500 * time.Millisecond
-	unhealthyAfter = 3 * time.Second
+	unhealthyAfter = 4500 * time.Millisecond
 	electionTTL    = 5 // seconds
 )
 
