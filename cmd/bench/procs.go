@@ -276,17 +276,24 @@ func (e *env) waitTotal(planes []*plane, plural string, want int, since time.Tim
 // the same pages populated by the kernel in one call, MAP_POPULATE, 3 ms),
 // so they are a visible share of a cold start's and a rebuild's time.
 func minorFaults(pid int) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(data)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	fields := statFields(pid)
 	if len(fields) < 8 {
 		return 0
 	}
 	n, _ := strconv.ParseFloat(fields[7], 64)
 	return n
+}
+
+// statFields reads /proc/<pid>/stat and returns the fields after the
+// command name (which may hold spaces): state is [0], minflt [7], utime
+// [11], stime [12]. Nil when the process is gone.
+func statFields(pid int) []string {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	s := string(data)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 }
 
 // usage reads a process's RSS (MiB) and CPU seconds (user+system) from /proc.
@@ -299,16 +306,10 @@ func usage(pid int) (rssMiB, cpuSec float64) {
 			}
 		}
 	}
-	if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-		// Fields after the command name (which may hold spaces): utime
-		// and stime are the 12th and 13th after the closing parenthesis.
-		s := string(data)
-		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(fields) > 12 {
-			ut, _ := strconv.ParseFloat(fields[11], 64)
-			st, _ := strconv.ParseFloat(fields[12], 64)
-			cpuSec = (ut + st) / 100 // USER_HZ is 100 on Linux
-		}
+	if fields := statFields(pid); len(fields) > 12 {
+		ut, _ := strconv.ParseFloat(fields[11], 64)
+		st, _ := strconv.ParseFloat(fields[12], 64)
+		cpuSec = (ut + st) / 100 // USER_HZ is 100 on Linux
 	}
 	return rssMiB, cpuSec
 }
