@@ -194,6 +194,7 @@ func (s *Store) runGroup(reqs []*writeReq) (errs []error, dirty int, err error) 
 		return nil, -1, fmt.Errorf("boltstore: commit: %w", err)
 	}
 	if w.rev != w.startRev {
+		s.recent.publish(w.rev, w.changes)
 		s.revision.Store(w.rev)
 		s.commits.notify()
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 // testLogger shows the store's warnings and errors in the test output.
-func testLogger(t *testing.T) hclog.Logger {
+func testLogger(t testing.TB) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Name: "boltstore", Level: hclog.Warn, Output: t.Output()})
 }
 

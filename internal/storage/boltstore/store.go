@@ -54,6 +54,8 @@ type Store struct {
 	commits *broadcaster
 	// events shares decoded log entries among watchers.
 	events *eventCache
+	// recent mirrors the log's last commits for watchers at its head.
+	recent *recentLog
 
 	// mu guards closed and watchers, and serializes changes to compacted with
 	// watcher registration (see expire.go for why).
@@ -119,6 +121,7 @@ func Open(cfg Config) (*Store, error) {
 		watchChunk: defaultWatchChunk,
 	}
 	s.revision.Store(st.revision)
+	s.recent = newRecentLog(st.revision, recentLimit)
 	s.compacted.Store(st.compacted)
 	s.id = st.id
 	s.wg.Add(2)

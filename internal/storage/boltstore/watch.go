@@ -13,9 +13,10 @@ import (
 )
 
 // Watch design: each watcher is a goroutine with its own cursor into the
-// change log. It reads a bounded chunk in a short read transaction, sends
-// the events, and when it reaches the end of the log waits for the next
-// commit. Writers never wait for watchers (a slow consumer only delays its
+// change log. It reads a bounded chunk in a short read transaction (or,
+// at the head of the log, from the in-memory mirror of the last commits:
+// see recentLog), sends the events, and when it reaches the end of the log
+// waits for the next commit. Writers never wait for watchers (a slow consumer only delays its
 // own goroutine) and nothing is lost, because the log keeps every live key's
 // latest write and every delete until expiry, and expiry holds back for
 // watchers that have not read that far (see ExpireTombstones).
@@ -116,8 +117,19 @@ func (s *Store) watchFloor() uint64 {
 
 // readLog reads up to s.watchChunk log entries from *next on, advances *next
 // past them and publishes the watcher's position. more reports that the
-// chunk filled up before the end of the log.
+// chunk filled up before the end of the log. A watcher at the head reads the
+// in-memory mirror of the last commits; one further behind reads bbolt.
 func (s *Store) readLog(w *watcher, next *logKey) (events []storage.Event, more bool, err error) {
+	if events, after, pos, more, ok := s.recent.read(*next, s.watchChunk); ok {
+		*next = after
+		w.pos.Store(max(w.pos.Load(), pos))
+		return events, more, nil
+	}
+	return s.readStoredLog(w, next)
+}
+
+// readStoredLog is readLog from a bbolt read transaction.
+func (s *Store) readStoredLog(w *watcher, next *logKey) (events []storage.Event, more bool, err error) {
 	err = s.db.View(func(tx *bolt.Tx) error {
 		resources := tx.Bucket([]byte(bucketResources))
 		c := tx.Bucket([]byte(bucketLog)).Cursor()

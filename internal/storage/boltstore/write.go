@@ -28,6 +28,9 @@ type writeTx struct {
 	startRev  uint64
 	rev       uint64 // last revision assigned in this transaction
 	mutations int
+	// changes are the log's changes in order, published to the store's
+	// recentLog once the transaction commits.
+	changes []logChange
 }
 
 func newWriteTx(tx *bolt.Tx, clock Clock) *writeTx {
@@ -95,6 +98,10 @@ func (w *writeTx) writeResource(in *resource.Resource, mode kv.PutMode, rev uint
 	if err := w.put(w.resources, k, encodeRecord(lk, next)); err != nil {
 		return nil, 0, fmt.Errorf("boltstore: write %s: %w", key, err)
 	}
+	if old != nil {
+		w.changes = append(w.changes, logChange{key: old.log, dropped: true})
+	}
+	w.changes = append(w.changes, logChange{key: lk, ev: storage.Event{Kind: storage.EventPut, Revision: rev, Resource: next}})
 	return next, outcome, nil
 }
 
@@ -140,6 +147,8 @@ func (w *writeTx) deleteResource(key resource.Key, version uint64, rev uint64, i
 			return fmt.Errorf("boltstore: delete %s: %w", key, err)
 		}
 	}
+	w.changes = append(w.changes, logChange{key: old.log, dropped: true},
+		logChange{key: lk, ev: storage.Event{Kind: storage.EventDelete, Revision: rev, Resource: tomb}})
 	return nil
 }
 
