@@ -62,7 +62,8 @@ func BenchmarkFanOutOneChange(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			outs := make([]*outbound, 100)
 			for i := range outs {
-				outs[i] = &outbound{src: globalSource{reg: testRegistry, zone: "zone-" + itoa(i), copies: copies}}
+				outs[i] = &outbound{src: globalSource{reg: testRegistry, zone: "zone-" + itoa(i), copies: copies},
+					pending: newBatchBuilder()}
 			}
 			b.ReportAllocs()
 			version := uint64(0)
@@ -71,7 +72,8 @@ func BenchmarkFanOutOneChange(b *testing.B) {
 				r.Version = version // a new version: the first session maps it
 				for _, o := range outs {
 					send, _ := o.src.put(r)
-					_ = o.putEntry(r.Key(), send)
+					o.pending.add(o.putEntry(r.Key(), send))
+					_ = o.pending.build() // the batch a session sends for one change
 				}
 			}
 		})

@@ -667,23 +667,50 @@ func newEntry(local resource.Key, send *resource.Resource, remove *resource.Key)
 // (a batch applies puts before deletes, so a key must not be in both).
 type batchBuilder struct {
 	entries []entry
-	index   map[resource.Key]int
-	size    int
+	// index finds a key's entry once a batch has more than
+	// smallBatchEntries; a smaller one is searched in order. Most batches
+	// carry one change, and a map per batch was most of what a session
+	// allocated per change (one change to 100 zones: 100 maps).
+	index map[resource.Key]int
+	size  int
 }
 
-func newBatchBuilder() batchBuilder { return batchBuilder{index: map[resource.Key]int{}} }
+const smallBatchEntries = 8
+
+func newBatchBuilder() batchBuilder { return batchBuilder{} }
 
 func (b *batchBuilder) len() int { return len(b.entries) }
 
 func (b *batchBuilder) add(e entry) {
-	if i, ok := b.index[e.wireKey]; ok {
+	if i, ok := b.find(e.wireKey); ok {
 		b.size += e.size - b.entries[i].size
 		b.entries[i] = e
 		return
 	}
-	b.index[e.wireKey] = len(b.entries)
 	b.entries = append(b.entries, e)
 	b.size += e.size
+	switch {
+	case b.index != nil:
+		b.index[e.wireKey] = len(b.entries) - 1
+	case len(b.entries) > smallBatchEntries:
+		b.index = make(map[resource.Key]int, 2*len(b.entries))
+		for i, e := range b.entries {
+			b.index[e.wireKey] = i
+		}
+	}
+}
+
+func (b *batchBuilder) find(k resource.Key) (int, bool) {
+	if b.index != nil {
+		i, ok := b.index[k]
+		return i, ok
+	}
+	for i := range b.entries {
+		if b.entries[i].wireKey == k {
+			return i, true
+		}
+	}
+	return 0, false
 }
 
 // build returns the batch of the accumulated entries and resets the builder.
