@@ -71,6 +71,7 @@ func fleet(bins binariesAndN, r results) error {
 	// zone's: on two shared cores it added about 90 ms (A/B, four runs
 	// each: 508–574 ms without this wait, 412–475 with it).
 	quiesce([]*plane{g, z1, z2}, 500*time.Millisecond)
+	_, globalCPU0 := usage(g.proc.PID())
 	var start time.Time
 	z3, err := e.zoneStarted(g, "zone-3", resource.EnvUniversal, &start)
 	if err != nil {
@@ -86,6 +87,11 @@ func fleet(bins binariesAndN, r results) error {
 		return err
 	}
 	r["cold_zone_faults"] = minorFaults(z3.proc.PID())
+	// CPU seconds, steadier than the wall time on two shared cores: the
+	// zone's own (process start → lists all) and the global's meanwhile.
+	_, zoneCPU := usage(z3.proc.PID())
+	_, globalCPU := usage(g.proc.PID())
+	r["cold_zone_cpu_ms"], r["cold_zone_global_cpu_ms"] = zoneCPU*1000, (globalCPU-globalCPU0)*1000
 	profiles.Wait()
 
 	// One change at a time, each direction. The cold zone's tail (its
