@@ -6,12 +6,14 @@ import (
 	"github.com/meridian-mesh/meridian/internal/storage"
 )
 
-// eventCache shares decoded change-log entries among watchers. Every
-// watcher at the head of the log reads the same entries right after each
-// commit, and each decoded all of them on its own: a zone runs three (its
-// policy view, its sync session to the global, the console's change feed),
-// the global one per zone session and two more, so decoding was repeated
-// for every consumer (a fifth of a zone's CPU during a burst of writes).
+// eventCache shares decoded change-log entries among watchers that read
+// bbolt. Watchers at the head of the log read the committer's mirror
+// (recentLog) and decode nothing; the others (catching up on older
+// revisions, or behind the mirror after a burst) often read the same
+// entries within milliseconds of each other, and each decoded all of them
+// on its own: a zone runs three watchers (its policy view, its sync
+// session to the global, the console's change feed), the global one per
+// zone session and two more.
 //
 // An entry's event never changes: a log entry names a resource whose
 // record carries that entry (a rewrite drops the older entry and logs a new
