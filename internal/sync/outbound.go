@@ -669,8 +669,8 @@ type batchBuilder struct {
 	entries []entry
 	// index finds a key's entry once a batch has more than
 	// smallBatchEntries; a smaller one is searched in order. Most batches
-	// carry one change, and a map per batch was most of what a session
-	// allocated per change (one change to 100 zones: 100 maps).
+	// carry one change, and the map each builder made (at creation and at
+	// every reset) was most of what a session allocated per change.
 	index map[resource.Key]int
 	size  int
 }

@@ -13,13 +13,14 @@ import (
 )
 
 // Watch design: each watcher is a goroutine with its own cursor into the
-// change log. It reads a bounded chunk in a short read transaction (or,
-// at the head of the log, from the in-memory mirror of the last commits:
-// see recentLog), sends the events, and when it reaches the end of the log
-// waits for the next commit. Writers never wait for watchers (a slow consumer only delays its
-// own goroutine) and nothing is lost, because the log keeps every live key's
-// latest write and every delete until expiry, and expiry holds back for
-// watchers that have not read that far (see ExpireTombstones).
+// change log. It reads a bounded chunk in a short read transaction (or, at
+// the head of the log, from the in-memory mirror of the last commits: see
+// recentLog), sends the events, and when it reaches the end of the log
+// waits for the next commit. Writers never wait for watchers (a slow
+// consumer only delays its own goroutine) and nothing is lost, because the
+// log keeps every live key's latest write and every delete until expiry,
+// and expiry holds back for watchers that have not read that far (see
+// ExpireTombstones).
 
 const (
 	// defaultWatchChunk bounds the log entries read per read transaction,

@@ -66,8 +66,9 @@ func (w *writeTx) finish() error {
 }
 
 // writeResource applies one create, update or put as change idx of revision
-// rev. It returns the stored resource (owned by the caller); an Unchanged put
-// writes nothing.
+// rev. It returns the stored resource, which the commit also hands to
+// watchers (recentLog): immutable, like every resource.Resource passed on.
+// An Unchanged put writes nothing.
 func (w *writeTx) writeResource(in *resource.Resource, mode kv.PutMode, rev uint64, idx uint32) (*resource.Resource, storage.Outcome, error) {
 	key := in.Key()
 	k := kv.EncodeKey(key)
