@@ -130,6 +130,10 @@ func (s *Store) expiryLoop() {
 			if _, err := s.ExpireTombstones(context.Background()); err != nil && !errors.Is(err, storage.ErrClosed) {
 				s.log.Warn("tombstone expiry failed", "error", err)
 			}
+			s.mu.Lock()
+			floor := s.watchFloor()
+			s.mu.Unlock()
+			s.recent.release(floor)
 		}
 	}
 }

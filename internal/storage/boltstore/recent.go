@@ -120,6 +120,29 @@ func (r *recentLog) trim(keep uint64) {
 	r.base += uint64(cut)
 }
 
+// release drops the revisions every watcher has read (those <= floor) once
+// more than twice limit entries are held, so that a large last commit (a
+// cold zone's first holds every resource) is not kept until the next
+// commit. The expiry loop calls it.
+func (r *recentLog) release(floor uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.entries) <= 2*r.limit {
+		return
+	}
+	cut := 0
+	for cut < len(r.entries) && r.entries[cut].key.revision() <= floor {
+		delete(r.pos, r.entries[cut].key)
+		cut++
+	}
+	if cut == 0 {
+		return
+	}
+	r.from = max(r.from, r.entries[cut-1].key.revision()+1)
+	r.entries = append([]recentEntry(nil), r.entries[cut:]...)
+	r.base += uint64(cut)
+}
+
 // read returns up to max events from next on, as readLog would read them
 // from bbolt, and what readLog then records: the key to read next and the
 // position (every entry of a revision <= pos has been read). ok is false

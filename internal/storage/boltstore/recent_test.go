@@ -241,3 +241,36 @@ func BenchmarkWatchersReadACommit(b *testing.B) {
 		}
 	}
 }
+
+// TestRecentLogReleasesWhatEveryWatcherRead: a last commit larger than
+// twice the limit is dropped once every watcher has read it, and the mirror
+// then serves from the next revision on.
+func TestRecentLogReleasesWhatEveryWatcherRead(t *testing.T) {
+	r := newRecentLog(0, 1)
+	var big []logChange
+	for i := range 5 {
+		big = append(big, logChange{key: makeLogKey(1, uint32(i)), ev: storage.Event{Kind: storage.EventPut, Revision: 1,
+			Resource: &resource.Resource{Type: "Mesh", Name: fmt.Sprint(i)}}})
+	}
+	r.publish(1, big)
+	r.release(0) // a watcher has not read revision 1
+	if events, _, _, _, ok := r.read(makeLogKey(1, 0), 10); !ok || len(events) != 5 {
+		t.Fatalf("before every watcher read it: ok %v, %d events", ok, len(events))
+	}
+	r.release(1)
+	if _, _, _, _, ok := r.read(makeLogKey(1, 0), 10); ok {
+		t.Error("revision 1 still served after every watcher read it")
+	}
+	if len(r.entries) != 0 || len(r.pos) != 0 {
+		t.Errorf("%d entries, %d keys held", len(r.entries), len(r.pos))
+	}
+	events, _, pos, _, ok := r.read(makeLogKey(2, 0), 10)
+	if !ok || len(events) != 0 || pos != 1 {
+		t.Fatalf("at the head: ok %v, %d events, pos %d", ok, len(events), pos)
+	}
+	r.publish(2, []logChange{{key: makeLogKey(2, 0), ev: storage.Event{Kind: storage.EventPut, Revision: 2,
+		Resource: &resource.Resource{Type: "Mesh", Name: "next"}}}})
+	if events, _, _, _, ok := r.read(makeLogKey(2, 0), 10); !ok || len(events) != 1 || !events[0].Last {
+		t.Fatalf("the next commit: ok %v, %d events", ok, len(events))
+	}
+}
