@@ -144,10 +144,7 @@ func writeMixedHistory(t *testing.T, s *Store) {
 // read, and Last falls on the revision's last surviving entry.
 func TestRecentLogDropsWhatACommitRewrote(t *testing.T) {
 	r := newRecentLog(0, 100)
-	put := func(rev uint64, idx uint32, name string) logChange {
-		return logChange{key: makeLogKey(rev, idx), ev: storage.Event{Kind: storage.EventPut, Revision: rev,
-			Resource: &resource.Resource{Type: "Mesh", Name: name}}}
-	}
+	put := putChange
 	drop := func(rev uint64, idx uint32) logChange { return logChange{key: makeLogKey(rev, idx), dropped: true} }
 	// Revision 1: a, b. Revision 2 (one commit with revision 3): a again
 	// (drops 1/0), c then c again at revision 3 (drops 2/1).
@@ -176,13 +173,8 @@ func TestRecentLogDropsWhatACommitRewrote(t *testing.T) {
 // the front and never the last commit, however large.
 func TestRecentLogKeepsTheLastCommitWhole(t *testing.T) {
 	r := newRecentLog(0, 2)
-	var big []logChange
-	for i := range 5 {
-		big = append(big, logChange{key: makeLogKey(2, uint32(i)), ev: storage.Event{Kind: storage.EventPut, Revision: 2,
-			Resource: &resource.Resource{Type: "Mesh", Name: fmt.Sprint(i)}}})
-	}
-	r.publish(1, []logChange{{key: makeLogKey(1, 0), ev: storage.Event{Kind: storage.EventPut, Revision: 1, Resource: &resource.Resource{Type: "Mesh", Name: "x"}}}})
-	r.publish(2, big)
+	r.publish(1, commitOf(1, 1))
+	r.publish(2, commitOf(2, 5))
 	if _, _, _, _, ok := r.read(makeLogKey(1, 0), 10); ok {
 		t.Error("revision 1 is still served after trimming")
 	}
@@ -247,12 +239,7 @@ func BenchmarkWatchersReadACommit(b *testing.B) {
 // then serves from the next revision on.
 func TestRecentLogReleasesWhatEveryWatcherRead(t *testing.T) {
 	r := newRecentLog(0, 1)
-	var big []logChange
-	for i := range 5 {
-		big = append(big, logChange{key: makeLogKey(1, uint32(i)), ev: storage.Event{Kind: storage.EventPut, Revision: 1,
-			Resource: &resource.Resource{Type: "Mesh", Name: fmt.Sprint(i)}}})
-	}
-	r.publish(1, big)
+	r.publish(1, commitOf(1, 5))
 	r.release(0) // a watcher has not read revision 1
 	if events, _, _, _, ok := r.read(makeLogKey(1, 0), 10); !ok || len(events) != 5 {
 		t.Fatalf("before every watcher read it: ok %v, %d events", ok, len(events))
@@ -268,9 +255,23 @@ func TestRecentLogReleasesWhatEveryWatcherRead(t *testing.T) {
 	if !ok || len(events) != 0 || pos != 1 {
 		t.Fatalf("at the head: ok %v, %d events, pos %d", ok, len(events), pos)
 	}
-	r.publish(2, []logChange{{key: makeLogKey(2, 0), ev: storage.Event{Kind: storage.EventPut, Revision: 2,
-		Resource: &resource.Resource{Type: "Mesh", Name: "next"}}}})
+	r.publish(2, commitOf(2, 1))
 	if events, _, _, _, ok := r.read(makeLogKey(2, 0), 10); !ok || len(events) != 1 || !events[0].Last {
 		t.Fatalf("the next commit: ok %v, %d events", ok, len(events))
 	}
+}
+
+// putChange is a logged put of Mesh name as change idx of revision rev.
+func putChange(rev uint64, idx uint32, name string) logChange {
+	return logChange{key: makeLogKey(rev, idx), ev: storage.Event{Kind: storage.EventPut, Revision: rev,
+		Resource: &resource.Resource{Type: "Mesh", Name: name}}}
+}
+
+// commitOf is a commit of n puts at revision rev.
+func commitOf(rev uint64, n int) []logChange {
+	var out []logChange
+	for i := range n {
+		out = append(out, putChange(rev, uint32(i), fmt.Sprint(i)))
+	}
+	return out
 }
