@@ -16,7 +16,8 @@ import (
 // without decoding what was just encoded. Before it, every watcher opened a
 // read transaction per commit (a hundred per change on a global with a
 // hundred zones), and the first one decoded each entry (a cold zone decoded
-// 10,000 resources it had just written, about 15% of its CPU).
+// the 10,000 resources it had just written: about 15% of its CPU over its
+// first 5 s).
 //
 // It is an exact mirror of the log's surviving entries from revision from
 // on: a commit that rewrites or deletes a key drops that key's older entry
@@ -39,19 +40,20 @@ type recentLog struct {
 	entries []recentEntry
 	base    uint64
 	pos     map[logKey]uint64
-	// limit bounds the entries held (between limit and twice limit), except
-	// that the last commit is always held whole (a cold zone's first commit holds every resource, and its
-	// watchers read all of them next).
+	// limit bounds the entries held (at most twice limit, then trimmed to
+	// limit), except that the last commit is always held whole (a cold
+	// zone's first commit holds every resource, and its watchers read all
+	// of them next).
 	limit int
 }
 
 type recentEntry struct {
 	key     logKey
 	ev      storage.Event // Last unset: it depends on what follows
-	dropped bool          // rewritten or deleted by a later commit
+	dropped bool          // rewritten or deleted by a later change
 }
 
-// recentLimit is two watch chunks (the mirror holds two to four): every
+// recentLimit is two watch chunks (the mirror holds up to four): every
 // watcher at the head reads a commit within milliseconds of it.
 const recentLimit = 2 * defaultWatchChunk
 
