@@ -108,18 +108,10 @@ func (r *recentLog) trim(keep uint64) {
 		// Drop a whole revision, so that from names a complete one.
 		rev := r.entries[cut].key.revision()
 		for cut < len(r.entries) && r.entries[cut].key.revision() == rev {
-			delete(r.pos, r.entries[cut].key)
 			cut++
 		}
-		r.from = rev + 1
 	}
-	if cut == 0 {
-		return
-	}
-	// Copy what remains so the dropped entries' array (and the resources
-	// it points to) can be collected.
-	r.entries = append(make([]recentEntry, 0, max(len(r.entries)-cut, r.limit)), r.entries[cut:]...)
-	r.base += uint64(cut)
+	r.dropFront(cut)
 }
 
 // release drops the revisions every watcher has read (those <= floor) once
@@ -134,14 +126,23 @@ func (r *recentLog) release(floor uint64) {
 	}
 	cut := 0
 	for cut < len(r.entries) && r.entries[cut].key.revision() <= floor {
-		delete(r.pos, r.entries[cut].key)
 		cut++
 	}
+	r.dropFront(cut)
+}
+
+// dropFront drops the first cut entries, which end a revision, and copies
+// what remains so the dropped entries' array (and the resources it points
+// to) can be collected.
+func (r *recentLog) dropFront(cut int) {
 	if cut == 0 {
 		return
 	}
+	for _, e := range r.entries[:cut] {
+		delete(r.pos, e.key)
+	}
 	r.from = max(r.from, r.entries[cut-1].key.revision()+1)
-	r.entries = append([]recentEntry(nil), r.entries[cut:]...)
+	r.entries = append(make([]recentEntry, 0, max(len(r.entries)-cut, r.limit)), r.entries[cut:]...)
 	r.base += uint64(cut)
 }
 
