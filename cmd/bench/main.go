@@ -114,7 +114,7 @@ func figures(n, simZones int) []figure {
 }
 
 func main() {
-	controlplane.SetGzipLevel() // the simulated zones compress as zone-cp does
+	controlplane.RegisterSyncGzip() // the simulated zones compress as zone-cp does
 	runs := flag.Int("runs", 3, "runs of every scenario")
 	n := flag.Int("n", 10000, "policies per scenario")
 	simZones := flag.Int("sim-zones", 100, "simulated zones (0: skip)")

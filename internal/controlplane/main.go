@@ -1,7 +1,6 @@
 package controlplane
 
 import (
-	"compress/flate"
 	"context"
 	"fmt"
 	"io"
@@ -13,7 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc/encoding/gzip"
+	"google.golang.org/grpc/encoding"
 
 	"github.com/meridian-mesh/meridian/internal/flagconfig"
 	meridiansync "github.com/meridian-mesh/meridian/internal/sync"
@@ -98,7 +97,7 @@ func (f *CommonFlags) NewLogger(name string, w io.Writer) (hclog.Logger, error) 
 // Execute runs cmd with SIGINT/SIGTERM cancelling its context and turns an
 // error into one line on stderr and exit status 1.
 func Execute(cmd *cobra.Command) {
-	SetGzipLevel()
+	RegisterSyncGzip()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cmd.SilenceUsage = true
@@ -110,14 +109,14 @@ func Execute(cmd *cobra.Command) {
 	}
 }
 
-// SetGzipLevel makes the sync streams' gzip (KDS) compress at level 1, as
-// RPC stacks commonly do. At the default level every message resets 640 KB
-// of match tables, which for the many small batches and acknowledgements of
-// a sync stream cost more than the compression itself. grpc-go's level is
-// process-wide and must be set before any stream: Execute is the binaries'
-// first step (and the bench's simulated zones call it as zone-cp does).
-func SetGzipLevel() {
-	if err := gzip.SetLevel(flate.BestSpeed); err != nil {
-		panic(err) // a constant, valid level
-	}
+// RegisterSyncGzip makes the sync streams' gzip (KDS) the one in
+// internal/sync: a message of 4 KiB or more is deflated at level 1, as RPC
+// stacks commonly do (at the default level every message resets 640 KB of
+// match tables); a smaller one is sent in stored blocks, since deflating the
+// many small batches and acknowledgements of a stream cost more than it
+// saved. It replaces grpc-go's "gzip" in gRPC's process-wide registry, so it
+// runs before any stream: Execute is the binaries' first step (and the
+// bench's simulated zones call it as zone-cp does).
+func RegisterSyncGzip() {
+	encoding.RegisterCompressor(meridiansync.NewGzipCompressor(meridiansync.DefaultDeflateFrom))
 }
