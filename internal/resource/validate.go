@@ -3,9 +3,7 @@ package resource
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 )
@@ -178,31 +176,6 @@ func decodeSpec(raw json.RawMessage) (any, error) {
 	}
 	return v, err
 }
-
-// parseJSON decodes one JSON value with json.Number for numbers; empty
-// input is nil.
-func parseJSON(raw []byte) (any, error) {
-	if len(bytes.TrimSpace(raw)) == 0 {
-		return nil, nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("invalid JSON: %w", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		rest := bytes.TrimLeft(raw[dec.InputOffset():], " \t\r\n")
-		return nil, fmt.Errorf("invalid JSON: %w", &trailingDataError{offset: int64(len(raw)-len(rest)) + 1})
-	}
-	return v, nil
-}
-
-// trailingDataError is text after a complete JSON value; offset is counted
-// like json.SyntaxError's (the offending byte included).
-type trailingDataError struct{ offset int64 }
-
-func (e *trailingDataError) Error() string { return "unexpected data after the JSON value" }
 
 // decodeSpecObject parses a stored spec that must be an object.
 func decodeSpecObject(raw json.RawMessage) (map[string]any, error) {

@@ -1,0 +1,122 @@
+package resource
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// jsonParseCases are inputs where encoding/json's behaviour is easy to get
+// wrong: the token reader must give the same value or leave the input to
+// encoding/json.
+var jsonParseCases = []string{
+	`{}`, `[]`, `null`, `true`, `false`, `0`, `-0`, `1.5e300`, `-12.50E-3`, `123456789012345678901234567890`,
+	`""`, `"a\"b\\c\/d\b\f\n\r\t"`, `"\u00e9\u20ac\ud83d\ude00"`, `"é€😀"`, `"\u0000"`, `"<&>"`, `"\u2028\u2029"`,
+	`{"a":1,"a":2}`, `{"a":{"b":1},"a":[1]}`, `{"":""}`, ` { "a" : [ 1 , 2 ] } `, "\t\r\n{}\n",
+	`[1,"x",null,true,{"k":[[]]}]`,
+	// Refused by one or both.
+	`{"a":1,}`, `[1,]`, `{a:1}`, `'x'`, `01`, `1.`, `.5`, `+1`, `1e`, `NaN`, `"\x"`, "\"a\x01b\"", `{"a"}`,
+	`{"a":1}x`, `{"a":1} {"b":2}`, `{"a":1}]`, `[`, `{`, `"`, `tru`, `nul`,
+	// Only encoding/json takes these: it substitutes U+FFFD.
+	"\"\xff\"", "\"a\xc3\"", `"\ud800"`, `"\udc00x"`, `"\ud800\u0041"`, "{\"\xfe\":1}",
+	strings.Repeat("[", 10001) + strings.Repeat("]", 10001),
+	strings.Repeat("[", 10000) + strings.Repeat("]", 10000),
+}
+
+// checkParseJSON fails when the token reader accepts raw and its value
+// differs from encoding/json's, or accepts what encoding/json refuses.
+func checkParseJSON(t *testing.T, raw []byte) {
+	t.Helper()
+	fast, ok := parseJSONTokens(raw)
+	std, err := parseJSONStd(raw)
+	if !ok {
+		return
+	}
+	if err != nil {
+		t.Fatalf("token reader accepted what encoding/json refuses (%v): %q", err, raw)
+	}
+	if !reflect.DeepEqual(fast, std) {
+		t.Fatalf("values differ for %q:\ntokens: %#v\nstd:    %#v", raw, fast, std)
+	}
+}
+
+func TestParseJSONMatchesEncodingJSON(t *testing.T) {
+	accepted := 0
+	for _, c := range jsonParseCases {
+		checkParseJSON(t, []byte(c))
+		if _, ok := parseJSONTokens([]byte(c)); ok {
+			accepted++
+		}
+	}
+	if accepted < 20 {
+		t.Fatalf("the token reader took only %d of the valid cases: the fast path is not used", accepted)
+	}
+	// parseJSON itself: the token reader's answer or encoding/json's, with
+	// encoding/json's errors.
+	for _, c := range jsonParseCases {
+		if strings.TrimSpace(c) == "" {
+			continue
+		}
+		got, gotErr := parseJSON([]byte(c))
+		want, wantErr := parseJSONStd([]byte(c))
+		if (gotErr == nil) != (wantErr == nil) || (gotErr != nil && gotErr.Error() != wantErr.Error()) {
+			t.Errorf("parseJSON(%.40q) error %v, encoding/json %v", c, gotErr, wantErr)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("parseJSON(%.40q) = %#v, encoding/json %#v", c, got, want)
+		}
+	}
+	if v, err := parseJSON([]byte(" \n")); v != nil || err != nil {
+		t.Errorf("parseJSON(blank) = %v, %v; want nil, nil", v, err)
+	}
+}
+
+// FuzzParseJSONMatchesEncodingJSON: on any input the token reader gives
+// encoding/json's value or leaves the input to it. Seeds: the cases above
+// and every testdata document's spec.
+func FuzzParseJSONMatchesEncodingJSON(f *testing.F) {
+	for _, c := range jsonParseCases {
+		f.Add([]byte(c))
+	}
+	reg := NewDefaultRegistry()
+	files, _ := filepath.Glob("testdata/*/*.yaml")
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		docs, err := SplitDocuments(data)
+		if err != nil {
+			continue
+		}
+		for _, doc := range docs {
+			if r, err := reg.Decode(doc); err == nil && len(r.Spec) > 0 {
+				f.Add([]byte(r.Spec))
+			}
+		}
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) { checkParseJSON(t, raw) })
+}
+
+// BenchmarkParseJSON decodes a MeshTimeout's spec: parseJSON (the token
+// reader) against encoding/json (parseJSONStd, what parseJSON was).
+func BenchmarkParseJSON(b *testing.B) {
+	spec := []byte(`{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"MeshService","name":"backend"},` +
+		`"default":{"connectionTimeout":"5s","idleTimeout":"1h","http":{"requestTimeout":"15s","streamIdleTimeout":"30m"}}}],` +
+		`"from":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"20s","maxConnections":1024}}]}`)
+	for _, parse := range []struct {
+		name string
+		fn   func([]byte) (any, error)
+	}{{"tokens", parseJSON}, {"encoding-json", parseJSONStd}} {
+		b.Run(parse.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := parse.fn(spec); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
