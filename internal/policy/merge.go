@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/meridian-mesh/meridian/internal/condition"
+	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
 // Merging (SPEC 3.3).
@@ -620,14 +621,5 @@ func canonicalJSON(v any) json.RawMessage {
 // decodeJSON decodes raw JSON keeping numbers exact. An absent or null raw
 // value decodes to nil.
 func decodeJSON(raw json.RawMessage) (any, error) {
-	if len(bytes.TrimSpace(raw)) == 0 {
-		return nil, nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	return v, nil
+	return resource.ParseJSON(raw)
 }

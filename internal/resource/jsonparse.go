@@ -10,12 +10,16 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 )
 
-// parseJSON decodes one JSON value into generic values (map[string]any,
-// []any, string, bool, nil, and json.Number for numbers); empty input is
-// nil.
-//
-// Every spec a control plane validates, normalizes or receives is decoded
-// here, so it is on the write path and the cold zone's path. Valid input
+// ParseJSON decodes one JSON value into generic values (map[string]any,
+// []any, string, bool, nil, and json.Number for numbers, so they stay
+// exact); empty input is nil. It is the one generic JSON decoder of the
+// project: the registry's validation and normalization, the policy
+// engine's confs and the sync rewrites all read specs through it.
+func ParseJSON(raw []byte) (any, error) { return parseJSON(raw) }
+
+// parseJSON is ParseJSON. Every spec a control plane validates, normalizes,
+// receives or computes with is decoded here, so it is on the write path, the
+// fan-out and the cold zone's path. Valid input
 // is read by parseJSONTokens, which builds the values straight from a
 // token stream (encoding/json scans the input twice and decodes through
 // reflection: about 1.5× the time). Anything it does not take goes to

@@ -199,11 +199,16 @@ func referencesExternalService(spec json.RawMessage) bool {
 }
 
 func decodeObject(spec json.RawMessage) (map[string]any, error) {
-	dec := json.NewDecoder(bytes.NewReader(spec))
-	dec.UseNumber()
-	var obj map[string]any
-	if err := dec.Decode(&obj); err != nil {
+	v, err := resource.ParseJSON(spec)
+	if err != nil {
 		return nil, fmt.Errorf("spec: %w", err)
+	}
+	if v == nil {
+		return nil, nil
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("spec: must be a JSON object, got %T", v)
 	}
 	return obj, nil
 }
