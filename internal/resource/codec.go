@@ -537,23 +537,25 @@ func (reg *Registry) EncodeJSON(r *Resource) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var buf bytes.Buffer
-	buf.WriteByte('{')
+	out := make([]byte, 0, 256+len(r.Spec)+len(r.Status))
+	out = append(out, '{')
 	for i, m := range ms {
 		if i > 0 {
-			buf.WriteByte(',')
+			out = append(out, ',')
 		}
 		key, _ := canonicalJSON(m.key)
+		out = append(append(out, key...), ':')
+		if next, ok := appendCanonical(out, m.value); ok {
+			out = next
+			continue
+		}
 		value, err := canonicalJSON(m.value)
 		if err != nil {
 			return nil, fmt.Errorf("encode %s: %s: %w", r.Key(), m.key, err)
 		}
-		buf.Write(key)
-		buf.WriteByte(':')
-		buf.Write(value)
+		out = append(out, value...)
 	}
-	buf.WriteByte('}')
-	return buf.Bytes(), nil
+	return append(out, '}'), nil
 }
 
 // EncodeYAML writes a resource as a YAML document in the Universal shape,

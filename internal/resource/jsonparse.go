@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -119,3 +122,103 @@ func tokenValue(dec *jsontext.Decoder) (any, error) {
 type trailingDataError struct{ offset int64 }
 
 func (e *trailingDataError) Error() string { return "unexpected data after the JSON value" }
+
+// canonicalJSON encodes a decoded value compactly, keys sorted, without
+// HTML escaping (specs carry Envoy configs with '<' and '&'): the stored
+// form of every spec, so equal specs have equal bytes. The bytes are
+// encoding/json's (canonicalJSONStd); appendCanonical writes them without
+// reflection for what parseJSON produces, and leaves anything else to
+// encoding/json. FuzzCanonicalJSONMatchesEncodingJSON holds the two to the
+// same bytes.
+func canonicalJSON(v any) ([]byte, error) {
+	var scratch [512]byte
+	if out, ok := appendCanonical(scratch[:0], v); ok {
+		return bytes.Clone(out), nil // exactly sized: specs are held by the thousand
+	}
+	return canonicalJSONStd(v)
+}
+
+// canonicalJSONStd is canonicalJSON by encoding/json.
+func canonicalJSONStd(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, fmt.Errorf("encode JSON: %w", err)
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+// appendCanonical appends v as encoding/json with SetEscapeHTML(false)
+// writes it; ok is false for a value it does not handle (another Go type,
+// a number that is not a JSON number, invalid UTF-8, U+2028/U+2029, which
+// encoding/json escapes and jsontext.AppendQuote does not).
+func appendCanonical(dst []byte, v any) (out []byte, ok bool) {
+	switch v := v.(type) {
+	case nil:
+		return append(dst, "null"...), true
+	case bool:
+		return strconv.AppendBool(dst, v), true
+	case string:
+		return appendCanonicalString(dst, v)
+	case json.Number:
+		if !isJSONNumber(v) {
+			return dst, false
+		}
+		return append(dst, v...), true
+	case json.RawMessage:
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, v); err != nil { // encoding/json compacts a RawMessage
+			return dst, false
+		}
+		return append(dst, buf.Bytes()...), true
+	case []any:
+		dst = append(dst, '[')
+		for i, e := range v {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			if dst, ok = appendCanonical(dst, e); !ok {
+				return dst, false
+			}
+		}
+		return append(dst, ']'), true
+	case map[string]any:
+		var small [16]string // a spec's objects have a few keys: no allocation
+		keys := small[:0]
+		for k := range v {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		dst = append(dst, '{')
+		for i, k := range keys {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			if dst, ok = appendCanonicalString(dst, k); !ok {
+				return dst, false
+			}
+			dst = append(dst, ':')
+			if dst, ok = appendCanonical(dst, v[k]); !ok {
+				return dst, false
+			}
+		}
+		return append(dst, '}'), true
+	}
+	return dst, false
+}
+
+func appendCanonicalString(dst []byte, s string) ([]byte, bool) {
+	if strings.Contains(s, "\u2028") || strings.Contains(s, "\u2029") {
+		return dst, false
+	}
+	out, err := jsontext.AppendQuote(dst, s)
+	return out, err == nil
+}
+
+// isJSONNumber reports whether n is one JSON number and nothing else, as
+// encoding/json requires of a json.Number it encodes.
+func isJSONNumber(n json.Number) bool {
+	isDigit := func(c byte) bool { return '0' <= c && c <= '9' }
+	return n != "" && (n[0] == '-' || isDigit(n[0])) && isDigit(n[len(n)-1]) && jsontext.Value(n).IsValid()
+}

@@ -1,6 +1,8 @@
 package resource
 
 import (
+	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -114,6 +116,98 @@ func BenchmarkParseJSON(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := parse.fn(spec); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// checkCanonicalJSON fails when appendCanonical writes other bytes than
+// encoding/json for v, or takes a value encoding/json refuses.
+func checkCanonicalJSON(t *testing.T, v any) {
+	t.Helper()
+	fast, ok := appendCanonical(nil, v)
+	std, err := canonicalJSONStd(v)
+	if !ok {
+		return
+	}
+	if err != nil {
+		t.Fatalf("appendCanonical wrote %q for a value encoding/json refuses (%v): %#v", fast, err, v)
+	}
+	if !bytes.Equal(fast, std) {
+		t.Fatalf("canonical bytes differ for %#v:\nfast: %s\nstd:  %s", v, fast, std)
+	}
+}
+
+func TestCanonicalJSONMatchesEncodingJSON(t *testing.T) {
+	values := []any{
+		nil, true, false, "", "<&>", "a\"b\\c\b\f\n\r\t\x00\x01\x1f\x7f", "é€😀", "\u2028", "x\u2029", "\xff", "a\xc3",
+		json.Number("0"), json.Number("-1.5e+10"), json.Number(""), json.Number("01"), json.Number(" 1"),
+		json.Number(`"1"`), json.Number("1 "), json.Number("NaN"),
+		json.RawMessage(`{ "b" : [1, 2], "a" : "<\u2028>" }`), json.RawMessage(`{"a":`), json.RawMessage("\"\u2028\""),
+		[]any{}, map[string]any{}, []any{nil, "x", json.Number("2")},
+		map[string]any{"b": 1.5, "a": "x"}, map[string]any{"z": []any{map[string]any{"\u2028": 1}}},
+		map[string]string{"a": "b"}, 42, 1.5, []string{"a"},
+	}
+	taken := 0
+	for _, v := range values {
+		checkCanonicalJSON(t, v)
+		if _, ok := appendCanonical(nil, v); ok {
+			taken++
+		}
+	}
+	for _, c := range jsonParseCases {
+		if v, err := parseJSONStd([]byte(c)); err == nil {
+			checkCanonicalJSON(t, v)
+			if _, ok := appendCanonical(nil, v); ok {
+				taken++
+			}
+		}
+	}
+	if taken < 30 {
+		t.Fatalf("appendCanonical took only %d values: the fast path is not used", taken)
+	}
+	// canonicalJSON itself gives encoding/json's bytes and errors.
+	for _, v := range values {
+		got, gotErr := canonicalJSON(v)
+		want, wantErr := canonicalJSONStd(v)
+		if !bytes.Equal(got, want) || (gotErr == nil) != (wantErr == nil) {
+			t.Errorf("canonicalJSON(%#v) = %s, %v; encoding/json %s, %v", v, got, gotErr, want, wantErr)
+		}
+	}
+}
+
+// FuzzCanonicalJSONMatchesEncodingJSON: for whatever parseJSON decodes,
+// appendCanonical writes encoding/json's bytes or leaves the value to it.
+func FuzzCanonicalJSONMatchesEncodingJSON(f *testing.F) {
+	for _, c := range jsonParseCases {
+		f.Add([]byte(c))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if v, err := parseJSON(raw); err == nil {
+			checkCanonicalJSON(t, v)
+			checkCanonicalJSON(t, json.RawMessage(raw))
+		}
+	})
+}
+
+// BenchmarkCanonicalJSON encodes a decoded MeshTimeout spec.
+func BenchmarkCanonicalJSON(b *testing.B) {
+	v, err := parseJSON([]byte(`{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"MeshService","name":"backend"},` +
+		`"default":{"connectionTimeout":"5s","idleTimeout":"1h","http":{"requestTimeout":"15s","streamIdleTimeout":"30m"}}}],` +
+		`"from":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"20s","maxConnections":1024}}]}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, enc := range []struct {
+		name string
+		fn   func(any) ([]byte, error)
+	}{{"append", canonicalJSON}, {"encoding-json", canonicalJSONStd}} {
+		b.Run(enc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := enc.fn(v); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -1,7 +1,6 @@
 package resource
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -218,16 +217,4 @@ func canonicalOrSame(raw json.RawMessage) json.RawMessage {
 		return raw
 	}
 	return out
-}
-
-// canonicalJSON encodes a decoded value compactly, keys sorted, without
-// HTML escaping (specs carry Envoy configs with '<' and '&').
-func canonicalJSON(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, fmt.Errorf("encode JSON: %w", err)
-	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
 }
