@@ -96,7 +96,9 @@
 //	srv, _ := sync.NewServer(sync.ServerConfig{Store: store, Registry: reg, Authenticator: access,
 //		Admission: adm, Logger: log.Named("kds"), SoftwareVersion: version.Version, Metrics: promRegistry})
 //	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsMat.Config)), grpc.MaxRecvMsgSize(6<<20))
-//	syncv1.RegisterSyncServiceServer(gs, srv) // and import _ "google.golang.org/grpc/encoding/gzip"
+//	syncv1.RegisterSyncServiceServer(gs, srv)
+//	// gzip: encoding.RegisterCompressor(sync.NewGzipCompressor(sync.DefaultDeflateFrom)) before any stream
+//	// (controlplane.RegisterSyncGzip): stored blocks under 4 KiB, level 1 above; any gzip peer reads both.
 //	go gs.Serve(kdsListener)
 //	// on shutdown: srv.Shutdown(); gs.GracefulStop()
 //	// API: srv.Statuses() for GET /zones, srv.Status(name) for /zones/{name}/_overview,
@@ -111,7 +113,7 @@
 //		Environment: env, SystemNamespace: sysNS, Target: globalAddress, Admission: adm,
 //		Token: func() (string, error) { b, err := os.ReadFile(tokenFile); return strings.TrimSpace(string(b)), err },
 //		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tc)),
-//			grpc.WithDefaultCallOptions(grpc.UseCompressor(gzip.Name), grpc.MaxCallRecvMsgSize(16<<20))},
+//			grpc.WithDefaultCallOptions(grpc.UseCompressor(sync.GzipName), grpc.MaxCallRecvMsgSize(16<<20))},
 //		Logger: log.Named("kds"), SoftwareVersion: version.Version, Metrics: promRegistry})
 //	go c.Run(ctx) // returns nil when ctx ends; c.Status() for the zone's own API
 package sync
