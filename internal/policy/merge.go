@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -606,16 +605,15 @@ func (st foldState) applied() (Applied, bool) {
 }
 
 // canonicalJSON encodes v with sorted object keys and without HTML escaping
-// (proxy patches carry Envoy YAML with '<' and '&').
+// (proxy patches carry Envoy YAML with '<' and '&'): resource.CanonicalJSON,
+// the stored form.
 func canonicalJSON(v any) json.RawMessage {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	out, err := resource.CanonicalJSON(v)
+	if err != nil {
 		// v comes from decoding JSON, so it always encodes; keep output valid anyway.
 		return json.RawMessage("null")
 	}
-	return json.RawMessage(bytes.TrimRight(buf.Bytes(), "\n"))
+	return out
 }
 
 // decodeJSON decodes raw JSON keeping numbers exact. An absent or null raw

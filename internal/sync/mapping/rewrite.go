@@ -213,16 +213,14 @@ func decodeObject(spec json.RawMessage) (map[string]any, error) {
 	return obj, nil
 }
 
-// encodeObject writes compact JSON with sorted keys and without HTML
-// escaping, the canonical form the registry's Normalize produces.
+// encodeObject writes the canonical form the registry's Normalize produces
+// (resource.CanonicalJSON).
 func encodeObject(obj map[string]any) (json.RawMessage, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(obj); err != nil {
+	out, err := resource.CanonicalJSON(obj)
+	if err != nil {
 		return nil, fmt.Errorf("spec: %w", err)
 	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+	return out, nil
 }
 
 // zoneNamespace is ns as the hash and the k8s.kuma.io/namespace label see

@@ -22,14 +22,13 @@ func ParseJSON(raw []byte) (any, error) { return parseJSON(raw) }
 
 // parseJSON is ParseJSON. Every spec a control plane validates, normalizes,
 // receives or computes with is decoded here, so it is on the write path, the
-// fan-out and the cold zone's path. Valid input
-// is read by parseJSONTokens, which builds the values straight from a
-// token stream (encoding/json scans the input twice and decodes through
-// reflection: about 1.5× the time). Anything it does not take goes to
-// parseJSONStd, so that encoding/json decides and words every refusal as
-// before, and decodes what only it accepts (invalid UTF-8, lone surrogate
-// escapes: it substitutes U+FFFD). FuzzParseJSONMatchesEncodingJSON holds
-// the two to the same values.
+// fan-out and the cold zone's path. Valid input is read by parseJSONTokens,
+// which builds the values straight from a token stream (encoding/json scans
+// the input twice and decodes through reflection: about 1.5× the time).
+// Anything it does not take goes to parseJSONStd, so that encoding/json
+// decides and words every refusal as before, and decodes what only it
+// accepts (invalid UTF-8, lone surrogate escapes: it substitutes U+FFFD).
+// FuzzParseJSONMatchesEncodingJSON holds the two to the same values.
 func parseJSON(raw []byte) (any, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil, nil
@@ -65,7 +64,7 @@ func parseJSONTokens(raw []byte) (v any, ok bool) {
 	if err != nil {
 		return nil, false
 	}
-	if _, err := dec.ReadToken(); err != io.EOF {
+	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
 		return nil, false
 	}
 	return v, true
@@ -122,6 +121,10 @@ func tokenValue(dec *jsontext.Decoder) (any, error) {
 type trailingDataError struct{ offset int64 }
 
 func (e *trailingDataError) Error() string { return "unexpected data after the JSON value" }
+
+// CanonicalJSON encodes a decoded value in the canonical stored form
+// (canonicalJSON); the sync rewrites re-encode specs with it.
+func CanonicalJSON(v any) ([]byte, error) { return canonicalJSON(v) }
 
 // canonicalJSON encodes a decoded value compactly, keys sorted, without
 // HTML escaping (specs carry Envoy configs with '<' and '&'): the stored
