@@ -164,7 +164,7 @@ func jsonSyntaxError(data []byte, err error) error {
 // `[`) must be valid JSON, so that a JSON mistake is reported as one, with
 // its position, instead of being read as lenient YAML; other documents are
 // YAML, flow style ({type: Mesh}) included.
-func parseDocument(doc []byte) (map[string]any, error) {
+func parseDocument(doc []byte, names internTable) (map[string]any, error) {
 	trimmed := bytes.TrimSpace(bytes.TrimPrefix(doc, []byte(utf8BOM)))
 	if len(trimmed) == 0 {
 		return nil, errors.New("empty document")
@@ -177,7 +177,7 @@ func parseDocument(doc []byte) (map[string]any, error) {
 		}
 		jsonDoc = out
 	}
-	v, err := parseJSON(jsonDoc)
+	v, err := parseJSONWith(jsonDoc, names)
 	if err != nil {
 		return nil, jsonSyntaxError(jsonDoc, err)
 	}
@@ -201,7 +201,7 @@ func looksLikeJSON(doc []byte) bool {
 // is not YAML/JSON at all is a plain error saying where it breaks. Decode
 // checks shapes only; Validate checks values.
 func (reg *Registry) Decode(doc []byte) (*Resource, error) {
-	obj, err := parseDocument(doc)
+	obj, err := parseDocument(doc, reg.vocab)
 	if err != nil {
 		return nil, err
 	}

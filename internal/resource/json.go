@@ -29,11 +29,16 @@ func ParseJSON(raw []byte) (any, error) { return parseJSON(raw) }
 // decides and words every refusal as before, and decodes what only it
 // accepts (invalid UTF-8, lone surrogate escapes: it substitutes U+FFFD).
 // FuzzParseJSONMatchesEncodingJSON holds the two to the same values.
-func parseJSON(raw []byte) (any, error) {
+func parseJSON(raw []byte) (any, error) { return parseJSONWith(raw, nil) }
+
+// parseJSONWith is parseJSON with names: the registry's methods pass the
+// vocabulary of its schemas, so that the names and enum values every spec
+// repeats are not allocated again for each spec.
+func parseJSONWith(raw []byte, names internTable) (any, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil, nil
 	}
-	if v, ok := parseJSONTokens(raw); ok {
+	if v, ok := parseJSONTokens(raw, names); ok {
 		return v, nil
 	}
 	return parseJSONStd(raw)
@@ -57,10 +62,10 @@ func parseJSONStd(raw []byte) (any, error) {
 // parseJSONTokens decodes raw when it is exactly one valid JSON value in
 // valid UTF-8; ok is false otherwise. Duplicate names are allowed and the
 // last one wins, as encoding/json decodes them into a map.
-func parseJSONTokens(raw []byte) (v any, ok bool) {
+func parseJSONTokens(raw []byte, names internTable) (v any, ok bool) {
 	// A bytes.Buffer is parsed in place, without a copy (jsontext.NewDecoder).
 	dec := jsontext.NewDecoder(bytes.NewBuffer(raw), jsontext.AllowDuplicateNames(true))
-	v, err := tokenValue(dec)
+	v, err := tokenValue(dec, names)
 	if err != nil {
 		return nil, false
 	}
@@ -71,30 +76,41 @@ func parseJSONTokens(raw []byte) (v any, ok bool) {
 }
 
 // tokenValue reads the next value from dec.
-func tokenValue(dec *jsontext.Decoder) (any, error) {
-	tok, err := dec.ReadToken()
-	if err != nil {
-		return nil, err
-	}
-	switch tok.Kind() {
+func tokenValue(dec *jsontext.Decoder, names internTable) (any, error) {
+	switch dec.PeekKind() {
+	case '"':
+		raw, err := dec.ReadValue()
+		if err != nil {
+			return nil, err
+		}
+		return names.value(raw)
 	case '{':
+		if _, err := dec.ReadToken(); err != nil {
+			return nil, err
+		}
 		m := map[string]any{}
 		for dec.PeekKind() != '}' {
-			name, err := dec.ReadToken()
+			raw, err := dec.ReadValue() // the name
 			if err != nil {
 				return nil, err
 			}
-			k := name.String()
-			if m[k], err = tokenValue(dec); err != nil {
+			k, err := names.str(raw)
+			if err != nil {
+				return nil, err
+			}
+			if m[k], err = tokenValue(dec, names); err != nil {
 				return nil, err
 			}
 		}
 		_, err := dec.ReadToken()
 		return m, err
 	case '[':
+		if _, err := dec.ReadToken(); err != nil {
+			return nil, err
+		}
 		a := []any{}
 		for dec.PeekKind() != ']' {
-			v, err := tokenValue(dec)
+			v, err := tokenValue(dec, names)
 			if err != nil {
 				return nil, err
 			}
@@ -102,8 +118,12 @@ func tokenValue(dec *jsontext.Decoder) (any, error) {
 		}
 		_, err := dec.ReadToken()
 		return a, err
-	case '"':
-		return tok.String(), nil
+	}
+	tok, err := dec.ReadToken()
+	if err != nil {
+		return nil, err
+	}
+	switch tok.Kind() {
 	case '0':
 		return json.Number(tok.String()), nil // a number token's String is its literal
 	case 't':
@@ -114,6 +134,69 @@ func tokenValue(dec *jsontext.Decoder) (any, error) {
 		return nil, nil
 	}
 	return nil, fmt.Errorf("unexpected JSON token %v", tok.Kind())
+}
+
+// internTable maps a string specs repeat (a schema's field names and enum
+// values, the target kinds) to one shared copy, and to that copy already
+// held in an interface, so that decoding it allocates nothing. Built once
+// by NewRegistry and only read afterwards: safe for concurrent use. A nil
+// table interns nothing.
+type internTable map[string]interned
+
+type interned struct {
+	str   string
+	boxed any
+}
+
+func (t internTable) add(s string) {
+	if _, ok := t[s]; !ok {
+		t[s] = interned{str: s, boxed: s}
+	}
+}
+
+// str unquotes a JSON string the decoder has read (so it is valid and in
+// valid UTF-8); one without escapes is its bytes between the quotes.
+func (t internTable) str(raw jsontext.Value) (string, error) {
+	body := raw[1 : len(raw)-1]
+	if bytes.IndexByte(body, '\\') >= 0 {
+		b, err := jsontext.AppendUnquote(nil, raw)
+		return string(b), err
+	}
+	if e, ok := t[string(body)]; ok { // the conversion does not allocate
+		return e.str, nil
+	}
+	return string(body), nil
+}
+
+// value is str as a decoded JSON value.
+func (t internTable) value(raw jsontext.Value) (any, error) {
+	body := raw[1 : len(raw)-1]
+	if bytes.IndexByte(body, '\\') < 0 {
+		if e, ok := t[string(body)]; ok {
+			return e.boxed, nil
+		}
+	}
+	s, err := t.str(raw)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// addSchema adds every field name and enum value of s and the schemas
+// below it.
+func (t internTable) addSchema(s *Schema) {
+	if s == nil {
+		return
+	}
+	for name, f := range s.fields {
+		t.add(name)
+		t.addSchema(f)
+	}
+	for _, e := range s.enum {
+		t.add(e)
+	}
+	t.addSchema(s.elem)
 }
 
 // trailingDataError is text after a complete JSON value; offset is counted

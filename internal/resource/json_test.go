@@ -29,18 +29,51 @@ var jsonParseCases = []string{
 
 // checkParseJSON fails when the token reader accepts raw and its value
 // differs from encoding/json's, or accepts what encoding/json refuses.
+// It checks the reader without an intern table and with the default
+// registry's.
 func checkParseJSON(t *testing.T, raw []byte) {
 	t.Helper()
-	fast, ok := parseJSONTokens(raw)
 	std, err := parseJSONStd(raw)
-	if !ok {
-		return
+	for _, names := range []internTable{nil, testVocab} {
+		fast, ok := parseJSONTokens(raw, names)
+		if !ok {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("token reader accepted what encoding/json refuses (%v): %q", err, raw)
+		}
+		if !reflect.DeepEqual(fast, std) {
+			t.Fatalf("values differ for %q (intern table: %v):\ntokens: %#v\nstd:    %#v", raw, names != nil, fast, std)
+		}
 	}
-	if err != nil {
-		t.Fatalf("token reader accepted what encoding/json refuses (%v): %q", err, raw)
+}
+
+// testVocab is the default registry's intern table.
+var testVocab = NewDefaultRegistry().vocab
+
+// TestParseJSONInternsTheVocabulary: names and values of the registry's
+// vocabulary decode to the table's shared strings, written plainly or with
+// escapes, and cost fewer allocations than without the table.
+func TestParseJSONInternsTheVocabulary(t *testing.T) {
+	for _, w := range []string{"targetRef", "kind", "Mesh", "MeshService", "idleTimeout", "MeshTimeout", "default"} {
+		if _, ok := testVocab[w]; !ok {
+			t.Fatalf("%q is not in the default registry's vocabulary", w)
+		}
 	}
-	if !reflect.DeepEqual(fast, std) {
-		t.Fatalf("values differ for %q:\ntokens: %#v\nstd:    %#v", raw, fast, std)
+	spec := []byte(`{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"MeshService","name":"backend"},` +
+		`"default":{"idleTimeout":"5s","connectionTimeout":"1s"}}]}`)
+	escaped := []byte(`{"t\u0061rgetRef":{"kind":"Me\u0073h"}}`)
+	for _, raw := range [][]byte{spec, escaped} {
+		got, ok := parseJSONTokens(raw, testVocab)
+		want, err := parseJSONStd(raw)
+		if !ok || err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: got %#v (ok %v), encoding/json %#v (%v)", raw, got, ok, want, err)
+		}
+	}
+	without := testing.AllocsPerRun(100, func() { parseJSONTokens(spec, nil) })
+	with := testing.AllocsPerRun(100, func() { parseJSONTokens(spec, testVocab) })
+	if with >= without-10 {
+		t.Fatalf("allocations per parse: %v with the table, %v without; want at least 10 fewer", with, without)
 	}
 }
 
@@ -48,7 +81,7 @@ func TestParseJSONMatchesEncodingJSON(t *testing.T) {
 	accepted := 0
 	for _, c := range jsonParseCases {
 		checkParseJSON(t, []byte(c))
-		if _, ok := parseJSONTokens([]byte(c)); ok {
+		if _, ok := parseJSONTokens([]byte(c), nil); ok {
 			accepted++
 		}
 	}
@@ -102,8 +135,10 @@ func FuzzParseJSONMatchesEncodingJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte) { checkParseJSON(t, raw) })
 }
 
-// BenchmarkParseJSON decodes a MeshTimeout's spec: parseJSON (the token
-// reader) against encoding/json (parseJSONStd, what parseJSON was).
+// BenchmarkParseJSON decodes a MeshTimeout's spec: the token reader with
+// the registry's intern table (what Decode, Normalize and Validate use) and
+// without it (ParseJSON), against encoding/json (parseJSONStd, what
+// parseJSON was).
 func BenchmarkParseJSON(b *testing.B) {
 	spec := []byte(`{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"MeshService","name":"backend"},` +
 		`"default":{"connectionTimeout":"5s","idleTimeout":"1h","http":{"requestTimeout":"15s","streamIdleTimeout":"30m"}}}],` +
@@ -111,7 +146,11 @@ func BenchmarkParseJSON(b *testing.B) {
 	for _, parse := range []struct {
 		name string
 		fn   func([]byte) (any, error)
-	}{{"tokens", parseJSON}, {"encoding-json", parseJSONStd}} {
+	}{
+		{"tokens-vocabulary", func(raw []byte) (any, error) { return parseJSONWith(raw, testVocab) }},
+		{"tokens", parseJSON},
+		{"encoding-json", parseJSONStd},
+	} {
 		b.Run(parse.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

@@ -108,6 +108,9 @@ type Registry struct {
 	// cond compiles seed 002 `when` expressions, for validation and for the
 	// policy engine (Conditions), so both use one CEL environment.
 	cond *condition.Env
+	// vocab: the strings every spec repeats, decoded without allocating
+	// (internTable).
+	vocab internTable
 }
 
 // Conditions returns the CEL environment `when` expressions are compiled
@@ -137,7 +140,26 @@ func NewRegistry(descs ...*TypeDescriptor) (*Registry, error) {
 		reg.names = append(reg.names, d.Name)
 	}
 	sort.Strings(reg.names)
+	reg.vocab = vocabulary(descs)
 	return reg, nil
+}
+
+// vocabulary is the intern table of the registry's specs: the envelope's and
+// targetRef's field names, the target kinds and type names, and every field
+// name and enum value of the types' schemas.
+func vocabulary(descs []*TypeDescriptor) internTable {
+	t := internTable{}
+	for _, s := range []string{"type", "mesh", "name", "namespace", "labels", "spec", "status", "targetRef", "kind",
+		"sectionName", "proxyTypes", "tags", "to", "from", "rules", "default", "matches", "spiffeID", "value"} {
+		t.add(s)
+	}
+	for _, d := range descs {
+		t.add(d.Name)
+		for _, s := range []*Schema{d.Spec, d.Conf, d.RuleConf} {
+			t.addSchema(s)
+		}
+	}
+	return t
 }
 
 // Lookup finds a type by name (exact, e.g. "MeshTimeout").

@@ -148,7 +148,7 @@ func namespaced(d *TypeDescriptor) bool {
 }
 
 func (reg *Registry) validateSpec(d *TypeDescriptor, r *Resource, opts ValidateOptions, errs *ValidationError) {
-	spec, err := decodeSpec(r.Spec)
+	spec, err := decodeSpec(r.Spec, reg.vocab)
 	if err != nil {
 		errs.Add("spec", "%v", err)
 		return
@@ -168,8 +168,8 @@ func (reg *Registry) validateSpec(d *TypeDescriptor, r *Resource, opts ValidateO
 }
 
 // decodeSpec parses a stored spec; an absent or null spec is an empty object.
-func decodeSpec(raw json.RawMessage) (any, error) {
-	v, err := parseJSON(raw)
+func decodeSpec(raw json.RawMessage, names internTable) (any, error) {
+	v, err := parseJSONWith(raw, names)
 	if v == nil && err == nil {
 		return map[string]any{}, nil
 	}
@@ -178,7 +178,7 @@ func decodeSpec(raw json.RawMessage) (any, error) {
 
 // decodeSpecObject parses a stored spec that must be an object.
 func decodeSpecObject(raw json.RawMessage) (map[string]any, error) {
-	v, err := decodeSpec(raw)
+	v, err := decodeSpec(raw, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -197,15 +197,15 @@ func (reg *Registry) Normalize(r *Resource, systemNamespace string) {
 	if isSystemNamespace(r.Namespace, systemNamespace) {
 		r.Namespace = ""
 	}
-	r.Spec = canonicalOrSame(r.Spec)
-	r.Status = canonicalOrSame(r.Status)
+	r.Spec = canonicalOrSame(r.Spec, reg.vocab)
+	r.Status = canonicalOrSame(r.Status, reg.vocab)
 	if len(r.Labels) == 0 {
 		r.Labels = nil
 	}
 }
 
-func canonicalOrSame(raw json.RawMessage) json.RawMessage {
-	v, err := parseJSON(raw)
+func canonicalOrSame(raw json.RawMessage, names internTable) json.RawMessage {
+	v, err := parseJSONWith(raw, names)
 	if err != nil {
 		return raw
 	}
