@@ -55,7 +55,7 @@ var testVocab = NewDefaultRegistry().vocab
 // vocabulary decode to the table's shared strings, written plainly or with
 // escapes, and cost fewer allocations than without the table.
 func TestParseJSONInternsTheVocabulary(t *testing.T) {
-	for _, w := range []string{"targetRef", "kind", "Mesh", "MeshService", "idleTimeout", "MeshTimeout", "default"} {
+	for _, w := range []string{"targetRef", "kind", "Mesh", "MeshService", "MeshSubset", "MeshServiceSubset", "idleTimeout", "MeshTimeout", "default"} {
 		if _, ok := testVocab[w]; !ok {
 			t.Fatalf("%q is not in the default registry's vocabulary", w)
 		}

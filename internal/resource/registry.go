@@ -3,6 +3,7 @@ package resource
 import (
 	"fmt"
 	"github.com/meridian-mesh/meridian/internal/condition"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -152,6 +153,9 @@ func vocabulary(descs []*TypeDescriptor) internTable {
 	for _, s := range []string{"type", "mesh", "name", "namespace", "labels", "spec", "status", "targetRef", "kind",
 		"sectionName", "proxyTypes", "tags", "to", "from", "rules", "default", "matches", "spiffeID", "value"} {
 		t.add(s)
+	}
+	for _, k := range slices.Concat(topLevelAll(), toKindsAll()) {
+		t.add(k)
 	}
 	for _, d := range descs {
 		t.add(d.Name)
