@@ -543,19 +543,23 @@ func (reg *Registry) EncodeJSON(r *Resource) ([]byte, error) {
 		if i > 0 {
 			out = append(out, ',')
 		}
-		key, _ := canonicalJSON(m.key)
-		out = append(append(out, key...), ':')
-		if next, ok := appendCanonical(out, m.value); ok {
-			out = next
-			continue
-		}
-		value, err := canonicalJSON(m.value)
-		if err != nil {
+		out, _ = appendJSON(out, m.key) // a field name: a string, which always encodes
+		out = append(out, ':')
+		if out, err = appendJSON(out, m.value); err != nil {
 			return nil, fmt.Errorf("encode %s: %s: %w", r.Key(), m.key, err)
 		}
-		out = append(out, value...)
 	}
 	return append(out, '}'), nil
+}
+
+// appendJSON appends v's canonical JSON: appendCanonical, or encoding/json
+// for what it leaves.
+func appendJSON(dst []byte, v any) ([]byte, error) {
+	if out, ok := appendCanonical(dst, v); ok {
+		return out, nil
+	}
+	enc, err := canonicalJSON(v)
+	return append(dst, enc...), err
 }
 
 // EncodeYAML writes a resource as a YAML document in the Universal shape,

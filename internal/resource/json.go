@@ -154,33 +154,37 @@ func (t internTable) add(s string) {
 	}
 }
 
-// str unquotes a JSON string the decoder has read (so it is valid and in
-// valid UTF-8); one without escapes is its bytes between the quotes.
-func (t internTable) str(raw jsontext.Value) (string, error) {
+// decode unquotes a JSON string the decoder has read (so it is valid and in
+// valid UTF-8): the table's entry when it holds the string, else an entry
+// without a boxed copy. One without escapes is its bytes between the quotes.
+func (t internTable) decode(raw jsontext.Value) (interned, error) {
 	body := raw[1 : len(raw)-1]
 	if bytes.IndexByte(body, '\\') >= 0 {
 		b, err := jsontext.AppendUnquote(nil, raw)
-		return string(b), err
+		return interned{str: string(b)}, err
 	}
 	if e, ok := t[string(body)]; ok { // the conversion does not allocate
-		return e.str, nil
+		return e, nil
 	}
-	return string(body), nil
+	return interned{str: string(body)}, nil
 }
 
-// value is str as a decoded JSON value.
+// str is decode for an object name.
+func (t internTable) str(raw jsontext.Value) (string, error) {
+	e, err := t.decode(raw)
+	return e.str, err
+}
+
+// value is decode as a JSON value: the table's boxed copy when there is one.
 func (t internTable) value(raw jsontext.Value) (any, error) {
-	body := raw[1 : len(raw)-1]
-	if bytes.IndexByte(body, '\\') < 0 {
-		if e, ok := t[string(body)]; ok {
-			return e.boxed, nil
-		}
-	}
-	s, err := t.str(raw)
+	e, err := t.decode(raw)
 	if err != nil {
 		return nil, err
 	}
-	return s, nil
+	if e.boxed != nil {
+		return e.boxed, nil
+	}
+	return e.str, nil
 }
 
 // addSchema adds every field name and enum value of s and the schemas
@@ -253,11 +257,13 @@ func appendCanonical(dst []byte, v any) (out []byte, ok bool) {
 		}
 		return append(dst, v...), true
 	case json.RawMessage:
-		var buf bytes.Buffer
-		if err := json.Compact(&buf, v); err != nil { // encoding/json compacts a RawMessage
+		// encoding/json compacts a RawMessage; Compact appends to dst, and
+		// only when v is valid.
+		buf := bytes.NewBuffer(dst)
+		if err := json.Compact(buf, v); err != nil {
 			return dst, false
 		}
-		return append(dst, buf.Bytes()...), true
+		return buf.Bytes(), true
 	case []any:
 		dst = append(dst, '[')
 		for i, e := range v {
