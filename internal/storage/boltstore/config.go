@@ -50,8 +50,8 @@ type Config struct {
 	// transaction (and one fsync).
 	MaxWriteGroup int
 	// MaxGroupWait caps how long a group of writes waits for the writers
-	// the previous group answered (see gatherReturning); the wait is also
-	// at most half the previous commit's duration.
+	// the previous group answered (see lastGroup.target); the wait is also
+	// at most the previous commit's duration.
 	MaxGroupWait time.Duration
 }
 
