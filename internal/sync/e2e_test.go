@@ -299,6 +299,31 @@ func TestResumeWithoutChangesSendsNothing(t *testing.T) {
 	}
 }
 
+// TestSnapshotNackNamesTheGlobalKey: a resource refused while a zone applies
+// its first full snapshot (the staged set's path, not a delta's) is recorded
+// on the global's resource, as for a delta, and the rest of the snapshot is
+// applied.
+func TestSnapshotNackNamesTheGlobalKey(t *testing.T) {
+	c := newCluster(t, clusterOpts{})
+	z := c.zone("zone-1", zoneOpts{})
+	clash := mapping.HashedName("default", "clash")
+	local := timeout(clash, "", "")
+	local.Labels = map[string]string{resource.LabelKDSSync: "disabled"}
+	writeZone(t, z.store, "zone-1", local)
+	writeGlobal(t, c.global, timeout("clash", "", ""))
+	writeGlobal(t, c.global, timeout("fine", "", ""))
+	z.start()
+	globalKey := resource.Key{Type: "MeshTimeout", Mesh: "default", Name: "clash"}
+	eventually(t, wait, "rejection recorded", func() bool { return len(c.server.RejectedBy(globalKey)) == 1 })
+	if rej := c.server.RejectedBy(globalKey); rej[0].Zone != "zone-1" || !strings.Contains(rej[0].Message, clash) {
+		t.Errorf("RejectedBy: %+v", rej)
+	}
+	eventually(t, wait, "the other resource applied", func() bool {
+		_, err := get(z.store, "MeshTimeout", "default", mapping.HashedName("default", "fine"))
+		return err == nil
+	})
+}
+
 func TestNackShowsInStatusAndRetries(t *testing.T) {
 	c := newCluster(t, clusterOpts{})
 	z := c.zone("zone-1", zoneOpts{}).start()
