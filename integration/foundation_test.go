@@ -62,6 +62,14 @@ func TestGlobalApplyGetAndRejectInvalid(t *testing.T) {
 	if status, _ := g.request("GET", "/meshes/default/meshtimeouts/bad-timeout", ""); status != 404 {
 		t.Errorf("invalid resource was stored: GET status %d", status)
 	}
+	// The applies above went through the store's committer: /metrics shows
+	// its commits.
+	status, metrics := g.request("GET", "/metrics", "")
+	for _, want := range []string{"meridian_store_commit_writes_count", "meridian_store_commit_duration_seconds_bucket"} {
+		if status != 200 || !strings.Contains(string(metrics), want) {
+			t.Errorf("GET /metrics: status %d, no %s", status, want)
+		}
+	}
 }
 
 func TestApplyFromStdinAndDelete(t *testing.T) {

@@ -83,6 +83,10 @@ func figures(n, simZones int) []figure {
 	return []figure{
 		{"put_rate_1zone", "PUT rate, 8 clients, 2 zones connected", "/s", 5000, false, "SPEC 7"},
 		{"put_rate_10zones", "PUT rate, 8 clients, 10 zone processes", "/s", 2500, false, "issue 10"},
+		{"put_commit_writes", "global store, 2-zone PUT phase: writes per commit", "", 0, true, ""},
+		{"put_commit_ms", "global store, 2-zone PUT phase: mean commit", "ms", 0, true, ""},
+		{"put10_commit_writes", "global store, 10-zone PUT phase: writes per commit", "", 0, true, ""},
+		{"put10_commit_ms", "global store, 10-zone PUT phase: mean commit", "ms", 0, true, ""},
 		{"last_write_to_zones_ms", fmt.Sprintf("last write → 2 zones list all %d", n), "ms", lastWrite, true, lastWriteSrc},
 		{"last_write_to_10zones_ms", fmt.Sprintf("last write → 10 zones list all %d", n), "ms", 2000, true, "issue 10"},
 		{"cold_zone_ms", fmt.Sprintf("cold zone (process start) → lists all %d", n), "ms", cold, true, coldSrc},

@@ -16,6 +16,9 @@ import (
 
 	"github.com/meridian-mesh/meridian/internal/launcher"
 	"github.com/meridian-mesh/meridian/internal/storage/etcdstore/etcdtest"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // plane is one control plane process with a fresh data dir.
@@ -351,4 +354,50 @@ func (e *env) profile(p *plane, dir, tag string, d time.Duration) error {
 	defer f.Close()
 	_, err = io.Copy(f, resp.Body)
 	return err
+}
+
+// commitTotals are the global store's commit counters from its /metrics
+// (the embedded store only; an etcd-backed global has none).
+type commitTotals struct {
+	commits, writes, seconds float64
+	ok                       bool
+}
+
+// storeCommits reads the commit histograms' counts and sums from api's
+// /metrics.
+func (e *env) storeCommits(api string) (commitTotals, error) {
+	resp, err := e.http.Get(api + "/metrics")
+	if err != nil {
+		return commitTotals{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return commitTotals{}, fmt.Errorf("GET %s/metrics: %s", api, resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return commitTotals{}, fmt.Errorf("GET %s/metrics: %w", api, err)
+	}
+	var t commitTotals
+	if f := families["meridian_store_commit_writes"]; f != nil && len(f.GetMetric()) == 1 {
+		h := f.GetMetric()[0].GetHistogram()
+		t.commits, t.writes, t.ok = float64(h.GetSampleCount()), h.GetSampleSum(), true
+	}
+	if f := families["meridian_store_commit_duration_seconds"]; f != nil && len(f.GetMetric()) == 1 {
+		t.seconds = f.GetMetric()[0].GetHistogram().GetSampleSum()
+	}
+	return t, nil
+}
+
+// recordCommits stores, under prefix, the writes per commit and the mean
+// commit duration between two readings (nothing when the store has no
+// commit metrics or nothing committed).
+func recordCommits(r results, prefix string, before, after commitTotals) {
+	commits := after.commits - before.commits
+	if !before.ok || !after.ok || commits <= 0 {
+		return
+	}
+	r[prefix+"_commit_writes"] = (after.writes - before.writes) / commits
+	r[prefix+"_commit_ms"] = (after.seconds - before.seconds) / commits * 1000
 }

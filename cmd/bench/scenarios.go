@@ -51,6 +51,10 @@ func fleet(bins binariesAndN, r results) error {
 			go func() { defer profiles.Done(); _ = e.profile(p, bins.profileDir, "put", 3*time.Second) }()
 		}
 	}
+	commits0, err := e.storeCommits(g.api)
+	if err != nil {
+		return err
+	}
 	took, err := e.putAll(g.api, names("t-", n), 8, func(name string) string { return timeoutBody(name, 1) })
 	profiles.Wait()
 	if err != nil {
@@ -58,6 +62,11 @@ func fleet(bins binariesAndN, r results) error {
 	}
 	last := time.Now()
 	r["put_rate_1zone"] = float64(n) / took.Seconds()
+	commits1, err := e.storeCommits(g.api)
+	if err != nil {
+		return err
+	}
+	recordCommits(r, "put", commits0, commits1)
 	if r["last_write_to_zones_ms"], err = ms(e.waitTotal([]*plane{z1, z2}, "meshtimeouts", n, last, 60*time.Second)); err != nil {
 		return err
 	}
@@ -342,12 +351,21 @@ func tenZones(bins binariesAndN, r results) error {
 			go func() { defer profiles.Done(); _ = e.profile(p, bins.profileDir, "ten-put", 3*time.Second) }()
 		}
 	}
+	commits0, err := e.storeCommits(g.api)
+	if err != nil {
+		return err
+	}
 	took, err := e.putAll(g.api, names("t-", bins.n), 8, func(name string) string { return timeoutBody(name, 1) })
 	profiles.Wait()
 	if err != nil {
 		return err
 	}
 	r["put_rate_10zones"] = float64(bins.n) / took.Seconds()
+	commits1, err := e.storeCommits(g.api)
+	if err != nil {
+		return err
+	}
+	recordCommits(r, "put10", commits0, commits1)
 	last := time.Now()
 	r["last_write_to_10zones_ms"], err = ms(e.waitTotal(zones, "meshtimeouts", bins.n, last, 120*time.Second))
 	return err

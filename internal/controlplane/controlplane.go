@@ -131,7 +131,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := serveDebug(ctx, cfg); err != nil {
 		return err
 	}
-	store, rep, err := openStore(ctx, cfg)
+	metrics, metricsHandler := newMetrics()
+	store, rep, err := openStore(ctx, cfg, metrics)
 	if err != nil {
 		return err
 	}
@@ -151,7 +152,6 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := ensureDefaultMesh(ctx, cfg, reg, store); err != nil {
 		return err
 	}
-	metrics, metricsHandler := newMetrics()
 	users, err := userTokens(cfg)
 	if err != nil {
 		return err
@@ -283,7 +283,7 @@ func startZone(ctx context.Context, cfg Config, reg *resource.Registry, store st
 
 // openStore opens the embedded store, or with --store etcd the replica's
 // link to etcd (rep) and its store.
-func openStore(ctx context.Context, cfg Config) (storage.Store, *replica, error) {
+func openStore(ctx context.Context, cfg Config, metrics prometheus.Registerer) (storage.Store, *replica, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
 	}
@@ -294,9 +294,14 @@ func openStore(ctx context.Context, cfg Config) (storage.Store, *replica, error)
 		}
 		return rep.store, rep, nil
 	}
+	commits, err := newStoreCommitMetrics(metrics)
+	if err != nil {
+		return nil, nil, fmt.Errorf("store metrics: %w", err)
+	}
 	store, err := boltstore.Open(boltstore.Config{
 		Path:               filepath.Join(cfg.DataDir, StoreFileName),
 		Logger:             cfg.Logger.Named("store"),
+		Commits:            commits,
 		TombstoneRetention: cfg.TombstoneRetention,
 		ExpiryInterval:     expiryInterval(cfg.TombstoneRetention),
 	})

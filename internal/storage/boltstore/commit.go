@@ -81,6 +81,9 @@ func (s *Store) commitLoop() {
 		s.commitGroup(group)
 		end := time.Now()
 		last = lastGroup{answered: len(group), took: end.Sub(start), ended: end}
+		if s.cfg.Commits != nil {
+			s.cfg.Commits.ObserveCommit(len(group), last.took)
+		}
 		clear(group)
 		select {
 		case next = <-s.writes:
@@ -230,7 +233,6 @@ func (s *Store) runGroup(reqs []*writeReq) (errs []error, dirty int, err error) 
 	if err := tx.Commit(); err != nil {
 		return nil, -1, fmt.Errorf("boltstore: commit: %w", err)
 	}
-	s.groupCommits.Add(1)
 	if w.rev != w.startRev {
 		s.recent.publish(w.rev, w.changes)
 		s.revision.Store(w.rev)

@@ -17,6 +17,14 @@ type Clock interface {
 
 type realClock struct{}
 
+// CommitObserver is told of every transaction the write committer commits:
+// how many writes it carried (concurrent Puts, Deletes and Applies share one)
+// and how long it took, fsyncs included. It is called on the committer's
+// goroutine, after the writers have their answers, and must not block.
+type CommitObserver interface {
+	ObserveCommit(writes int, took time.Duration)
+}
+
 func (realClock) Now() time.Time { return time.Now() }
 
 // Defaults applied by Open to zero Config fields.
@@ -49,6 +57,9 @@ type Config struct {
 	// MaxWriteGroup caps how many concurrent single writes share one
 	// transaction (and one fsync).
 	MaxWriteGroup int
+	// Commits, when set, observes every commit of the write committer
+	// (metrics: writes per commit, commit duration).
+	Commits CommitObserver
 	// MaxGroupWait caps how long a group of writes waits for the writers
 	// the previous group answered (see lastGroup.target); the wait is also
 	// at most the previous commit's duration.

@@ -52,8 +52,6 @@ type Store struct {
 	revision atomic.Uint64
 	// commits is signalled after every commit that changed the log.
 	commits *broadcaster
-	// groupCommits counts the committer's transactions, for tests.
-	groupCommits atomic.Uint64
 	// events shares decoded log entries among watchers.
 	events *eventCache
 	// recent mirrors the log's last commits for watchers at its head.
