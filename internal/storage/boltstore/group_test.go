@@ -148,9 +148,17 @@ func TestCohortSharesCommits(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	counted.mu.Lock()
-	commits, writes := counted.commits, counted.writes
-	counted.mu.Unlock()
+	// The committer observes a commit after answering its writers: the
+	// last one may still be on its way.
+	var commits, writes int
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		counted.mu.Lock()
+		commits, writes = counted.commits, counted.writes
+		counted.mu.Unlock()
+		if writes >= writers*each || time.Now().After(deadline) {
+			break
+		}
+	}
 	if writes != writers*each {
 		t.Fatalf("the observer saw %d writes, want %d", writes, writers*each)
 	}
