@@ -14,11 +14,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/meridian-mesh/meridian/internal/launcher"
-	"github.com/meridian-mesh/meridian/internal/storage/etcdstore/etcdtest"
-
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/meridian-mesh/meridian/internal/launcher"
+	"github.com/meridian-mesh/meridian/internal/storage/etcdstore/etcdtest"
 )
 
 // plane is one control plane process with a fresh data dir.

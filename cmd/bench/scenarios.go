@@ -360,13 +360,13 @@ func tenZones(bins binariesAndN, r results) error {
 	if err != nil {
 		return err
 	}
+	last := time.Now()
 	r["put_rate_10zones"] = float64(bins.n) / took.Seconds()
 	commits1, err := e.storeCommits(g.api)
 	if err != nil {
 		return err
 	}
 	recordCommits(r, "put10", commits0, commits1)
-	last := time.Now()
 	r["last_write_to_10zones_ms"], err = ms(e.waitTotal(zones, "meshtimeouts", bins.n, last, 120*time.Second))
 	return err
 }

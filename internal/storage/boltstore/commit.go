@@ -15,8 +15,8 @@ import (
 // Group commit. bbolt's db.Batch waits MaxBatchDelay before committing, so
 // a few writers each waiting for their own answer mostly wait on the timer.
 // Instead one committer goroutine takes whatever writes are queued, runs them
-// in one transaction and commits (one fsync); the writes that arrive during
-// that fsync form the next group. Each write still gets its own revision.
+// in one transaction and commits (bbolt's fsyncs); the writes that arrive
+// during that commit form the next group. Each write still gets its own revision.
 // When the writers just answered are likely to write again, the next group
 // waits briefly for them (lastGroup.target), so that a few busy clients
 // share one commit instead of alternating between a group of one and a

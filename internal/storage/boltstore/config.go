@@ -17,15 +17,18 @@ type Clock interface {
 
 type realClock struct{}
 
-// CommitObserver is told of every transaction the write committer commits:
-// how many writes it carried (concurrent Puts, Deletes and Applies share one)
-// and how long it took, fsyncs included. It is called on the committer's
-// goroutine, after the writers have their answers, and must not block.
+func (realClock) Now() time.Time { return time.Now() }
+
+// CommitObserver is told of every group of writes the write committer ran:
+// how many writes shared its transaction (concurrent Puts, Deletes and
+// Applies) and how long the group took, fsyncs included (and, in the rare
+// group that one write spoiled, the reruns; see commitGroup). It is called
+// on the committer's goroutine after the writers have their answers, so a
+// caller may see its write answered before it is observed; it must not
+// block.
 type CommitObserver interface {
 	ObserveCommit(writes int, took time.Duration)
 }
-
-func (realClock) Now() time.Time { return time.Now() }
 
 // Defaults applied by Open to zero Config fields.
 const (

@@ -100,10 +100,11 @@ func TestLastGroupTarget(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			n, wait := tt.last.target(tt.have, tt.arrived, tt.maxWait)
-			if n > tt.have || tt.wantN > tt.have { // only a want above have makes the group wait
-				if n != tt.wantN || wait != tt.wantWait {
-					t.Fatalf("target = %d writes, wait %v; want %d, %v", n, wait, tt.wantN, tt.wantWait)
-				}
+			// Only a want above have makes the group wait; then the
+			// want and the wait must be exact.
+			waits, wantWaits := n > tt.have, tt.wantN > tt.have
+			if waits != wantWaits || wantWaits && (n != tt.wantN || wait != tt.wantWait) {
+				t.Fatalf("target = %d writes, wait %v; want %d, %v", n, wait, tt.wantN, tt.wantWait)
 			}
 		})
 	}
