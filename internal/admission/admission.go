@@ -310,7 +310,19 @@ func (c *Controller) owns(key resource.Key, existing *resource.Resource) error {
 	return nil
 }
 
+// txLookup is what a store's transaction reader may offer beside Get: a
+// lookup that answers nil, nil for an absent key instead of an error
+// wrapping storage.ErrNotFound. The checks below look up every key a batch
+// writes, most of them new in a cold zone, and formatting an error for each
+// was 16 MB and about a microsecond per key at 100,000.
+type txLookup interface {
+	Lookup(key resource.Key) (*resource.Resource, error)
+}
+
 func getOrNil(tx storage.TxReader, key resource.Key) (*resource.Resource, error) {
+	if l, ok := tx.(txLookup); ok {
+		return l.Lookup(key)
+	}
 	r, err := tx.Get(key)
 	if errors.Is(err, storage.ErrNotFound) {
 		return nil, nil
