@@ -401,3 +401,29 @@ func recordCommits(r results, prefix string, before, after commitTotals) {
 	r[prefix+"_commit_writes"] = (after.writes - before.writes) / commits
 	r[prefix+"_commit_ms"] = (after.seconds - before.seconds) / commits * 1000
 }
+
+// onCPUs reads the global's and one zone's CPU time, in that order.
+func onCPUs(global, zone *plane) [2]time.Duration {
+	return [2]time.Duration{onCPU(global.proc.PID()), onCPU(zone.proc.PID())}
+}
+
+// recordCPUPerWrite stores, under prefix, the global's and the zone's CPU
+// per write, in microseconds, between two readings of onCPUs: from the
+// first write until every zone lists the last, so the zone's tail counts.
+func recordCPUPerWrite(r results, prefix string, before, after [2]time.Duration, writes int) {
+	r[prefix+"_global_cpu_us"] = float64((after[0] - before[0]).Microseconds()) / float64(writes)
+	r[prefix+"_zone_cpu_us"] = float64((after[1] - before[1]).Microseconds()) / float64(writes)
+}
+
+// recordZoneCommits stores, under prefix, how many commits a zone's store
+// made between two readings and their mean duration. A zone applies each
+// batch it receives as one write, so writes per commit say nothing there;
+// the count of commits shows how the sender's batching spared the zone.
+func recordZoneCommits(r results, prefix string, before, after commitTotals) {
+	commits := after.commits - before.commits
+	if !before.ok || !after.ok || commits <= 0 {
+		return
+	}
+	r[prefix+"_commits"] = commits
+	r[prefix+"_commit_ms"] = (after.seconds - before.seconds) / commits * 1000
+}

@@ -55,6 +55,11 @@ func fleet(bins binariesAndN, r results) error {
 	if err != nil {
 		return err
 	}
+	zoneCommits0, err := e.storeCommits(z1.api)
+	if err != nil {
+		return err
+	}
+	cpu0 := onCPUs(g, z1)
 	took, err := e.putAll(g.api, names("t-", n), 8, func(name string) string { return timeoutBody(name, 1) })
 	profiles.Wait()
 	if err != nil {
@@ -70,6 +75,12 @@ func fleet(bins binariesAndN, r results) error {
 	if r["last_write_to_zones_ms"], err = ms(e.waitTotal([]*plane{z1, z2}, "meshtimeouts", n, last, 60*time.Second)); err != nil {
 		return err
 	}
+	recordCPUPerWrite(r, "put", cpu0, onCPUs(g, z1), n)
+	zoneCommits1, err := e.storeCommits(z1.api)
+	if err != nil {
+		return err
+	}
+	recordZoneCommits(r, "put_zone", zoneCommits0, zoneCommits1)
 	if bins.writesOnly {
 		return nil
 	}
@@ -355,6 +366,11 @@ func tenZones(bins binariesAndN, r results) error {
 	if err != nil {
 		return err
 	}
+	zoneCommits0, err := e.storeCommits(zones[0].api)
+	if err != nil {
+		return err
+	}
+	cpu0 := onCPUs(g, zones[0])
 	took, err := e.putAll(g.api, names("t-", bins.n), 8, func(name string) string { return timeoutBody(name, 1) })
 	profiles.Wait()
 	if err != nil {
@@ -367,8 +383,16 @@ func tenZones(bins binariesAndN, r results) error {
 		return err
 	}
 	recordCommits(r, "put10", commits0, commits1)
-	r["last_write_to_10zones_ms"], err = ms(e.waitTotal(zones, "meshtimeouts", bins.n, last, 120*time.Second))
-	return err
+	if r["last_write_to_10zones_ms"], err = ms(e.waitTotal(zones, "meshtimeouts", bins.n, last, 120*time.Second)); err != nil {
+		return err
+	}
+	recordCPUPerWrite(r, "put10", cpu0, onCPUs(g, zones[0]), bins.n)
+	zoneCommits1, err := e.storeCommits(zones[0].api)
+	if err != nil {
+		return err
+	}
+	recordZoneCommits(r, "put10_zone", zoneCommits0, zoneCommits1)
+	return nil
 }
 
 // simulated: N policies fanned out to many simulated zones (zonesim), one
