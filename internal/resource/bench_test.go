@@ -22,3 +22,22 @@ func BenchmarkDecodeValidate(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkValidate measures what a zone does to each policy it receives
+// (the cold zone validates every one of them).
+func BenchmarkValidate(b *testing.B) {
+	reg := NewDefaultRegistry()
+	r, err := reg.Decode([]byte(`{"type":"MeshTimeout","mesh":"default","name":"t","labels":{"kuma.io/origin":"global"},"spec":{"targetRef":{"kind":"Mesh"},
+		"to":[{"targetRef":{"kind":"Mesh"},"default":{"connectionTimeout":"5s","idleTimeout":"1h",
+		"http":{"requestTimeout":"15s","streamIdleTimeout":"30m"}}}]}}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	opts := ValidateOptions{Mode: ModeZone, Environment: EnvUniversal}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := reg.Validate(r, opts); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

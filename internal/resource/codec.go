@@ -164,7 +164,7 @@ func jsonSyntaxError(data []byte, err error) error {
 // `[`) must be valid JSON, so that a JSON mistake is reported as one, with
 // its position, instead of being read as lenient YAML; other documents are
 // YAML, flow style ({type: Mesh}) included.
-func parseDocument(doc []byte, names internTable) (map[string]any, error) {
+func parseDocument(doc []byte, names internTable, s *scratch) (map[string]any, error) {
 	trimmed := bytes.TrimSpace(bytes.TrimPrefix(doc, []byte(utf8BOM)))
 	if len(trimmed) == 0 {
 		return nil, errors.New("empty document")
@@ -177,12 +177,13 @@ func parseDocument(doc []byte, names internTable) (map[string]any, error) {
 		}
 		jsonDoc = out
 	}
-	v, err := parseJSONWith(jsonDoc, names)
+	v, err := parseJSONScratch(jsonDoc, names, s)
 	if err != nil {
 		return nil, jsonSyntaxError(jsonDoc, err)
 	}
 	obj, ok := v.(map[string]any)
 	if !ok {
+		s.recycle(v)
 		return nil, fmt.Errorf("a document must be an object (a mapping), got %s", jsonType(v))
 	}
 	return obj, nil
@@ -201,7 +202,12 @@ func looksLikeJSON(doc []byte) bool {
 // is not YAML/JSON at all is a plain error saying where it breaks. Decode
 // checks shapes only; Validate checks values.
 func (reg *Registry) Decode(doc []byte) (*Resource, error) {
-	obj, err := parseDocument(doc, reg.vocab)
+	// The document's tree is dropped once decoded: the resource holds its
+	// strings, new label maps and canonical encodings, none of its maps or
+	// arrays.
+	s := reg.scratch.get()
+	obj, err := parseDocument(doc, reg.vocab, s)
+	defer func() { reg.scratch.put(s, obj) }()
 	if err != nil {
 		return nil, err
 	}

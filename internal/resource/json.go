@@ -35,10 +35,17 @@ func parseJSON(raw []byte) (any, error) { return parseJSONWith(raw, nil) }
 // vocabulary of its schemas, so that the names and enum values every spec
 // repeats are not allocated again for each spec.
 func parseJSONWith(raw []byte, names internTable) (any, error) {
+	return parseJSONScratch(raw, names, nil)
+}
+
+// parseJSONScratch is parseJSONWith taking the tree's maps and arrays, and
+// its decoder, from s (nil: allocated afresh). Only a caller that drops the
+// tree before it returns s may pass one (see scratch).
+func parseJSONScratch(raw []byte, names internTable, s *scratch) (any, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil, nil
 	}
-	if v, ok := parseJSONTokens(raw, names); ok {
+	if v, ok := parseJSONTokens(raw, names, s); ok {
 		return v, nil
 	}
 	return parseJSONStd(raw)
@@ -62,10 +69,10 @@ func parseJSONStd(raw []byte) (any, error) {
 // parseJSONTokens decodes raw when it is exactly one valid JSON value in
 // valid UTF-8; ok is false otherwise. Duplicate names are allowed and the
 // last one wins, as encoding/json decodes them into a map.
-func parseJSONTokens(raw []byte, names internTable) (v any, ok bool) {
+func parseJSONTokens(raw []byte, names internTable, s *scratch) (v any, ok bool) {
 	// A bytes.Buffer is parsed in place, without a copy (jsontext.NewDecoder).
-	dec := jsontext.NewDecoder(bytes.NewBuffer(raw), jsontext.AllowDuplicateNames(true))
-	v, err := tokenValue(dec, names)
+	dec := s.decoder(bytes.NewBuffer(raw))
+	v, err := tokenValue(dec, names, s)
 	if err != nil {
 		return nil, false
 	}
@@ -75,8 +82,8 @@ func parseJSONTokens(raw []byte, names internTable) (v any, ok bool) {
 	return v, true
 }
 
-// tokenValue reads the next value from dec.
-func tokenValue(dec *jsontext.Decoder, names internTable) (any, error) {
+// tokenValue reads the next value from dec, taking maps and arrays from s.
+func tokenValue(dec *jsontext.Decoder, names internTable, s *scratch) (any, error) {
 	switch dec.PeekKind() {
 	case '"':
 		raw, err := dec.ReadValue()
@@ -88,7 +95,7 @@ func tokenValue(dec *jsontext.Decoder, names internTable) (any, error) {
 		if _, err := dec.ReadToken(); err != nil {
 			return nil, err
 		}
-		m := map[string]any{}
+		m := s.object()
 		for dec.PeekKind() != '}' {
 			raw, err := dec.ReadValue() // the name
 			if err != nil {
@@ -98,7 +105,7 @@ func tokenValue(dec *jsontext.Decoder, names internTable) (any, error) {
 			if err != nil {
 				return nil, err
 			}
-			if m[k], err = tokenValue(dec, names); err != nil {
+			if m[k], err = tokenValue(dec, names, s); err != nil {
 				return nil, err
 			}
 		}
@@ -108,9 +115,9 @@ func tokenValue(dec *jsontext.Decoder, names internTable) (any, error) {
 		if _, err := dec.ReadToken(); err != nil {
 			return nil, err
 		}
-		a := []any{}
+		a := s.array()
 		for dec.PeekKind() != ']' {
-			v, err := tokenValue(dec, names)
+			v, err := tokenValue(dec, names, s)
 			if err != nil {
 				return nil, err
 			}

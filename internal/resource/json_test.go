@@ -35,7 +35,7 @@ func checkParseJSON(t *testing.T, raw []byte) {
 	t.Helper()
 	std, err := parseJSONStd(raw)
 	for _, names := range []internTable{nil, testVocab} {
-		fast, ok := parseJSONTokens(raw, names)
+		fast, ok := parseJSONTokens(raw, names, nil)
 		if !ok {
 			continue
 		}
@@ -44,6 +44,13 @@ func checkParseJSON(t *testing.T, raw []byte) {
 		}
 		if !reflect.DeepEqual(fast, std) {
 			t.Fatalf("values differ for %q (intern table: %v):\ntokens: %#v\nstd:    %#v", raw, names != nil, fast, std)
+		}
+		// With a scratch that has lent and taken back another tree.
+		s := &scratch{}
+		prev, _ := parseJSONTokens([]byte(`{"a":[{"b":1},[2]],"c":{"d":{}}}`), names, s)
+		s.recycle(prev)
+		if again, _ := parseJSONTokens(raw, names, s); !reflect.DeepEqual(again, std) {
+			t.Fatalf("values differ for %q parsed with a used scratch:\ntokens: %#v\nstd:    %#v", raw, again, std)
 		}
 	}
 }
@@ -64,14 +71,14 @@ func TestParseJSONInternsTheVocabulary(t *testing.T) {
 		`"default":{"idleTimeout":"5s","connectionTimeout":"1s"}}]}`)
 	escaped := []byte(`{"t\u0061rgetRef":{"kind":"Me\u0073h"}}`)
 	for _, raw := range [][]byte{spec, escaped} {
-		got, ok := parseJSONTokens(raw, testVocab)
+		got, ok := parseJSONTokens(raw, testVocab, nil)
 		want, err := parseJSONStd(raw)
 		if !ok || err != nil || !reflect.DeepEqual(got, want) {
 			t.Fatalf("%s: got %#v (ok %v), encoding/json %#v (%v)", raw, got, ok, want, err)
 		}
 	}
-	without := testing.AllocsPerRun(100, func() { parseJSONTokens(spec, nil) })
-	with := testing.AllocsPerRun(100, func() { parseJSONTokens(spec, testVocab) })
+	without := testing.AllocsPerRun(100, func() { parseJSONTokens(spec, nil, nil) })
+	with := testing.AllocsPerRun(100, func() { parseJSONTokens(spec, testVocab, nil) })
 	if with >= without-10 {
 		t.Fatalf("allocations per parse: %v with the table, %v without; want at least 10 fewer", with, without)
 	}
@@ -81,7 +88,7 @@ func TestParseJSONMatchesEncodingJSON(t *testing.T) {
 	accepted := 0
 	for _, c := range jsonParseCases {
 		checkParseJSON(t, []byte(c))
-		if _, ok := parseJSONTokens([]byte(c), nil); ok {
+		if _, ok := parseJSONTokens([]byte(c), nil, nil); ok {
 			accepted++
 		}
 	}

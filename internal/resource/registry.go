@@ -112,6 +112,9 @@ type Registry struct {
 	// vocab: the strings every spec repeats, decoded without allocating
 	// (internTable).
 	vocab internTable
+	// scratch lends the trees that validation and normalization parse and
+	// drop their maps and arrays (scratch).
+	scratch scratchPool
 }
 
 // Conditions returns the CEL environment `when` expressions are compiled

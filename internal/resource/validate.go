@@ -148,7 +148,11 @@ func namespaced(d *TypeDescriptor) bool {
 }
 
 func (reg *Registry) validateSpec(d *TypeDescriptor, r *Resource, opts ValidateOptions, errs *ValidationError) {
-	spec, err := decodeSpec(r.Spec, reg.vocab)
+	// The tree is only read here, and the problems found are words: it
+	// goes back to the pool when validation is done.
+	s := reg.scratch.get()
+	spec, err := decodeSpec(r.Spec, reg.vocab, s)
+	defer func() { reg.scratch.put(s, spec) }()
 	if err != nil {
 		errs.Add("spec", "%v", err)
 		return
@@ -168,17 +172,17 @@ func (reg *Registry) validateSpec(d *TypeDescriptor, r *Resource, opts ValidateO
 }
 
 // decodeSpec parses a stored spec; an absent or null spec is an empty object.
-func decodeSpec(raw json.RawMessage, names internTable) (any, error) {
-	v, err := parseJSONWith(raw, names)
+func decodeSpec(raw json.RawMessage, names internTable, s *scratch) (any, error) {
+	v, err := parseJSONScratch(raw, names, s)
 	if v == nil && err == nil {
-		return map[string]any{}, nil
+		return s.object(), nil
 	}
 	return v, err
 }
 
 // decodeSpecObject parses a stored spec that must be an object.
 func decodeSpecObject(raw json.RawMessage) (map[string]any, error) {
-	v, err := decodeSpec(raw, nil)
+	v, err := decodeSpec(raw, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -197,15 +201,19 @@ func (reg *Registry) Normalize(r *Resource, systemNamespace string) {
 	if isSystemNamespace(r.Namespace, systemNamespace) {
 		r.Namespace = ""
 	}
-	r.Spec = canonicalOrSame(r.Spec, reg.vocab)
-	r.Status = canonicalOrSame(r.Status, reg.vocab)
+	r.Spec = reg.canonicalOrSame(r.Spec)
+	r.Status = reg.canonicalOrSame(r.Status)
 	if len(r.Labels) == 0 {
 		r.Labels = nil
 	}
 }
 
-func canonicalOrSame(raw json.RawMessage, names internTable) json.RawMessage {
-	v, err := parseJSONWith(raw, names)
+// canonicalOrSame re-encodes raw canonically. The parsed tree is dropped
+// once encoded (the bytes do not share it), so it comes from the pool.
+func (reg *Registry) canonicalOrSame(raw json.RawMessage) json.RawMessage {
+	s := reg.scratch.get()
+	v, err := parseJSONScratch(raw, reg.vocab, s)
+	defer func() { reg.scratch.put(s, v) }()
 	if err != nil {
 		return raw
 	}
