@@ -42,6 +42,10 @@ func newWriteTx(tx *bolt.Tx, clock Clock) *writeTx {
 		userMeta:   tx.Bucket([]byte(bucketUserMeta)),
 		clock:      clock,
 	}
+	// FillPercent is a property of this transaction's bucket handles, used
+	// when the commit splits nodes (schema.go, "Page fill").
+	w.log.FillPercent = appendOnlyFill
+	w.tombstones.FillPercent = appendOnlyFill
 	w.startRev = getUint64(w.meta, metaKeyRevision)
 	w.rev = w.startRev
 	return w
@@ -160,6 +164,9 @@ func (w *writeTx) apply(b storage.Batch) (*storage.BatchResult, error) {
 	deletes, err := kv.BatchDeletes(b, w)
 	if err != nil {
 		return nil, err // before any write: a clean failure
+	}
+	if len(b.Puts) >= bulkPuts {
+		w.resources.FillPercent = bulkFill // for the whole commit: see "Page fill"
 	}
 	rev := w.rev + 1
 	var idx uint32
