@@ -139,6 +139,14 @@ type Batch struct {
 	Deletes []resource.Key
 	// Meta entries are stored in the same transaction.
 	Meta map[string][]byte
+	// Owned: the caller hands the Puts' resources over and never reads or
+	// changes them (their labels, spec and status) again, so the store may
+	// keep them as stored instead of copying them first (the Store
+	// contract's "not retained" is waived for this batch). The store still
+	// never changes them. Sync sets it for what it receives: a cold zone's
+	// 100,000 puts spent a tenth of their apply copying resources that were
+	// dropped right after.
+	Owned bool
 	// Check, when set, runs inside the batch's transaction before anything
 	// is written, reading the state the batch will apply to (including
 	// writes committed just before it in the same group). It may veto the

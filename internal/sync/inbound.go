@@ -147,7 +147,9 @@ func (in *inbound) delta(ctx context.Context, b *syncv1.DeltaBatch) ([]*syncv1.R
 		}
 	}
 	record := b.GetLastChunk() && b.GetRevision() > in.applied
-	batch := storage.Batch{Puts: set.puts, Deletes: deletes}
+	// Owned: the puts were made for this batch from the peer's message
+	// (convert) and are dropped after it, retry included.
+	batch := storage.Batch{Puts: set.puts, Deletes: deletes, Owned: true}
 	if record {
 		batch.Meta = in.resumeMeta(b.GetRevision())
 	}
@@ -195,7 +197,7 @@ func (in *inbound) snapshotChunk(ctx context.Context, b *syncv1.DeltaBatch) ([]*
 			deletes = append(deletes, k)
 		}
 	}
-	batch := storage.Batch{Puts: in.staged.puts, Deletes: deletes, Meta: in.resumeMeta(b.GetRevision())}
+	batch := storage.Batch{Puts: in.staged.puts, Deletes: deletes, Meta: in.resumeMeta(b.GetRevision()), Owned: true}
 	start := time.Now()
 	staged := in.staged
 	rejected, err := in.apply(ctx, batch, staged.wire)

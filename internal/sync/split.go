@@ -51,7 +51,11 @@ func splitBatch(b storage.Batch, l storage.Limits) []storage.Batch {
 		cur = storage.Batch{}
 	}
 	cur.Meta = b.Meta
-	return append(parts, cur)
+	parts = append(parts, cur)
+	for i := range parts {
+		parts[i].Owned = b.Owned
+	}
+	return parts
 }
 
 // putCost estimates a put's bytes in a transaction: the key twice (etcd

@@ -18,6 +18,7 @@ func TestSplitBatch(t *testing.T) {
 		b.Deletes = append(b.Deletes, resource.Key{Type: "MeshTimeout", Mesh: "default", Name: fmt.Sprintf("d%d", i)})
 	}
 	b.Meta = map[string][]byte{"resume": []byte("7"), "store": []byte("id")}
+	b.Owned = true
 	big := &resource.Resource{Type: "MeshTimeout", Mesh: "default", Name: "big", Spec: []byte(`"` + strings.Repeat("x", 5000) + `"`)}
 	tests := []struct {
 		name      string
@@ -42,6 +43,9 @@ func TestSplitBatch(t *testing.T) {
 			}
 			if p.Meta != nil && i != len(parts)-1 {
 				t.Errorf("%s: meta in part %d of %d (the resume point must come last)", tc.name, i, len(parts))
+			}
+			if p.Owned != tc.batch.Owned {
+				t.Errorf("%s: part %d Owned %v, the batch's %v", tc.name, i, p.Owned, tc.batch.Owned)
 			}
 			if len(p.Puts) > 0 && dels > 0 {
 				t.Errorf("%s: puts after deletes", tc.name)

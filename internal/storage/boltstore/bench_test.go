@@ -140,7 +140,7 @@ func BenchmarkApplyCold100000(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
 				s := benchStore(b)
-				batch := storage.Batch{Puts: make([]*resource.Resource, size)}
+				batch := storage.Batch{Puts: make([]*resource.Resource, size), Owned: true} // as a zone applies it
 				for j := range batch.Puts {
 					batch.Puts[j] = benchResource(j, 0)
 				}

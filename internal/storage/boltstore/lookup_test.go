@@ -53,3 +53,50 @@ func TestTxLookup(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestOwnedBatchKeepsTheCallersData: a batch marked Owned is stored
+// sharing its resources' labels and spec (no copy), one that is not is
+// copied; either way the caller's resources are left as they were and the
+// stored ones carry the store's fields.
+func TestOwnedBatchKeepsTheCallersData(t *testing.T) {
+	s, err := Open(Config{Path: filepath.Join(t.TempDir(), "o.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	for _, owned := range []bool{true, false} {
+		in := benchResource(10, 0)
+		if owned {
+			in.Name = "owned"
+		}
+		res, err := s.Apply(ctx, storage.Batch{Puts: []*resource.Resource{in}, Owned: owned})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored := res.Stored[0]
+		if stored == in || stored.Version != 1 || stored.CreationTime.IsZero() {
+			t.Fatalf("owned %v: stored %+v", owned, stored)
+		}
+		if in.Version != 0 || !in.CreationTime.IsZero() {
+			t.Fatalf("owned %v: the caller's resource was changed: %+v", owned, in)
+		}
+		sharesSpec := &stored.Spec[0] == &in.Spec[0]
+		if sharesSpec != owned {
+			t.Fatalf("owned %v: the stored spec shares the caller's: %v", owned, sharesSpec)
+		}
+		got, err := s.Get(ctx, in.Key())
+		if err != nil || string(got.Spec) != string(in.Spec) || got.Labels["team"] != "payments" {
+			t.Fatalf("owned %v: read back %+v, %v", owned, got, err)
+		}
+	}
+	// The group's next write is not owned: a single Put copies again.
+	in := benchResource(11, 0)
+	stored, _, err := s.Put(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &stored.Spec[0] == &in.Spec[0] {
+		t.Fatal("a Put after an owned batch kept the caller's spec")
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -31,6 +32,9 @@ type writeTx struct {
 	// changes are the log's changes in order, published to the store's
 	// recentLog once the transaction commits.
 	changes []logChange
+	// owned: the batch being applied handed its resources over
+	// (storage.Batch.Owned).
+	owned bool
 }
 
 func newWriteTx(tx *bolt.Tx, clock Clock) *writeTx {
@@ -90,7 +94,7 @@ func (w *writeTx) writeResource(in *resource.Resource, mode kv.PutMode, rev uint
 	if old != nil && mode == kv.ModePut && kv.SameContent(old.res, in) {
 		return old.res, storage.Unchanged, nil
 	}
-	next, outcome := kv.NextVersion(in, oldRes, kv.NormalizeTime(w.clock.Now()))
+	next, outcome := kv.NextVersion(in, oldRes, kv.NormalizeTime(w.clock.Now()), w.owned)
 	lk := makeLogKey(rev, idx)
 	if old != nil {
 		if err := w.del(w.log, old.log[:]); err != nil {
@@ -168,6 +172,9 @@ func (w *writeTx) apply(b storage.Batch) (*storage.BatchResult, error) {
 	if len(b.Puts) >= bulkPuts {
 		w.resources.FillPercent = bulkFill // for the whole commit: see "Page fill"
 	}
+	w.changes = slices.Grow(w.changes, len(b.Puts)) // one change per put at least
+	w.owned = b.Owned
+	defer func() { w.owned = false }() // the group's other writes are not
 	rev := w.rev + 1
 	var idx uint32
 	res := &storage.BatchResult{Outcomes: make([]storage.Outcome, len(b.Puts)), Stored: make([]*resource.Resource, len(b.Puts))}

@@ -135,7 +135,9 @@ func (w *writeTx) writeResource(in *resource.Resource, mode kv.PutMode, rev uint
 	if old != nil && mode == kv.ModePut && kv.SameContent(old, in) {
 		return old, storage.Unchanged, nil
 	}
-	next, outcome := kv.NextVersion(in, old, kv.NormalizeTime(w.s.cfg.Clock.Now()))
+	// Always a copy (Batch.Owned allows, not requires, keeping the caller's):
+	// etcd encodes each resource into its transaction anyway.
+	next, outcome := kv.NextVersion(in, old, kv.NormalizeTime(w.s.cfg.Clock.Now()), false)
 	if err := w.set(enc, next, nil, rev); err != nil {
 		return nil, 0, err
 	}

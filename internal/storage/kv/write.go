@@ -52,11 +52,21 @@ func SameContent(a, b *resource.Resource) bool {
 	return maps.Equal(a.Labels, b.Labels) && bytes.Equal(a.Spec, b.Spec) && bytes.Equal(a.Status, b.Status)
 }
 
-// NextVersion builds the resource to store from the caller's copy: the
-// store owns Version and the times, and empty labels, spec and status are
-// stored as absent so that what a write returns equals what a read decodes.
-func NextVersion(in *resource.Resource, old *resource.Resource, now time.Time) (*resource.Resource, storage.Outcome) {
-	next := in.Clone()
+// NextVersion builds the resource to store from the caller's: a copy of
+// it, sharing its labels, spec and status when the caller handed them over
+// (owned, storage.Batch.Owned). The store owns Version and the times, and
+// empty labels, spec and status are stored as absent so that what a write
+// returns equals what a read decodes.
+func NextVersion(in *resource.Resource, old *resource.Resource, now time.Time, owned bool) (*resource.Resource, storage.Outcome) {
+	var next *resource.Resource
+	if owned {
+		// storage.Batch.Owned: share in's labels, spec and status; set
+		// the store's fields on a copy of the struct, never on in.
+		c := *in
+		next = &c
+	} else {
+		next = in.Clone()
+	}
 	if len(next.Labels) == 0 {
 		next.Labels = nil
 	}
