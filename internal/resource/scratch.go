@@ -21,6 +21,7 @@ import (
 // Not safe for concurrent use; scratchPool lends one per caller.
 type scratch struct {
 	dec  *jsontext.Decoder
+	idle bytes.Buffer // what dec reads between parses: nothing
 	maps []map[string]any
 	arrs [][]any
 }
@@ -104,7 +105,7 @@ func (p *scratchPool) put(s *scratch, tree any) {
 	s.recycle(tree)
 	if s.dec != nil {
 		// The decoder must not keep the last input alive.
-		s.dec.Reset(bytes.NewBuffer(nil))
+		s.dec.Reset(&s.idle)
 	}
 	p.p.Put(s)
 }
