@@ -99,6 +99,8 @@ func figures(n, simZones int) []figure {
 		{"last_write_to_10zones_ms", fmt.Sprintf("last write → 10 zones list all %d", n), "ms", 2000, true, "issue 10"},
 		{"cold_zone_ms", fmt.Sprintf("cold zone (process start) → lists all %d", n), "ms", cold, true, coldSrc},
 		{"cold_zone_faults", "cold zone page faults (process start → lists all)", "", 0, true, ""},
+		{"cold_zone_receive_ms", "cold zone: snapshot's first chunk → last chunk", "ms", 0, true, ""},
+		{"cold_zone_apply_ms", "cold zone: snapshot's one transaction", "ms", 0, true, ""},
 		{"cold_zone_cpu_ms", "cold zone CPU (process start → lists all)", "ms", 0, true, ""},
 		{"cold_zone_global_cpu_ms", "global CPU meanwhile (cold zone start → lists all)", "ms", 0, true, ""},
 		{"global_to_zone_p50_ms", "one change global → zone, p50", "ms", 0, true, ""},

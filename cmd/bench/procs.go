@@ -390,6 +390,68 @@ func (e *env) storeCommits(api string) (commitTotals, error) {
 	return t, nil
 }
 
+// snapshotSeconds reads from api's /metrics the time the plane spent on
+// the full snapshots it received from the global, by phase ("receive":
+// first chunk to last; "apply": the one transaction), summed over all of
+// them, and how many it applied.
+func (e *env) snapshotSeconds(api string) (receive, apply float64, count uint64, err error) {
+	resp, err := e.http.Get(api + "/metrics")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, 0, 0, fmt.Errorf("GET %s/metrics: %s", api, resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("GET %s/metrics: %w", api, err)
+	}
+	f := families["meridian_sync_full_snapshot_seconds"]
+	if f == nil {
+		return 0, 0, 0, nil
+	}
+	for _, m := range f.GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["direction"] != "global_to_zone" {
+			continue
+		}
+		h := m.GetHistogram()
+		switch labels["phase"] {
+		case "receive":
+			receive = h.GetSampleSum()
+		case "apply":
+			apply, count = h.GetSampleSum(), h.GetSampleCount()
+		}
+	}
+	return receive, apply, count, nil
+}
+
+// recordColdSnapshot stores the cold zone's snapshot phases in
+// milliseconds. The zone observes them right after its transaction, which
+// may be a moment after it lists everything, so the metrics are polled
+// briefly; a zone without them (an older build) records nothing.
+func (e *env) recordColdSnapshot(r results, z *plane) error {
+	for deadline := time.Now().Add(2 * time.Second); ; {
+		receive, apply, count, err := e.snapshotSeconds(z.api)
+		if err != nil {
+			return err
+		}
+		if count > 0 {
+			r["cold_zone_receive_ms"], r["cold_zone_apply_ms"] = receive*1000, apply*1000
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // recordCommits stores, under prefix, the writes per commit and the mean
 // commit duration between two readings (nothing when the store has no
 // commit metrics or nothing committed).

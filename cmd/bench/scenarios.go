@@ -107,6 +107,9 @@ func fleet(bins binariesAndN, r results) error {
 		return err
 	}
 	r["cold_zone_faults"] = minorFaults(z3.proc.PID())
+	if err := e.recordColdSnapshot(r, z3); err != nil {
+		return err
+	}
 	// CPU seconds, steadier than the wall time on two shared cores: the
 	// zone's own (process start → lists all) and the global's meanwhile.
 	_, zoneCPU := usage(z3.proc.PID())

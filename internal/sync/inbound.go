@@ -48,15 +48,18 @@ type inbound struct {
 	peerStore string
 	log       hclog.Logger
 	obs       flowObserver
+	clock     Clock
 
 	// applied is the peer revision recorded in Meta (the resume point).
 	applied uint64
 
-	// A full snapshot being received: staged until its last chunk.
-	staging   bool
-	stageRev  uint64
-	nextChunk uint32
-	staged    batchSet
+	// A full snapshot being received: staged until its last chunk, which
+	// arrived stageStart after the first.
+	staging    bool
+	stageRev   uint64
+	stageStart time.Time
+	nextChunk  uint32
+	staged     batchSet
 }
 
 // batchSet holds resources to put, the last one per key winning, with the
@@ -177,7 +180,7 @@ func (in *inbound) delta(ctx context.Context, b *syncv1.DeltaBatch) ([]*syncv1.R
 func (in *inbound) snapshotChunk(ctx context.Context, b *syncv1.DeltaBatch) ([]*syncv1.ResourceError, error) {
 	switch {
 	case b.GetChunkIndex() == 0:
-		in.staging, in.stageRev, in.staged = true, b.GetRevision(), batchSet{}
+		in.staging, in.stageRev, in.staged, in.stageStart = true, b.GetRevision(), batchSet{}, in.clock.Now()
 	case !in.staging || b.GetChunkIndex() != in.nextChunk || b.GetRevision() != in.stageRev:
 		return nil, fmt.Errorf("%w: snapshot chunk %d of revision %d, expected chunk %d of revision %d",
 			errProtocol, b.GetChunkIndex(), b.GetRevision(), in.nextChunk, in.stageRev)
@@ -198,15 +201,17 @@ func (in *inbound) snapshotChunk(ctx context.Context, b *syncv1.DeltaBatch) ([]*
 		}
 	}
 	batch := storage.Batch{Puts: in.staged.puts, Deletes: deletes, Meta: in.resumeMeta(b.GetRevision()), Owned: true}
-	start := time.Now()
+	start := in.clock.Now()
 	staged := in.staged
 	rejected, err := in.apply(ctx, batch, staged.wire)
 	if err != nil {
 		return nil, fmt.Errorf("apply snapshot of revision %d: %w", b.GetRevision(), err)
 	}
 	errs = append(errs, rejected...)
+	received, applied := start.Sub(in.stageStart), in.clock.Now().Sub(start)
+	in.obs.snapshotApplied(received, applied)
 	in.log.Info("applied full snapshot", "revision", b.GetRevision(), "resources", len(in.staged.puts), "deleted", len(deletes),
-		"chunks", in.nextChunk, "apply_time", time.Since(start))
+		"chunks", in.nextChunk, "receive_time", received, "apply_time", applied)
 	in.applied = b.GetRevision()
 	in.staging, in.staged = false, batchSet{}
 	return errs, nil

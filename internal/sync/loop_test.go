@@ -110,7 +110,7 @@ func startLoop(t *testing.T, cfg StreamConfig, store storage.Store, resume uint6
 	sess := &session{log: testLogger(t, "loop"), clock: h.clock, stream: h.stream,
 		heartbeatInterval: cfg.HeartbeatInterval, heartbeatTimeout: cfg.HeartbeatTimeout, drain: h.drain}
 	sess.out = newOutbound(cfg.outbound(), store, globalSource{reg: testRegistry, zone: "zone-1"}, sess.log, h.clock, g2z, sess.enqueue, sess.backlog)
-	sess.in = &inbound{store: store, metaKey: MetaKeyZoneRevision("zone-1"), log: sess.log, obs: z2g,
+	sess.in = &inbound{store: store, metaKey: MetaKeyZoneRevision("zone-1"), log: sess.log, obs: z2g, clock: h.clock,
 		sink: globalSink{reg: testRegistry, store: store, zone: zone, systemNS: "kuma-system"}}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
@@ -509,7 +509,7 @@ func TestInboundSnapshotStaging(t *testing.T) {
 	zone := mapping.Zone{Name: "zone-1", Environment: resource.EnvUniversal}
 	tr := newTracker(newFakeClock(), nil)
 	_, _, z2g := tr.connected("zone-1", &syncv1.Handshake{}, "universal", 0)
-	in := &inbound{store: store, metaKey: MetaKeyZoneRevision("zone-1"), log: testLogger(t, "in"), obs: z2g,
+	in := &inbound{store: store, metaKey: MetaKeyZoneRevision("zone-1"), log: testLogger(t, "in"), obs: z2g, clock: newFakeClock(),
 		sink: globalSink{reg: testRegistry, store: store, zone: zone, systemNS: "kuma-system"}}
 	ctx := context.Background()
 	// The global holds an old resource of zone-1 and one of zone-2.

@@ -25,6 +25,7 @@ type Metrics struct {
 	reconnects    *prometheus.CounterVec
 	connectedG    *prometheus.GaugeVec
 	lag           *prometheus.HistogramVec
+	snapshot      *prometheus.HistogramVec
 	refused       prometheus.Counter
 	unauth        prometheus.Counter
 }
@@ -77,6 +78,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			return err
 		},
 		func() error {
+			m.snapshot, err = register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "meridian_sync_full_snapshot_seconds",
+				Help: "Full snapshots the receiver applied: from its first chunk to its last (phase receive), " +
+					"then its one store transaction (phase apply).",
+				Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}, []string{"direction", "phase"}))
+			return err
+		},
+		func() error {
 			m.refused, err = register(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_sync_handshakes_refused_total",
 				Help: "Zone handshakes the global refused (bad token or handshake)."}))
 			return err
@@ -114,6 +122,7 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 type flowMetrics struct {
 	sentC, ackedC, nackedC, resourcesC prometheus.Counter
 	lag                                prometheus.Observer
+	snapReceive, snapApply             prometheus.Observer
 }
 
 func (m *Metrics) flow(direction, zone string) flowMetrics {
@@ -121,12 +130,23 @@ func (m *Metrics) flow(direction, zone string) flowMetrics {
 		return flowMetrics{}
 	}
 	return flowMetrics{
-		sentC:      m.batchesSent.WithLabelValues(direction, zone),
-		ackedC:     m.batchesAcked.WithLabelValues(direction, zone),
-		nackedC:    m.batchesNacked.WithLabelValues(direction, zone),
-		resourcesC: m.resources.WithLabelValues(direction, zone),
-		lag:        m.lag.WithLabelValues(direction),
+		sentC:       m.batchesSent.WithLabelValues(direction, zone),
+		ackedC:      m.batchesAcked.WithLabelValues(direction, zone),
+		nackedC:     m.batchesNacked.WithLabelValues(direction, zone),
+		resourcesC:  m.resources.WithLabelValues(direction, zone),
+		lag:         m.lag.WithLabelValues(direction),
+		snapReceive: m.snapshot.WithLabelValues(direction, "receive"),
+		snapApply:   m.snapshot.WithLabelValues(direction, "apply"),
 	}
+}
+
+// snapshotApplied records a full snapshot the receiving side applied.
+func (f flowMetrics) snapshotApplied(receive, apply time.Duration) {
+	if f.snapApply == nil {
+		return
+	}
+	f.snapReceive.Observe(receive.Seconds())
+	f.snapApply.Observe(apply.Seconds())
 }
 
 func (f flowMetrics) sent(s batchSummary) {

@@ -151,7 +151,7 @@ func newSession(p sessionParams) *session {
 	s.out = newOutbound(p.cfg.outbound(), p.store, p.src, p.sendLog, p.clock, p.sent, s.enqueue, s.backlog)
 	s.out.rej = p.rej
 	s.in = &inbound{store: p.store, sink: p.sink, check: p.checkBatch, metaKey: p.metaKey, storeKey: p.storeKey,
-		peerStore: p.peerStore, log: p.recvLog, obs: p.received, applied: p.applied}
+		peerStore: p.peerStore, log: p.recvLog, obs: p.received, clock: p.clock, applied: p.applied}
 	return s
 }
 

@@ -182,6 +182,9 @@ func (s batchSummary) types() []string {
 type flowObserver interface {
 	batchSent(types []string, s batchSummary)
 	batchAnswered(types []string, s batchSummary, nack *syncv1.Nack, rtt time.Duration)
+	// snapshotApplied: the receiver applied a full snapshot, receive after
+	// its first chunk arrived and apply after its last.
+	snapshotApplied(receive, apply time.Duration)
 }
 
 // flow records one direction into a FlowStatus guarded by mu (the owner's
@@ -211,6 +214,8 @@ func (f *flow) batchSent(types []string, s batchSummary) {
 	}
 	f.m.sent(s)
 }
+
+func (f *flow) snapshotApplied(receive, apply time.Duration) { f.m.snapshotApplied(receive, apply) }
 
 func (f *flow) batchAnswered(types []string, s batchSummary, nack *syncv1.Nack, rtt time.Duration) {
 	f.mu.Lock()

@@ -89,14 +89,41 @@ func TestOverTLSWithGzip(t *testing.T) {
 		{greg, "meridian_sync_lag_seconds"},
 		{zreg, "meridian_sync_batches_acked_total"},
 		{zreg, "meridian_sync_zone_connected"},
+		{zreg, "meridian_sync_full_snapshot_seconds"}, // the zone's first sync is a full snapshot
 	} {
 		if !gathered(t, tc.reg, tc.metric) {
 			t.Errorf("metric %s not recorded", tc.metric)
 		}
 	}
+	if phases := snapshotPhases(t, zreg); phases["receive"] != 1 || phases["apply"] != 1 {
+		t.Errorf("full snapshot observations by phase %v, want one receive and one apply", phases)
+	}
 	if gathered(t, prometheus.DefaultRegisterer.(*prometheus.Registry), "meridian_sync_batches_sent_total") {
 		t.Error("metrics leaked into the default registry")
 	}
+}
+
+// snapshotPhases counts the full snapshot observations in reg by phase.
+func snapshotPhases(t *testing.T, reg *prometheus.Registry) map[string]uint64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]uint64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "meridian_sync_full_snapshot_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "phase" {
+					out[l.GetValue()] += m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	return out
 }
 
 func gathered(t *testing.T, reg *prometheus.Registry, name string) bool {
