@@ -21,6 +21,8 @@ type zoneCopies struct {
 	mu     gosync.Mutex
 	byKey  map[resource.Key]*zoneCopy // by the global's key
 	byWire map[resource.Key]*zoneCopy // by the zone copy's key
+	// byUp finds a wire form's encoding (encoded) for the sessions' codec.
+	byUp map[*syncv1.Resource]*zoneCopy
 }
 
 type zoneCopy struct {
@@ -29,11 +31,13 @@ type zoneCopy struct {
 	mod     time.Time
 	send    *resource.Resource
 	up      *syncv1.Resource
+	enc     []byte // up, marshaled once for every session (encodedBatchCodec)
 	size    int
 }
 
 func newZoneCopies() *zoneCopies {
-	return &zoneCopies{byKey: map[resource.Key]*zoneCopy{}, byWire: map[resource.Key]*zoneCopy{}}
+	return &zoneCopies{byKey: map[resource.Key]*zoneCopy{}, byWire: map[resource.Key]*zoneCopy{},
+		byUp: map[*syncv1.Resource]*zoneCopy{}}
 }
 
 // toZone returns r's zone copy, mapping and encoding it only the first
@@ -48,15 +52,35 @@ func (c *zoneCopies) toZone(d *resource.TypeDescriptor, r *resource.Resource) *r
 	}
 	send := mapping.ToZone(d, r)
 	up := toWire(send)
-	zc = &zoneCopy{key: key, version: r.Version, mod: r.ModificationTime, send: send, up: up, size: proto.Size(up) + entryOverhead}
+	zc = &zoneCopy{key: key, version: r.Version, mod: r.ModificationTime, send: send, up: up}
+	if enc, err := proto.Marshal(up); err == nil {
+		zc.enc, zc.size = enc, len(enc)+entryOverhead
+	} else {
+		zc.size = proto.Size(up) + entryOverhead // sent by the default codec
+	}
 	c.mu.Lock()
 	if old := c.byKey[key]; old != nil {
 		delete(c.byWire, old.send.Key())
+		delete(c.byUp, old.up)
 	}
 	c.byKey[key] = zc
 	c.byWire[send.Key()] = zc
+	c.byUp[up] = zc
 	c.mu.Unlock()
 	return send
+}
+
+// encoded returns the encoding of ups[i] in out[i] when it is a wire form
+// toZone made and still holds (nil otherwise: a newer version replaced it,
+// or it never came from here). One lock for a whole batch.
+func (c *zoneCopies) encoded(ups []*syncv1.Resource, out [][]byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, up := range ups {
+		if zc := c.byUp[up]; zc != nil {
+			out[i] = zc.enc
+		}
+	}
 }
 
 // wire returns the encoded form of a copy toZone returned (nil for any
@@ -76,6 +100,7 @@ func (c *zoneCopies) forget(key resource.Key) {
 	defer c.mu.Unlock()
 	if zc := c.byKey[key]; zc != nil {
 		delete(c.byWire, zc.send.Key())
+		delete(c.byUp, zc.up)
 		delete(c.byKey, key)
 	}
 }

@@ -1,0 +1,124 @@
+package sync
+
+import (
+	"fmt"
+
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
+)
+
+// encodedBatchCodec is the global's gRPC codec: proto, except that a
+// DeltaBatch's upserts that the zone copies hold already encoded are
+// written from those bytes instead of being marshaled again for every
+// session. Every zone receives the same copy of a global resource, so one
+// change to N zones used to marshal it N times (the global's profile with
+// ten zones: proto encoding 6.5% of its CPU, all of it per session).
+//
+// The upserts go out after the batch's other fields (protobuf allows a
+// message's fields in any order, and keeps a repeated field's elements in
+// theirs), so the bytes decode to an equal message. An upsert missing from
+// the cache (a newer version replaced it, or it never was a zone copy) is
+// marshaled on the spot; any other message is the proto codec's.
+type encodedBatchCodec struct {
+	copies *zoneCopies
+	proto  encoding.CodecV2
+}
+
+// upsertsField is DeltaBatch.upserts' field number, batchField
+// Message.delta_batch's.
+var (
+	upsertsField = (&syncv1.DeltaBatch{}).ProtoReflect().Descriptor().Fields().ByName("upserts").Number()
+	batchField   = (&syncv1.Message{}).ProtoReflect().Descriptor().Fields().ByName("delta_batch").Number()
+)
+
+func newEncodedBatchCodec(copies *zoneCopies) encodedBatchCodec {
+	return encodedBatchCodec{copies: copies, proto: encoding.GetCodecV2(grpcproto.Name)}
+}
+
+func (c encodedBatchCodec) Name() string { return grpcproto.Name }
+
+func (c encodedBatchCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	return c.proto.Unmarshal(data, v)
+}
+
+func (c encodedBatchCodec) Marshal(v any) (mem.BufferSlice, error) {
+	m, ok := v.(*syncv1.Message)
+	if !ok || len(m.GetDeltaBatch().GetUpserts()) == 0 || !onlyBatch(m) {
+		return c.proto.Marshal(v)
+	}
+	return c.marshalBatch(m.GetDeltaBatch())
+}
+
+// onlyBatch: m holds its delta_batch and nothing else, so that writing the
+// batch alone writes all of m.
+func onlyBatch(m *syncv1.Message) bool {
+	r := m.ProtoReflect()
+	if len(r.GetUnknown()) > 0 {
+		return false
+	}
+	only := true
+	r.Range(func(fd protoreflect.FieldDescriptor, _ protoreflect.Value) bool {
+		only = fd.Number() == batchField
+		return only
+	})
+	return only
+}
+
+// marshalBatch encodes Message{delta_batch: b} into one buffer: the
+// batch's other fields, then its upserts from their cached encodings
+// (marshaled on the spot when not cached).
+func (c encodedBatchCodec) marshalBatch(b *syncv1.DeltaBatch) (mem.BufferSlice, error) {
+	ups := b.GetUpserts()
+	encs := make([][]byte, len(ups))
+	c.copies.encoded(ups, encs)
+	upsSize := 0
+	for i, up := range ups {
+		if encs[i] == nil {
+			enc, err := proto.Marshal(up)
+			if err != nil {
+				return nil, fmt.Errorf("marshal upsert %d: %w", i, err)
+			}
+			encs[i] = enc
+		}
+		upsSize += protowire.SizeTag(upsertsField) + protowire.SizeBytes(len(encs[i]))
+	}
+	// The batch without its upserts (its other fields shared, not copied).
+	rest := &syncv1.DeltaBatch{}
+	dst := rest.ProtoReflect()
+	b.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.Number() != upsertsField {
+			dst.Set(fd, v)
+		}
+		return true
+	})
+	restBytes, err := proto.Marshal(rest)
+	if err != nil {
+		return nil, fmt.Errorf("marshal batch: %w", err)
+	}
+	batchLen := len(restBytes) + upsSize
+	size := protowire.SizeTag(batchField) + protowire.SizeVarint(uint64(batchLen)) + batchLen
+	// gRPC's buffer pool, as its proto codec uses it: the transport hands
+	// the buffer back once the message is written.
+	pool := mem.DefaultBufferPool()
+	buf := pool.Get(size)
+	out := protowire.AppendTag((*buf)[:0], batchField, protowire.BytesType)
+	out = protowire.AppendVarint(out, uint64(batchLen))
+	out = append(out, restBytes...)
+	for _, enc := range encs {
+		out = protowire.AppendTag(out, upsertsField, protowire.BytesType)
+		out = protowire.AppendBytes(out, enc)
+	}
+	*buf = out // len(out) == size: the pool's buffer was not outgrown
+	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+}
+
+// Codec is the gRPC codec the global's server should use for its streams
+// (grpc.ForceServerCodecV2): proto, with the upserts of zone copies
+// marshaled once for all sessions (encodedBatchCodec).
+func (s *Server) Codec() encoding.CodecV2 { return newEncodedBatchCodec(s.copies) }
