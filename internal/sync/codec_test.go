@@ -22,6 +22,22 @@ func stored(r *resource.Resource, version uint64) *resource.Resource {
 	return c
 }
 
+// cachedUpserts maps n MeshTimeouts (t-00000, t-00001, ...) through copies
+// and returns their cached wire forms.
+func cachedUpserts(tb testing.TB, copies *zoneCopies, n int) []*syncv1.Resource {
+	tb.Helper()
+	d, _ := testRegistry.Lookup("MeshTimeout")
+	var ups []*syncv1.Resource
+	for i := range n {
+		up, _ := copies.wire(copies.toZone(d, stored(timeout(fmt.Sprintf("t-%05d", i), "", ""), 1)))
+		if up == nil {
+			tb.Fatalf("t-%05d: no cached wire form", i)
+		}
+		ups = append(ups, up)
+	}
+	return ups
+}
+
 // TestEncodedBatchCodecDecodesToTheSameMessage: a batch whose upserts come
 // from the zone copies' cache, one replaced since, and one that never was
 // cached, with removals and every scalar field set, decodes to a message
@@ -29,18 +45,16 @@ func stored(r *resource.Resource, version uint64) *resource.Resource {
 // proto codec encodes them.
 func TestEncodedBatchCodecDecodesToTheSameMessage(t *testing.T) {
 	copies := newZoneCopies()
+	ups := cachedUpserts(t, copies, 3)
 	d, _ := testRegistry.Lookup("MeshTimeout")
-	var ups []*syncv1.Resource
-	for i := range 3 {
-		send := copies.toZone(d, stored(timeout(fmt.Sprintf("t-%d", i), "", ""), 1))
-		up, _ := copies.wire(send)
-		if up == nil {
-			t.Fatalf("t-%d: no cached wire form", i)
-		}
-		ups = append(ups, up)
-	}
-	copies.toZone(d, stored(timeout("t-0", "", ""), 2)) // t-0's cached form is replaced: ups[0] is not cached any more
+	copies.toZone(d, stored(timeout("t-00000", "", ""), 2)) // its cached form is replaced: ups[0] is not cached any more
 	ups = append(ups, toWire(stored(timeout("uncached", "", ""), 1)))
+	encs := make([][]byte, len(ups))
+	copies.encoded(ups, encs)
+	if encs[0] != nil || encs[1] == nil || encs[2] == nil || encs[3] != nil {
+		t.Fatalf("cached encodings: replaced %v, cached %v %v, uncached %v; want only the two cached",
+			encs[0] != nil, encs[1] != nil, encs[2] != nil, encs[3] != nil)
+	}
 	msg := msgBatch(&syncv1.DeltaBatch{Nonce: "n-7", Revision: 42, BaseRevision: 40, Upserts: ups,
 		Removals:     []*syncv1.ResourceKey{{Type: "MeshTimeout", Mesh: "default", Name: "gone"}},
 		FullSnapshot: true, ChunkIndex: 3, LastChunk: true})
@@ -86,14 +100,7 @@ func decode(t *testing.T, codec encoding.CodecV2, msg *syncv1.Message) *syncv1.M
 // zone copies' cache (what each of N sessions pays per batch).
 func BenchmarkMarshalBatch40(b *testing.B) {
 	copies := newZoneCopies()
-	d, _ := testRegistry.Lookup("MeshTimeout")
-	var ups []*syncv1.Resource
-	for i := range 40 {
-		send := copies.toZone(d, stored(timeout(fmt.Sprintf("timeout-%05d", i), "", ""), 1))
-		up, _ := copies.wire(send)
-		ups = append(ups, up)
-	}
-	msg := msgBatch(&syncv1.DeltaBatch{Nonce: "n", Revision: 9, Upserts: ups, LastChunk: true})
+	msg := msgBatch(&syncv1.DeltaBatch{Nonce: "n", Revision: 9, Upserts: cachedUpserts(b, copies, 40), LastChunk: true})
 	for _, c := range []struct {
 		name  string
 		codec encoding.CodecV2
