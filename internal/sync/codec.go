@@ -30,11 +30,11 @@ type encodedBatchCodec struct {
 	proto  encoding.CodecV2
 }
 
-// upsertsField is DeltaBatch.upserts' field number, batchField
-// Message.delta_batch's.
-var (
-	upsertsField = (&syncv1.DeltaBatch{}).ProtoReflect().Descriptor().Fields().ByName("upserts").Number()
-	batchField   = (&syncv1.Message{}).ProtoReflect().Descriptor().Fields().ByName("delta_batch").Number()
+// Field numbers of DeltaBatch.upserts and Message.delta_batch in
+// proto/meridian/sync/v1 (TestCodecFieldNumbers holds them to the schema).
+const (
+	upsertsField protowire.Number = 4
+	batchField   protowire.Number = 3
 )
 
 func newEncodedBatchCodec(copies *zoneCopies) encodedBatchCodec {

@@ -22,6 +22,16 @@ func stored(r *resource.Resource, version uint64) *resource.Resource {
 	return c
 }
 
+// TestCodecFieldNumbers: the codec's field numbers are the schema's.
+func TestCodecFieldNumbers(t *testing.T) {
+	if n := (&syncv1.DeltaBatch{}).ProtoReflect().Descriptor().Fields().ByName("upserts").Number(); n != upsertsField {
+		t.Errorf("DeltaBatch.upserts is field %d, the codec writes %d", n, upsertsField)
+	}
+	if n := (&syncv1.Message{}).ProtoReflect().Descriptor().Fields().ByName("delta_batch").Number(); n != batchField {
+		t.Errorf("Message.delta_batch is field %d, the codec writes %d", n, batchField)
+	}
+}
+
 // cachedUpserts maps n MeshTimeouts (t-00000, t-00001, ...) through copies
 // and returns their cached wire forms.
 func cachedUpserts(tb testing.TB, copies *zoneCopies, n int) []*syncv1.Resource {
