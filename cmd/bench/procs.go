@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -363,21 +364,30 @@ type commitTotals struct {
 	ok                       bool
 }
 
-// storeCommits reads the commit histograms' counts and sums from api's
-// /metrics.
-func (e *env) storeCommits(api string) (commitTotals, error) {
+// metricFamilies reads and parses api's /metrics.
+func (e *env) metricFamilies(api string) (map[string]*dto.MetricFamily, error) {
 	resp, err := e.http.Get(api + "/metrics")
 	if err != nil {
-		return commitTotals{}, err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return commitTotals{}, fmt.Errorf("GET %s/metrics: %s", api, resp.Status)
+		return nil, fmt.Errorf("GET %s/metrics: %s", api, resp.Status)
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		return commitTotals{}, fmt.Errorf("GET %s/metrics: %w", api, err)
+		return nil, fmt.Errorf("GET %s/metrics: %w", api, err)
+	}
+	return families, nil
+}
+
+// storeCommits reads the commit histograms' counts and sums from api's
+// /metrics.
+func (e *env) storeCommits(api string) (commitTotals, error) {
+	families, err := e.metricFamilies(api)
+	if err != nil {
+		return commitTotals{}, err
 	}
 	var t commitTotals
 	if f := families["meridian_store_commit_writes"]; f != nil && len(f.GetMetric()) == 1 {
@@ -395,18 +405,9 @@ func (e *env) storeCommits(api string) (commitTotals, error) {
 // first chunk to last; "apply": the one transaction), summed over all of
 // them, and how many it applied.
 func (e *env) snapshotSeconds(api string) (receive, apply float64, count uint64, err error) {
-	resp, err := e.http.Get(api + "/metrics")
+	families, err := e.metricFamilies(api)
 	if err != nil {
 		return 0, 0, 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, 0, 0, fmt.Errorf("GET %s/metrics: %s", api, resp.Status)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return 0, 0, 0, fmt.Errorf("GET %s/metrics: %w", api, err)
 	}
 	f := families["meridian_sync_full_snapshot_seconds"]
 	if f == nil {
@@ -452,16 +453,23 @@ func (e *env) recordColdSnapshot(r results, z *plane) error {
 	}
 }
 
-// recordCommits stores, under prefix, the writes per commit and the mean
-// commit duration between two readings (nothing when the store has no
-// commit metrics or nothing committed).
-func recordCommits(r results, prefix string, before, after commitTotals) {
-	commits := after.commits - before.commits
-	if !before.ok || !after.ok || commits <= 0 {
-		return
+// since is what the store committed between before and t: commits, writes
+// and mean commit in milliseconds (ok is false when the store has no commit
+// metrics or nothing committed).
+func (t commitTotals) since(before commitTotals) (commits, writes, meanMs float64, ok bool) {
+	commits = t.commits - before.commits
+	if !before.ok || !t.ok || commits <= 0 {
+		return 0, 0, 0, false
 	}
-	r[prefix+"_commit_writes"] = (after.writes - before.writes) / commits
-	r[prefix+"_commit_ms"] = (after.seconds - before.seconds) / commits * 1000
+	return commits, t.writes - before.writes, (t.seconds - before.seconds) / commits * 1000, true
+}
+
+// recordCommits stores, under prefix, the writes per commit and the mean
+// commit duration between two readings.
+func recordCommits(r results, prefix string, before, after commitTotals) {
+	if commits, writes, meanMs, ok := after.since(before); ok {
+		r[prefix+"_commit_writes"], r[prefix+"_commit_ms"] = writes/commits, meanMs
+	}
 }
 
 // onCPUs reads the global's and one zone's CPU time, in that order.
@@ -482,10 +490,7 @@ func recordCPUPerWrite(r results, prefix string, before, after [2]time.Duration,
 // batch it receives as one write, so writes per commit say nothing there;
 // the count of commits shows how the sender's batching spared the zone.
 func recordZoneCommits(r results, prefix string, before, after commitTotals) {
-	commits := after.commits - before.commits
-	if !before.ok || !after.ok || commits <= 0 {
-		return
+	if commits, _, meanMs, ok := after.since(before); ok {
+		r[prefix+"_commits"], r[prefix+"_commit_ms"] = commits, meanMs
 	}
-	r[prefix+"_commits"] = commits
-	r[prefix+"_commit_ms"] = (after.seconds - before.seconds) / commits * 1000
 }

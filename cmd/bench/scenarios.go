@@ -51,36 +51,9 @@ func fleet(bins binariesAndN, r results) error {
 			go func() { defer profiles.Done(); _ = e.profile(p, bins.profileDir, "put", 3*time.Second) }()
 		}
 	}
-	commits0, err := e.storeCommits(g.api)
-	if err != nil {
+	if err := putPhase(e, g, []*plane{z1, z2}, n, putKeys{"put", "put_rate_1zone", "last_write_to_zones_ms"}, 60*time.Second, &profiles, r); err != nil {
 		return err
 	}
-	zoneCommits0, err := e.storeCommits(z1.api)
-	if err != nil {
-		return err
-	}
-	cpu0 := onCPUs(g, z1)
-	took, err := e.putAll(g.api, names("t-", n), 8, func(name string) string { return timeoutBody(name, 1) })
-	profiles.Wait()
-	if err != nil {
-		return err
-	}
-	last := time.Now()
-	r["put_rate_1zone"] = float64(n) / took.Seconds()
-	commits1, err := e.storeCommits(g.api)
-	if err != nil {
-		return err
-	}
-	recordCommits(r, "put", commits0, commits1)
-	if r["last_write_to_zones_ms"], err = ms(e.waitTotal([]*plane{z1, z2}, "meshtimeouts", n, last, 60*time.Second)); err != nil {
-		return err
-	}
-	recordCPUPerWrite(r, "put", cpu0, onCPUs(g, z1), n)
-	zoneCommits1, err := e.storeCommits(z1.api)
-	if err != nil {
-		return err
-	}
-	recordZoneCommits(r, "put_zone", zoneCommits0, zoneCommits1)
 	if bins.writesOnly {
 		return nil
 	}
@@ -365,6 +338,20 @@ func tenZones(bins binariesAndN, r results) error {
 			go func() { defer profiles.Done(); _ = e.profile(p, bins.profileDir, "ten-put", 3*time.Second) }()
 		}
 	}
+	return putPhase(e, g, zones, bins.n, putKeys{"put10", "put_rate_10zones", "last_write_to_10zones_ms"}, 120*time.Second, &profiles, r)
+}
+
+// putKeys name a PUT phase's figures: prefix for the commit and CPU rows,
+// and the rate's and the last write's keys.
+type putKeys struct{ prefix, rate, lastWrite string }
+
+// putPhase writes n MeshTimeouts to the global with 8 clients and records
+// the rate, the global's commits, last write → every zone lists all, the
+// CPU per PUT of the global and zones[0] (until the last zone lists all,
+// so the zone's tail counts) and zones[0]'s commits. profiles (CPU
+// profiles of the phase, started by the caller) is waited for once the
+// writes are done.
+func putPhase(e *env, g *plane, zones []*plane, n int, k putKeys, timeout time.Duration, profiles *sync.WaitGroup, r results) error {
 	commits0, err := e.storeCommits(g.api)
 	if err != nil {
 		return err
@@ -374,27 +361,27 @@ func tenZones(bins binariesAndN, r results) error {
 		return err
 	}
 	cpu0 := onCPUs(g, zones[0])
-	took, err := e.putAll(g.api, names("t-", bins.n), 8, func(name string) string { return timeoutBody(name, 1) })
+	took, err := e.putAll(g.api, names("t-", n), 8, func(name string) string { return timeoutBody(name, 1) })
 	profiles.Wait()
 	if err != nil {
 		return err
 	}
 	last := time.Now()
-	r["put_rate_10zones"] = float64(bins.n) / took.Seconds()
+	r[k.rate] = float64(n) / took.Seconds()
 	commits1, err := e.storeCommits(g.api)
 	if err != nil {
 		return err
 	}
-	recordCommits(r, "put10", commits0, commits1)
-	if r["last_write_to_10zones_ms"], err = ms(e.waitTotal(zones, "meshtimeouts", bins.n, last, 120*time.Second)); err != nil {
+	recordCommits(r, k.prefix, commits0, commits1)
+	if r[k.lastWrite], err = ms(e.waitTotal(zones, "meshtimeouts", n, last, timeout)); err != nil {
 		return err
 	}
-	recordCPUPerWrite(r, "put10", cpu0, onCPUs(g, zones[0]), bins.n)
+	recordCPUPerWrite(r, k.prefix, cpu0, onCPUs(g, zones[0]), n)
 	zoneCommits1, err := e.storeCommits(zones[0].api)
 	if err != nil {
 		return err
 	}
-	recordZoneCommits(r, "put10_zone", zoneCommits0, zoneCommits1)
+	recordZoneCommits(r, k.prefix+"_zone", zoneCommits0, zoneCommits1)
 	return nil
 }
 
