@@ -54,3 +54,67 @@ func leafFill(t *testing.T, db *bolt.DB, bucket string) float64 {
 	}
 	return float64(st.LeafInuse) / float64(st.LeafPageN*db.Info().PageSize)
 }
+
+// TestBulkWriteOutOfOrder: a bulk write whose puts are not in key order is
+// written sorted (bulkOrder), with the result of applying them in the
+// order given: each outcome and stored resource at its put's index, and
+// a key given twice ending as its later put.
+func TestBulkWriteOutOfOrder(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(Config{Path: filepath.Join(t.TempDir(), "o.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const n = 3000
+	batch := storage.Batch{Puts: make([]*resource.Resource, n)}
+	for i := range batch.Puts {
+		batch.Puts[i] = benchResource((i*7919)%n, 0) // every name once, out of order
+	}
+	batch.Puts[n-1] = benchResource((10*7919)%n, 1)
+	if bulkOrder(batch.Puts) == nil {
+		t.Fatal("bulkOrder: nil for puts out of order")
+	}
+	res, err := s.Apply(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range batch.Puts {
+		if got := res.Stored[i]; got.Name != p.Name || string(got.Spec) != string(p.Spec) {
+			t.Fatalf("Stored[%d] is %s %s, want %s %s", i, got.Name, got.Spec, p.Name, p.Spec)
+		}
+	}
+	if res.Outcomes[10] != storage.Created || res.Outcomes[n-1] != storage.Updated {
+		t.Errorf("outcomes of the key given twice: %v then %v, want created then updated", res.Outcomes[10], res.Outcomes[n-1])
+	}
+	got, err := s.Get(ctx, batch.Puts[10].Key())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got.Spec) != string(batch.Puts[n-1].Spec) || got.Version != 2 {
+		t.Errorf("key given twice: stored version %d %s, want version 2 %s", got.Version, got.Spec, batch.Puts[n-1].Spec)
+	}
+	list, err := s.List(ctx, storage.ListOptions{Type: "MeshTimeout"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list.Total != n-1 { // the last put replaced one name's only put
+		t.Errorf("listed %d, want %d", list.Total, n-1)
+	}
+}
+
+// TestBulkOrderKeepsSortedInput: puts already in key order, or too few to
+// be a bulk write, are written as given, with no sort and no index.
+func TestBulkOrderKeepsSortedInput(t *testing.T) {
+	sorted := make([]*resource.Resource, bulkPuts)
+	for i := range sorted {
+		sorted[i] = benchResource(i, 0)
+	}
+	if bulkOrder(sorted) != nil {
+		t.Error("bulkOrder: an order for sorted puts")
+	}
+	few := []*resource.Resource{benchResource(2, 0), benchResource(1, 0)}
+	if bulkOrder(few) != nil {
+		t.Error("bulkOrder: an order for a batch below bulkPuts")
+	}
+}

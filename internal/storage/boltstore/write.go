@@ -177,8 +177,14 @@ func (w *writeTx) apply(b storage.Batch) (*storage.BatchResult, error) {
 	defer func() { w.owned = false }() // the group's other writes are not
 	rev := w.rev + 1
 	var idx uint32
+	order := bulkOrder(b.Puts) // nil: as given
 	res := &storage.BatchResult{Outcomes: make([]storage.Outcome, len(b.Puts)), Stored: make([]*resource.Resource, len(b.Puts))}
-	for i, p := range b.Puts {
+	for n, p := range b.Puts {
+		i := n
+		if order != nil {
+			i = order[n]
+			p = b.Puts[i]
+		}
 		stored, outcome, err := w.writeResource(p, kv.ModePut, rev, idx)
 		if err != nil {
 			return nil, fmt.Errorf("batch put %d: %w", i, err)
@@ -240,4 +246,25 @@ func (w *writeTx) List(opts storage.ListOptions) (*storage.ListResult, error) {
 		return nil, err
 	}
 	return scan(context.Background(), w.resources, opts)
+}
+
+// bulkOrder is the order in which apply writes a bulk write's puts when
+// they are not sorted by key already: sorted, stably, so that a key given
+// twice keeps its order and the batch's result is the same. nil means in
+// the order given. bbolt inserts into a node's sorted array of keys, so a
+// large write in random order moves half that array per put: 100,000 puts
+// into an empty store took 22 s shuffled against 0.4 s sorted
+// (BenchmarkApplyCold100000). Only the order of the revision's changes
+// differs, and a revision is one atomic change.
+func bulkOrder(puts []*resource.Resource) []int {
+	byKey := func(a, b *resource.Resource) int { return kv.CompareKeys(a.Key(), b.Key()) }
+	if len(puts) < bulkPuts || slices.IsSortedFunc(puts, byKey) {
+		return nil
+	}
+	order := make([]int, len(puts))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return byKey(puts[a], puts[b]) })
+	return order
 }

@@ -55,6 +55,21 @@ func EncodeKey(k resource.Key) []byte {
 	return append(b, k.Name...)
 }
 
+// CompareKeys orders keys as their encodings sort (EncodeKey): field by
+// field, since KeySep sorts before every byte a field may hold.
+func CompareKeys(a, b resource.Key) int {
+	if c := strings.Compare(a.Type, b.Type); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Mesh, b.Mesh); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Name, b.Name)
+}
+
 func DecodeKey(b []byte) (resource.Key, error) {
 	parts := bytes.SplitN(b, []byte{KeySep}, 4)
 	if len(parts) != 4 {

@@ -148,7 +148,8 @@ func FuzzDecodeResource(f *testing.F) {
 }
 
 // TestKeyOrder: byte order of encoded keys is the (mesh, namespace, name)
-// order that List promises, including names that extend one another.
+// order that List promises, including names that extend one another, and
+// CompareKeys orders keys the same way without encoding them.
 func TestKeyOrder(t *testing.T) {
 	keys := []resource.Key{
 		{Type: "T", Mesh: "a", Name: "x"},
@@ -162,9 +163,15 @@ func TestKeyOrder(t *testing.T) {
 		if string(EncodeKey(keys[i-1])) >= string(EncodeKey(keys[i])) {
 			t.Errorf("%s does not sort before %s", keys[i-1], keys[i])
 		}
+		if CompareKeys(keys[i-1], keys[i]) >= 0 || CompareKeys(keys[i], keys[i-1]) <= 0 {
+			t.Errorf("CompareKeys disagrees with the encoding on %s and %s", keys[i-1], keys[i])
+		}
 		if got, err := DecodeKey(EncodeKey(keys[i])); err != nil || got != keys[i] {
 			t.Errorf("decode %s: %v, %v", keys[i], got, err)
 		}
+	}
+	if c := CompareKeys(keys[0], keys[0]); c != 0 {
+		t.Errorf("CompareKeys of a key with itself: %d", c)
 	}
 	if err := ValidateKey(resource.Key{Type: "T", Name: "a\x00b"}); !errors.Is(err, storage.ErrInvalid) {
 		t.Errorf("NUL accepted: %v", err)
