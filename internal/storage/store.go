@@ -32,6 +32,10 @@ var (
 	// partition); the caller may retry later. Nothing was written, unless
 	// the error says that a commit's outcome could not be learned.
 	ErrUnavailable = errors.New("store unavailable")
+	// ErrStreamAbandoned: an ApplyStream was rolled back because its writer
+	// went quiet (or held it) longer than the store allows; nothing of it
+	// was written.
+	ErrStreamAbandoned = errors.New("apply stream abandoned")
 )
 
 // Store is safe for concurrent use. Resources passed in are not retained;
@@ -171,6 +175,45 @@ type Limits struct {
 // Batch within them.
 type Limited interface {
 	Limits() Limits
+}
+
+// Streaming is implemented by a Store that can take one Batch's puts in
+// parts while they are still being produced (a full snapshot arriving in
+// chunks): each part is written into one open transaction at once, and
+// nothing is visible, to readers or watchers, until Commit, which makes
+// the whole a single revision, exactly as one Apply of the whole batch
+// would. The writing then overlaps the producing.
+//
+// While a stream is open, the store's other writes wait. So that a stalled
+// producer cannot hold them, the store rolls a stream back when no part has
+// come for a while or when it has been open too long (the store's limits):
+// Put and Commit then fail with ErrStreamAbandoned, and the caller applies
+// its batch in one Apply instead.
+type Streaming interface {
+	// BeginApply opens a stream. ctx bounds the wait for the store's
+	// writer, not the stream's life.
+	BeginApply(ctx context.Context) (ApplyStream, error)
+}
+
+// ApplyStream is one batch being applied in parts; see Streaming. It is
+// used by one goroutine.
+type ApplyStream interface {
+	// Put writes part's Puts after those of earlier parts, with the
+	// semantics of Batch.Puts and Owned set (the caller hands them over).
+	// part's Check, if any, runs in the transaction just before they are
+	// written, seeing the earlier parts; its extra deletions are applied at
+	// Commit. Deletes and Meta belong in Commit's batch, not in a part. Put
+	// may return before the part is written: a failure to write it (a
+	// Check's veto included) is returned by a later Put or by Commit, and
+	// fails the whole stream.
+	Put(part Batch) error
+	// Commit writes rest after every part (its Puts, Deletes, Check and
+	// Meta, as an Apply would) and commits everything as one revision. The
+	// result's Outcomes and Stored cover rest.Puts only.
+	Commit(rest Batch) (*BatchResult, error)
+	// Abort rolls the stream back. It may be called at any time, also after
+	// Commit or another Abort, where it does nothing.
+	Abort()
 }
 
 // TxReader reads inside a write transaction (Batch.Check).

@@ -37,6 +37,8 @@ const (
 	DefaultLockTimeout        = time.Second
 	DefaultMaxWriteGroup      = 512
 	DefaultMaxGroupWait       = time.Millisecond
+	DefaultStreamIdle         = time.Second
+	DefaultStreamMax          = 10 * time.Second
 )
 
 // Config configures Open. Zero values take the defaults above.
@@ -67,6 +69,11 @@ type Config struct {
 	// the previous group answered (see lastGroup.target); the wait is also
 	// at most the previous commit's duration.
 	MaxGroupWait time.Duration
+	// StreamIdle and StreamMax bound how long an ApplyStream may hold the
+	// store's writer (storage.Streaming): it is rolled back when no part
+	// has come for StreamIdle, or once it has been open for StreamMax.
+	StreamIdle time.Duration
+	StreamMax  time.Duration
 }
 
 // ErrInvalidConfig is wrapped by Open for a Config it cannot use.
@@ -86,6 +93,8 @@ func (c Config) withDefaults() (Config, error) {
 		{"ExpiryInterval", &c.ExpiryInterval, DefaultExpiryInterval},
 		{"LockTimeout", &c.LockTimeout, DefaultLockTimeout},
 		{"MaxGroupWait", &c.MaxGroupWait, DefaultMaxGroupWait},
+		{"StreamIdle", &c.StreamIdle, DefaultStreamIdle},
+		{"StreamMax", &c.StreamMax, DefaultStreamMax},
 	} {
 		if *d.v < 0 {
 			return c, fmt.Errorf("%w: %s is negative (%s)", ErrInvalidConfig, d.name, *d.v)

@@ -75,6 +75,7 @@ type Store struct {
 func (s *Store) ID() string { return s.id }
 
 var _ storage.Store = (*Store)(nil)
+var _ storage.Streaming = (*Store)(nil)
 
 // Open opens or creates the store at cfg.Path, checks its schema version and
 // starts the committer and the tombstone expiry loop.

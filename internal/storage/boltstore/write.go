@@ -172,49 +172,84 @@ func (w *writeTx) apply(b storage.Batch) (*storage.BatchResult, error) {
 	if len(b.Puts) >= bulkPuts {
 		w.resources.FillPercent = bulkFill // for the whole commit: see "Page fill"
 	}
-	w.changes = slices.Grow(w.changes, len(b.Puts)) // one change per put at least
 	w.owned = b.Owned
 	defer func() { w.owned = false }() // the group's other writes are not
-	rev := w.rev + 1
-	var idx uint32
-	order := bulkOrder(b.Puts) // nil: as given
+	bw := w.newBatch()
 	res := &storage.BatchResult{Outcomes: make([]storage.Outcome, len(b.Puts)), Stored: make([]*resource.Resource, len(b.Puts))}
-	for n, p := range b.Puts {
+	if err := bw.puts(b.Puts, res.Outcomes, res.Stored); err != nil {
+		return nil, err
+	}
+	if err := bw.rest(deletes, b.Meta); err != nil {
+		return nil, err
+	}
+	res.Revision, res.Deleted = bw.finish(), bw.deleted
+	return res, nil
+}
+
+// batchWriter writes one batch, possibly in parts (an ApplyStream), as
+// the changes of one revision.
+type batchWriter struct {
+	w       *writeTx
+	rev     uint64 // the batch's revision
+	idx     uint32 // the next change's position in it
+	deleted int
+}
+
+func (w *writeTx) newBatch() *batchWriter { return &batchWriter{w: w, rev: w.rev + 1} }
+
+// puts writes puts in order (see bulkOrder), setting outcomes[i] and
+// stored[i] for puts[i] when those are given.
+func (bw *batchWriter) puts(puts []*resource.Resource, outcomes []storage.Outcome, stored []*resource.Resource) error {
+	bw.w.changes = slices.Grow(bw.w.changes, len(puts)) // one change per put at least
+	order := bulkOrder(puts)                            // nil: as given
+	for n, p := range puts {
 		i := n
 		if order != nil {
 			i = order[n]
-			p = b.Puts[i]
+			p = puts[i]
 		}
-		stored, outcome, err := w.writeResource(p, kv.ModePut, rev, idx)
+		st, outcome, err := bw.w.writeResource(p, kv.ModePut, bw.rev, bw.idx)
 		if err != nil {
-			return nil, fmt.Errorf("batch put %d: %w", i, err)
+			return fmt.Errorf("batch put %d: %w", i, err)
 		}
-		res.Outcomes[i], res.Stored[i] = outcome, stored
+		if outcomes != nil {
+			outcomes[i], stored[i] = outcome, st
+		}
 		if outcome != storage.Unchanged {
-			idx++
+			bw.idx++
 		}
 	}
+	return nil
+}
+
+// rest writes a batch's deletes (absent keys ignored) and meta.
+func (bw *batchWriter) rest(deletes []resource.Key, meta map[string][]byte) error {
 	for _, key := range deletes {
-		err := w.deleteResource(key, 0, rev, idx)
+		err := bw.w.deleteResource(key, 0, bw.rev, bw.idx)
 		if errors.Is(err, storage.ErrNotFound) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("batch delete: %w", err)
+			return fmt.Errorf("batch delete: %w", err)
 		}
-		idx++
-		res.Deleted++
+		bw.idx++
+		bw.deleted++
 	}
-	for k, v := range b.Meta {
-		if err := w.put(w.userMeta, []byte(k), v); err != nil {
-			return nil, fmt.Errorf("boltstore: batch meta %q: %w", k, err)
+	for k, v := range meta {
+		if err := bw.w.put(bw.w.userMeta, []byte(k), v); err != nil {
+			return fmt.Errorf("boltstore: batch meta %q: %w", k, err)
 		}
 	}
-	if idx > 0 {
-		w.rev = rev
+	return nil
+}
+
+// finish ends the batch: its revision counts only if it changed a
+// resource. It returns the transaction's revision.
+func (bw *batchWriter) finish() uint64 {
+	if bw.idx > 0 {
+		bw.w.rev = bw.rev
 	}
-	res.Revision = w.rev
-	return res, nil
+	return bw.w.rev
 }
 
 // Get implements storage.TxReader.
