@@ -363,6 +363,7 @@ func (c *Client) runSession(ctx context.Context, ws wireStream, resp *syncv1.Han
 		drain: drain,
 	}
 	p.checkBatch = c.cfg.Admission.FromGlobal
+	p.streamSnapshots = true
 	if c.cfg.StatusReports != nil && slices.Contains(resp.GetFeatures(), FeaturePolicyStatus) {
 		p.reporter = c.cfg.StatusReports
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/auth"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
+	"github.com/meridian-mesh/meridian/internal/storage/boltstore"
 	"github.com/meridian-mesh/meridian/internal/sync/mapping"
 	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
@@ -587,6 +589,79 @@ func TestTinyBatchesConverge(t *testing.T) {
 	if st.GlobalToZone.BatchesSent < 50 {
 		t.Errorf("only %d batches: chunking not exercised", st.GlobalToZone.BatchesSent)
 	}
+}
+
+// TestSnapshotStreamedIntoTheZoneStore: a zone writes the global's full
+// snapshot, received in many chunks, into its store as it arrives, and
+// commits it as one revision. A store that ends every stream at once (as
+// it would for a global that stalls) gets the snapshot applied whole at
+// its last chunk instead, with the same result.
+func TestSnapshotStreamedIntoTheZoneStore(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		idle     time.Duration
+		streamed bool
+	}{{"streamed", 0, true}, {"abandoned", time.Nanosecond, false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := fastStream()
+			s.MaxBatchBytes = MinMaxBatchBytes
+			c := newCluster(t, clusterOpts{stream: s})
+			for i := range 150 {
+				writeGlobal(t, c.global, timeout("t-"+itoa(i), "", ""))
+			}
+			counted := &streamCounter{}
+			z := c.zone("zone-1", zoneOpts{store: storeOpts{streamIdle: tt.idle}, wrap: func(st *boltstore.Store) Store {
+				counted.Store = st
+				return counted
+			}})
+			before, err := z.store.Revision(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			z.start()
+			eventually(t, wait, "snapshot applied", func() bool { return count(t, z.store, "MeshTimeout") == 150 })
+			if after, _ := z.store.Revision(context.Background()); after != before+1 {
+				t.Errorf("the snapshot took revisions %d to %d, want one", before+1, after)
+			}
+			if begun := counted.begun.Load(); begun == 0 {
+				t.Error("no stream was opened")
+			}
+			if tt.streamed {
+				// Readers see the commit a moment before Commit returns.
+				eventually(t, wait, "stream committed", func() bool { return counted.committed.Load() == 1 })
+			} else if got := counted.committed.Load(); got != 0 {
+				t.Errorf("%d streams committed, want none", got)
+			}
+		})
+	}
+}
+
+// streamCounter counts the streams a zone's client opens and commits.
+type streamCounter struct {
+	*boltstore.Store
+	begun, committed atomic.Int32
+}
+
+func (c *streamCounter) BeginApply(ctx context.Context) (storage.ApplyStream, error) {
+	st, err := c.Store.BeginApply(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.begun.Add(1)
+	return countedStream{ApplyStream: st, c: c}, nil
+}
+
+type countedStream struct {
+	storage.ApplyStream
+	c *streamCounter
+}
+
+func (s countedStream) Commit(rest storage.Batch) (*storage.BatchResult, error) {
+	res, err := s.ApplyStream.Commit(rest)
+	if err == nil {
+		s.c.committed.Add(1)
+	}
+	return res, err
 }
 
 func itoa(i int) string {

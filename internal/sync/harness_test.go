@@ -139,14 +139,15 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 type storeOpts struct {
-	clock     boltstore.Clock
-	retention time.Duration
+	clock      boltstore.Clock
+	retention  time.Duration
+	streamIdle time.Duration
 }
 
 func openStore(t testing.TB, path string, o storeOpts) *boltstore.Store {
 	t.Helper()
 	st, err := boltstore.Open(boltstore.Config{Path: path, Clock: o.clock, TombstoneRetention: o.retention,
-		ExpiryInterval: time.Hour})
+		ExpiryInterval: time.Hour, StreamIdle: o.streamIdle})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,6 +394,10 @@ type zoneCP struct {
 	token    string
 	stream   StreamConfig
 	reporter StatusReporter
+	// storeOpts opens the zone's store; wrap, when set, is what the
+	// client is given instead of the store itself.
+	storeOpts storeOpts
+	wrap      func(*boltstore.Store) Store
 }
 
 type zoneOpts struct {
@@ -401,6 +406,8 @@ type zoneOpts struct {
 	file     string // store file name (default NAME.db)
 	token    string
 	stream   *StreamConfig
+	store    storeOpts
+	wrap     func(*boltstore.Store) Store
 }
 
 func (c *cluster) zone(name string, o zoneOpts) *zoneCP {
@@ -418,8 +425,9 @@ func (c *cluster) zone(name string, o zoneOpts) *zoneCP {
 	if o.file == "" {
 		o.file = name + ".db"
 	}
-	z := &zoneCP{c: c, name: name, env: o.env, path: filepath.Join(c.dir, o.file), token: o.token, stream: s, reporter: o.reporter}
-	z.store = openStore(c.t, z.path, storeOpts{})
+	z := &zoneCP{c: c, name: name, env: o.env, path: filepath.Join(c.dir, o.file), token: o.token, stream: s, reporter: o.reporter,
+		storeOpts: o.store, wrap: o.wrap}
+	z.store = openStore(c.t, z.path, o.store)
 	c.t.Cleanup(z.close)
 	return z
 }
@@ -428,9 +436,13 @@ func (c *cluster) zone(name string, o zoneOpts) *zoneCP {
 func (z *zoneCP) start() *zoneCP {
 	z.c.t.Helper()
 	if z.store == nil {
-		z.store = openStore(z.c.t, z.path, storeOpts{})
+		z.store = openStore(z.c.t, z.path, z.storeOpts)
 	}
-	client, err := NewClient(ClientConfig{Store: z.store, Registry: testRegistry, Zone: z.name, Environment: z.env,
+	var st Store = z.store
+	if z.wrap != nil {
+		st = z.wrap(z.store)
+	}
+	client, err := NewClient(ClientConfig{Store: st, Registry: testRegistry, Zone: z.name, Environment: z.env,
 		Admission: testZoneAdmission(z.c.t, z.name, z.env),
 		Token:     func() (string, error) { return z.token, nil }, Target: "passthrough:///bufnet", DialOptions: z.c.dialOptions(),
 		SoftwareVersion: "test-zone", Logger: z.c.logger(z.name), Stream: z.stream, StatusReports: z.reporter,

@@ -60,6 +60,15 @@ type inbound struct {
 	stageStart time.Time
 	nextChunk  uint32
 	staged     batchSet
+	// streamSnapshots allows stream (sessionParams.streamSnapshots).
+	streamSnapshots bool
+	// stream, while a full snapshot is received into a store that takes a
+	// batch in parts (storage.Streaming), writes each chunk as it comes,
+	// so that little is left to write after the last one. The snapshot is
+	// still staged in memory: if the stream fails (the store ends one that
+	// stalls), the last chunk applies the staged whole instead. nil when
+	// not streaming.
+	stream storage.ApplyStream
 }
 
 // batchSet holds resources to put, the last one per key winning, with the
@@ -135,8 +144,11 @@ func (in *inbound) handle(ctx context.Context, b *syncv1.DeltaBatch) (*syncv1.Me
 // delta applies a delta batch in one transaction with, when it completes a
 // revision, that revision as the resume point.
 func (in *inbound) delta(ctx context.Context, b *syncv1.DeltaBatch) ([]*syncv1.ResourceError, error) {
+	// A delta's write would wait for the committer that an open stream
+	// holds; the staged snapshot does not need it.
+	in.endStream("a delta arrived during the snapshot", nil)
 	var set batchSet
-	errs := in.convert(ctx, b, &set)
+	_, errs := in.convert(ctx, b, &set)
 	var deletes []resource.Key
 	removed := map[resource.Key]*syncv1.ResourceKey{}
 	for _, k := range b.GetRemovals() {
@@ -177,16 +189,25 @@ func (in *inbound) delta(ctx context.Context, b *syncv1.DeltaBatch) ([]*syncv1.R
 // snapshotChunk stages one chunk of a full snapshot; the last chunk applies
 // the whole snapshot and deletes every peer resource absent from it, in one
 // transaction, so the store never passes through a state without them.
+// With a streaming store, that transaction is open from the first chunk
+// and takes each chunk as it comes (see inbound.stream).
 func (in *inbound) snapshotChunk(ctx context.Context, b *syncv1.DeltaBatch) ([]*syncv1.ResourceError, error) {
 	switch {
 	case b.GetChunkIndex() == 0:
+		in.endStream("a new snapshot started", nil)
 		in.staging, in.stageRev, in.staged, in.stageStart = true, b.GetRevision(), batchSet{}, in.clock.Now()
+		in.beginStream(ctx)
 	case !in.staging || b.GetChunkIndex() != in.nextChunk || b.GetRevision() != in.stageRev:
 		return nil, fmt.Errorf("%w: snapshot chunk %d of revision %d, expected chunk %d of revision %d",
 			errProtocol, b.GetChunkIndex(), b.GetRevision(), in.nextChunk, in.stageRev)
 	}
 	in.nextChunk = b.GetChunkIndex() + 1
-	errs := in.convert(ctx, b, &in.staged)
+	accepted, errs := in.convert(ctx, b, &in.staged)
+	if in.stream != nil && len(accepted) > 0 {
+		if err := in.stream.Put(in.part(accepted, nil)); err != nil {
+			in.endStream("the store refused a chunk", err)
+		}
+	}
 	if !b.GetLastChunk() {
 		return errs, nil
 	}
@@ -200,28 +221,95 @@ func (in *inbound) snapshotChunk(ctx context.Context, b *syncv1.DeltaBatch) ([]*
 			deletes = append(deletes, k)
 		}
 	}
-	batch := storage.Batch{Puts: in.staged.puts, Deletes: deletes, Meta: in.resumeMeta(b.GetRevision()), Owned: true}
+	meta := in.resumeMeta(b.GetRevision())
 	start := in.clock.Now()
-	staged := in.staged
-	rejected, err := in.apply(ctx, batch, staged.wire)
-	if err != nil {
-		return nil, fmt.Errorf("apply snapshot of revision %d: %w", b.GetRevision(), err)
+	streamed := in.commitStream(deletes, meta)
+	if !streamed {
+		batch := storage.Batch{Puts: in.staged.puts, Deletes: deletes, Meta: meta, Owned: true}
+		rejected, err := in.apply(ctx, batch, in.staged.wire)
+		if err != nil {
+			return nil, fmt.Errorf("apply snapshot of revision %d: %w", b.GetRevision(), err)
+		}
+		errs = append(errs, rejected...)
 	}
-	errs = append(errs, rejected...)
 	received, applied := start.Sub(in.stageStart), in.clock.Now().Sub(start)
 	in.obs.snapshotApplied(received, applied)
 	in.log.Info("applied full snapshot", "revision", b.GetRevision(), "resources", len(in.staged.puts), "deleted", len(deletes),
-		"chunks", in.nextChunk, "receive_time", received, "apply_time", applied)
+		"chunks", in.nextChunk, "streamed", streamed, "receive_time", received, "apply_time", applied)
 	in.applied = b.GetRevision()
 	in.staging, in.staged = false, batchSet{}
 	return errs, nil
 }
 
-// convert runs every upsert through the sink into set. Large batches (a
-// snapshot chunk holds thousands of resources) are converted by one worker
-// per CPU: validation dominates a cold start. The sink only reads, so its
-// calls may run concurrently; results keep the batch's order.
-func (in *inbound) convert(ctx context.Context, b *syncv1.DeltaBatch, set *batchSet) []*syncv1.ResourceError {
+// part is one stream part: puts with, when the end checks batches, the
+// check of those puts and deletes.
+func (in *inbound) part(puts []*resource.Resource, deletes []resource.Key) storage.Batch {
+	b := storage.Batch{Puts: puts, Deletes: deletes, Owned: true}
+	if in.check != nil {
+		b.Check = in.check(puts, deletes)
+	}
+	return b
+}
+
+// beginStream opens a stream for the snapshot starting now, when this end
+// streams snapshots and the store takes batches in parts. Failing to is
+// not an error: the snapshot is then applied whole at its last chunk.
+func (in *inbound) beginStream(ctx context.Context) {
+	st, ok := in.store.(storage.Streaming)
+	if !ok || !in.streamSnapshots {
+		return
+	}
+	stream, err := st.BeginApply(ctx)
+	if err != nil {
+		in.log.Warn("cannot stream the snapshot into the store; applying it whole at its last chunk", "error", err)
+		return
+	}
+	in.stream = stream
+}
+
+// commitStream commits the streamed snapshot with its deletes and resume
+// point, and reports whether it did. On false the staged snapshot must be
+// applied whole: the stream failed (a chunk vetoed by the batch check, a
+// stall the store ended) and wrote nothing.
+func (in *inbound) commitStream(deletes []resource.Key, meta map[string][]byte) bool {
+	if in.stream == nil {
+		return false
+	}
+	rest := in.part(nil, deletes)
+	rest.Meta = meta
+	_, err := in.stream.Commit(rest)
+	in.stream = nil
+	if err != nil {
+		in.log.Warn("streamed snapshot not committed; applying it whole", "error", err)
+		return false
+	}
+	return true
+}
+
+// endStream rolls back an open stream (why says why; err may be nil). The
+// snapshot stays staged in memory.
+func (in *inbound) endStream(why string, err error) {
+	if in.stream == nil {
+		return
+	}
+	in.stream.Abort()
+	in.stream = nil
+	if err != nil {
+		in.log.Warn("snapshot stream ended; the snapshot will be applied whole", "reason", why, "error", err)
+	}
+}
+
+// close ends what the inbound holds when its session ends: a stream
+// holding the store's writer is rolled back at once.
+func (in *inbound) close() { in.endStream("the session ended", nil) }
+
+// convert runs every upsert through the sink into set, and returns the
+// resources it added (in the batch's order) and the NACK entries of those
+// it rejected. Large batches (a snapshot chunk holds thousands of
+// resources) are converted by one worker per CPU: validation dominates a
+// cold start. The sink only reads, so its calls may run concurrently;
+// results keep the batch's order.
+func (in *inbound) convert(ctx context.Context, b *syncv1.DeltaBatch, set *batchSet) (accepted []*resource.Resource, rejected []*syncv1.ResourceError) {
 	ups := b.GetUpserts()
 	out := make([]*resource.Resource, len(ups))
 	errs := make([]error, len(ups))
@@ -243,15 +331,16 @@ func (in *inbound) convert(ctx context.Context, b *syncv1.DeltaBatch, set *batch
 		}
 		wg.Wait()
 	}
-	var rejected []*syncv1.ResourceError
+	accepted = out[:0] // reuses out: out[i] is read before accepted grows past i
 	for i, r := range out {
 		if errs[i] != nil {
 			rejected = append(rejected, &syncv1.ResourceError{Key: keyToWire(wireKeyOf(ups[i])), Message: errs[i].Error()})
 			continue
 		}
 		set.add(r, keyToWire(wireKeyOf(ups[i])))
+		accepted = append(accepted, r)
 	}
-	return rejected
+	return accepted, rejected
 }
 
 // rejection is what admission's precondition returns for the resources it

@@ -134,6 +134,12 @@ type sessionParams struct {
 	peerStore  string
 	applied    uint64
 	checkBatch func(puts []*resource.Resource, deletes []resource.Key) func(storage.TxReader) ([]resource.Key, error)
+	// streamSnapshots: write a full snapshot into the store while it is
+	// received (inbound.stream). Only a zone does, for the global's
+	// snapshots: while a stream is open every other write waits, and a
+	// zone's own writers may wait on the global it trusts, but the
+	// global's writers must not wait on any one zone.
+	streamSnapshots bool
 
 	onHeartbeat func()
 	reporter    StatusReporter
@@ -151,7 +157,8 @@ func newSession(p sessionParams) *session {
 	s.out = newOutbound(p.cfg.outbound(), p.store, p.src, p.sendLog, p.clock, p.sent, s.enqueue, s.backlog)
 	s.out.rej = p.rej
 	s.in = &inbound{store: p.store, sink: p.sink, check: p.checkBatch, metaKey: p.metaKey, storeKey: p.storeKey,
-		peerStore: p.peerStore, log: p.recvLog, obs: p.received, clock: p.clock, applied: p.applied}
+		peerStore: p.peerStore, log: p.recvLog, obs: p.received, clock: p.clock, applied: p.applied,
+		streamSnapshots: p.streamSnapshots}
 	return s
 }
 
@@ -253,6 +260,7 @@ func (s *session) sendLoop(ctx context.Context, in <-chan *syncv1.Message, errc 
 func (s *session) loop(ctx context.Context, resume uint64, recvC <-chan *syncv1.Message, recvErr <-chan error,
 	sendC chan<- *syncv1.Message, sendErr <-chan error) error {
 	defer s.out.stopTimers()
+	defer s.in.close()
 	if err := s.out.start(ctx, resume); err != nil {
 		return err
 	}
