@@ -100,7 +100,7 @@ func figures(n, simZones int) []figure {
 		{"cold_zone_ms", fmt.Sprintf("cold zone (process start) → lists all %d", n), "ms", cold, true, coldSrc},
 		{"cold_zone_faults", "cold zone page faults (process start → lists all)", "", 0, true, ""},
 		{"cold_zone_receive_ms", "cold zone: snapshot's first chunk → last chunk", "ms", 0, true, ""},
-		{"cold_zone_apply_ms", "cold zone: snapshot's one transaction", "ms", 0, true, ""},
+		{"cold_zone_apply_ms", "cold zone: snapshot's last chunk → committed", "ms", 0, true, ""},
 		{"cold_zone_cpu_ms", "cold zone CPU (process start → lists all)", "ms", 0, true, ""},
 		{"cold_zone_global_cpu_ms", "global CPU meanwhile (cold zone start → lists all)", "ms", 0, true, ""},
 		{"global_to_zone_p50_ms", "one change global → zone, p50", "ms", 0, true, ""},

@@ -402,7 +402,7 @@ func (e *env) storeCommits(api string) (commitTotals, error) {
 
 // snapshotSeconds reads from api's /metrics the time the plane spent on
 // the full snapshots it received from the global, by phase ("receive":
-// first chunk to last; "apply": the one transaction), summed over all of
+// first chunk to last; "apply": last chunk to committed), summed over all of
 // them, and how many it applied.
 func (e *env) snapshotSeconds(api string) (receive, apply float64, count uint64, err error) {
 	families, err := e.metricFamilies(api)

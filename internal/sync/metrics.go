@@ -80,7 +80,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		func() error {
 			m.snapshot, err = register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "meridian_sync_full_snapshot_seconds",
 				Help: "Full snapshots the receiver applied: from its first chunk to its last (phase receive), " +
-					"then its one store transaction (phase apply).",
+					"then from its last chunk until its one store transaction committed (phase apply; a zone streams " +
+					"the chunks into that transaction as they come, so this is mostly the commit).",
 				Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}, []string{"direction", "phase"}))
 			return err
 		},
