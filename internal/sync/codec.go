@@ -30,11 +30,13 @@ type encodedBatchCodec struct {
 	proto  encoding.CodecV2
 }
 
-// Field numbers of DeltaBatch.upserts and Message.delta_batch in
-// proto/meridian/sync/v1 (TestCodecFieldNumbers holds them to the schema).
+// Field numbers of DeltaBatch.upserts, Message.delta_batch and
+// StreamResponse.message in proto/meridian/sync/v1 (TestCodecFieldNumbers
+// holds them to the schema).
 const (
-	upsertsField protowire.Number = 4
-	batchField   protowire.Number = 3
+	upsertsField  protowire.Number = 4
+	batchField    protowire.Number = 3
+	responseField protowire.Number = 1
 )
 
 func newEncodedBatchCodec(copies *zoneCopies) encodedBatchCodec {
@@ -48,32 +50,54 @@ func (c encodedBatchCodec) Unmarshal(data mem.BufferSlice, v any) error {
 }
 
 func (c encodedBatchCodec) Marshal(v any) (mem.BufferSlice, error) {
-	m, ok := v.(*syncv1.Message)
-	if !ok || len(m.GetDeltaBatch().GetUpserts()) == 0 || !onlyBatch(m) {
+	m, wrapped := batchMessage(v)
+	if m == nil {
 		return c.proto.Marshal(v)
 	}
-	return c.marshalBatch(m.GetDeltaBatch())
+	return c.marshalBatch(m.GetDeltaBatch(), wrapped)
 }
 
-// onlyBatch: m holds its delta_batch and nothing else, so that writing the
-// batch alone writes all of m.
-func onlyBatch(m *syncv1.Message) bool {
+// batchMessage is the Message that v is, or that v wraps (wrapped: v is
+// the StreamResponse the global's stream sends), when that Message holds a
+// batch with upserts and nothing else; nil otherwise.
+func batchMessage(v any) (m *syncv1.Message, wrapped bool) {
+	switch t := v.(type) {
+	case *syncv1.StreamResponse:
+		if !onlyField(t, responseField) {
+			return nil, false
+		}
+		m, wrapped = t.GetMessage(), true
+	case *syncv1.Message:
+		m = t
+	default:
+		return nil, false
+	}
+	if len(m.GetDeltaBatch().GetUpserts()) == 0 || !onlyField(m, batchField) {
+		return nil, false
+	}
+	return m, wrapped
+}
+
+// onlyField: m holds field n and nothing else, so that writing that field
+// alone writes all of m.
+func onlyField(m proto.Message, n protowire.Number) bool {
 	r := m.ProtoReflect()
 	if len(r.GetUnknown()) > 0 {
 		return false
 	}
 	only := true
 	r.Range(func(fd protoreflect.FieldDescriptor, _ protoreflect.Value) bool {
-		only = fd.Number() == batchField
+		only = fd.Number() == n
 		return only
 	})
 	return only
 }
 
-// marshalBatch encodes Message{delta_batch: b} into one buffer: the
-// batch's other fields, then its upserts from their cached encodings
-// (marshaled on the spot when not cached).
-func (c encodedBatchCodec) marshalBatch(b *syncv1.DeltaBatch) (mem.BufferSlice, error) {
+// marshalBatch encodes Message{delta_batch: b}, wrapped in a
+// StreamResponse when wrapped, into one buffer: the batch's other fields,
+// then its upserts from their cached encodings (marshaled on the spot when
+// not cached).
+func (c encodedBatchCodec) marshalBatch(b *syncv1.DeltaBatch, wrapped bool) (mem.BufferSlice, error) {
 	ups := b.GetUpserts()
 	encs := make([][]byte, len(ups))
 	c.copies.encoded(ups, encs)
@@ -102,12 +126,21 @@ func (c encodedBatchCodec) marshalBatch(b *syncv1.DeltaBatch) (mem.BufferSlice, 
 		return nil, fmt.Errorf("marshal batch: %w", err)
 	}
 	batchLen := len(restBytes) + upsSize
-	size := protowire.SizeTag(batchField) + protowire.SizeVarint(uint64(batchLen)) + batchLen
+	msgLen := protowire.SizeTag(batchField) + protowire.SizeVarint(uint64(batchLen)) + batchLen
+	size := msgLen
+	if wrapped {
+		size += protowire.SizeTag(responseField) + protowire.SizeVarint(uint64(msgLen))
+	}
 	// gRPC's buffer pool, as its proto codec uses it: the transport hands
 	// the buffer back once the message is written.
 	pool := mem.DefaultBufferPool()
 	buf := pool.Get(size)
-	out := protowire.AppendTag((*buf)[:0], batchField, protowire.BytesType)
+	out := (*buf)[:0]
+	if wrapped {
+		out = protowire.AppendTag(out, responseField, protowire.BytesType)
+		out = protowire.AppendVarint(out, uint64(msgLen))
+	}
+	out = protowire.AppendTag(out, batchField, protowire.BytesType)
 	out = protowire.AppendVarint(out, uint64(batchLen))
 	out = append(out, restBytes...)
 	for _, enc := range encs {

@@ -30,6 +30,35 @@ func TestCodecFieldNumbers(t *testing.T) {
 	if n := (&syncv1.Message{}).ProtoReflect().Descriptor().Fields().ByName("delta_batch").Number(); n != batchField {
 		t.Errorf("Message.delta_batch is field %d, the codec writes %d", n, batchField)
 	}
+	if n := (&syncv1.StreamResponse{}).ProtoReflect().Descriptor().Fields().ByName("message").Number(); n != responseField {
+		t.Errorf("StreamResponse.message is field %d, the codec writes %d", n, responseField)
+	}
+}
+
+// TestCodecTakesWhatTheStreamSends: the global's stream sends each Message
+// wrapped in a StreamResponse (server.go), and that is what the codec
+// writes from the cache. Until this test, it only recognized a bare
+// Message, and every batch the binaries sent went through the proto codec.
+func TestCodecTakesWhatTheStreamSends(t *testing.T) {
+	batch := msgBatch(&syncv1.DeltaBatch{Nonce: "n", Upserts: []*syncv1.Resource{toWire(stored(timeout("a", "", ""), 1))}})
+	for _, tt := range []struct {
+		name        string
+		v           any
+		want, wrapd bool
+	}{
+		{"a StreamResponse holding a batch", &syncv1.StreamResponse{Message: batch}, true, true},
+		{"a bare batch", batch, true, false},
+		{"a StreamResponse holding an ack", &syncv1.StreamResponse{Message: msgAck(&syncv1.Ack{Nonce: "n"})}, false, false},
+		{"an empty StreamResponse", &syncv1.StreamResponse{}, false, false},
+		{"a StreamRequest", &syncv1.StreamRequest{Message: batch}, false, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m, wrapped := batchMessage(tt.v)
+			if (m != nil) != tt.want || wrapped != tt.wrapd {
+				t.Errorf("batchMessage: message %v, wrapped %v; want %v, %v", m != nil, wrapped, tt.want, tt.wrapd)
+			}
+		})
+	}
 }
 
 // cachedUpserts maps n MeshTimeouts (t-00000, t-00001, ...) through copies
@@ -69,14 +98,18 @@ func TestEncodedBatchCodecDecodesToTheSameMessage(t *testing.T) {
 		Removals:     []*syncv1.ResourceKey{{Type: "MeshTimeout", Mesh: "default", Name: "gone"}},
 		FullSnapshot: true, ChunkIndex: 3, LastChunk: true})
 	codec := newEncodedBatchCodec(copies)
-	got := decode(t, codec, msg)
-	if !proto.Equal(got, msg) {
+	if got := decode(t, codec, msg, &syncv1.Message{}); !proto.Equal(got, msg) {
 		t.Fatalf("decoded\n%v\nwant\n%v", got, msg)
 	}
+	resp := &syncv1.StreamResponse{Message: msg}
+	if got := decode(t, codec, resp, &syncv1.StreamResponse{}); !proto.Equal(got, resp) {
+		t.Fatalf("decoded\n%v\nwant\n%v", got, resp)
+	}
 	std := encoding.GetCodecV2(grpcproto.Name)
-	for _, m := range []*syncv1.Message{
+	for _, m := range []proto.Message{
 		msgAck(&syncv1.Ack{Nonce: "n-7", Revision: 42}),
 		msgBatch(&syncv1.DeltaBatch{Nonce: "empty", Revision: 43, LastChunk: true}),
+		&syncv1.StreamResponse{Message: msgAck(&syncv1.Ack{Nonce: "n-7", Revision: 42})},
 	} {
 		a, err := codec.Marshal(m)
 		if err != nil {
@@ -92,25 +125,25 @@ func TestEncodedBatchCodecDecodesToTheSameMessage(t *testing.T) {
 	}
 }
 
-func decode(t *testing.T, codec encoding.CodecV2, msg *syncv1.Message) *syncv1.Message {
+// decode marshals msg with codec and unmarshals the bytes into got.
+func decode[M proto.Message](t *testing.T, codec encoding.CodecV2, msg proto.Message, got M) M {
 	t.Helper()
 	data, err := codec.Marshal(msg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := &syncv1.Message{}
 	if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(data.Materialize())}, got); err != nil {
 		t.Fatal(err)
 	}
 	return got
 }
 
-// BenchmarkMarshalBatch40: one session's batch of 40 MeshTimeouts, as the
-// proto codec marshals it and as the global's codec writes it from the
+// BenchmarkMarshalBatch40: one session's batch of 40 MeshTimeouts, in the
+// StreamResponse the global's stream sends, as the proto codec marshals it and as the global's codec writes it from the
 // zone copies' cache (what each of N sessions pays per batch).
 func BenchmarkMarshalBatch40(b *testing.B) {
 	copies := newZoneCopies()
-	msg := msgBatch(&syncv1.DeltaBatch{Nonce: "n", Revision: 9, Upserts: cachedUpserts(b, copies, 40), LastChunk: true})
+	msg := &syncv1.StreamResponse{Message: msgBatch(&syncv1.DeltaBatch{Nonce: "n", Revision: 9, Upserts: cachedUpserts(b, copies, 40), LastChunk: true})}
 	for _, c := range []struct {
 		name  string
 		codec encoding.CodecV2
