@@ -476,3 +476,52 @@ func TestKill9During10kSync(t *testing.T) {
 		t.Logf("round %d: %s killed, zone exact %s after the restart", round+1, victim.proc.Name, took.Round(10*time.Millisecond))
 	}
 }
+
+// TestStalledSnapshotFreesTheZoneStore: a zone writes a full snapshot into
+// its store while the chunks arrive, in one transaction that holds the
+// store's other writers. When the link stalls mid-snapshot, the store rolls
+// that transaction back after 1 s without a chunk, so the zone's own writes
+// go through long before the heartbeat timeout (30 s) would end the stream;
+// once the link moves again, the snapshot is applied from memory, exact,
+// and the zone's write stays.
+func TestStalledSnapshotFreesTheZoneStore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("syncs 9,000 policies over a throttled link")
+	}
+	g, kds := startGlobal(t, "--tombstone-retention", "2s")
+	z, proxy := startLinkedZone(t, g, kds, "zone-1", "universal")
+	if err := z.proc.Stop(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// A deletion past the retention: the zone's resume point is gone, so
+	// it gets a full snapshot of what follows.
+	putTimeouts(t, g, seq("gone", 0, 1), func(int) int { return 1 })
+	g.request("DELETE", "/meshes/default/meshtimeouts/gone-00000", "")
+	putTimeouts(t, g, seq("bulk", 0, 9000), func(i int) int { return i%600 + 1 }, randomLabels(4))
+	time.Sleep(4 * time.Second) // retention 2 s, expiry pass every second
+	proxy.setRate(2 << 20)      // the snapshot takes a second or two: time to stall it
+	streams := func() int { return strings.Count(z.log.String(), "streaming the snapshot into the store") }
+	before := streams()
+	z.start()
+	waitFor(t, 30*time.Second, "the zone to stream the full snapshot", func() bool { return streams() > before })
+	proxy.setStalled(true)
+	start := time.Now()
+	status, body := z.request("PUT", "/meshes/default/meshtimeouts/local-during-stall", timeoutBody("local-during-stall", 7))
+	took := time.Since(start)
+	if status/100 != 2 {
+		t.Fatalf("the zone's write during the stall: %d %s", status, body)
+	}
+	t.Logf("a zone write during the stalled snapshot took %s", took.Round(time.Millisecond))
+	if took > 5*time.Second {
+		t.Errorf("the zone's write waited %s on the stalled snapshot", took)
+	}
+	waitFor(t, 10*time.Second, "the store to roll the stream back", func() bool {
+		return strings.Contains(z.log.String(), "apply stream rolled back")
+	})
+	proxy.setStalled(false)
+	proxy.setRate(0)
+	waitSame(t, 2*time.Minute, g, z, "global", "")
+	if status, body := z.request("GET", "/meshes/default/meshtimeouts/local-during-stall", ""); status != 200 {
+		t.Errorf("the zone's write is gone after the snapshot: %d %s", status, body)
+	}
+}

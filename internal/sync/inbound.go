@@ -265,6 +265,7 @@ func (in *inbound) beginStream(ctx context.Context) {
 		return
 	}
 	in.stream = stream
+	in.log.Debug("streaming the snapshot into the store", "revision", in.stageRev)
 }
 
 // commitStream commits the streamed snapshot with its deletes and resume

@@ -162,6 +162,9 @@ func (st *applyStream) run(w *writeTx) error {
 	defer close(st.finished)
 	err := st.receive(w)
 	st.failure = err
+	if errors.Is(err, storage.ErrStreamAbandoned) {
+		st.s.log.Warn("apply stream rolled back: its writer went quiet or took too long", "error", err, "parts", len(st.written))
+	}
 	return err
 }
 
