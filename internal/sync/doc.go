@@ -35,10 +35,11 @@
 // a full snapshot instead, which the receiver stages until its last chunk
 // and then applies together with the deletion of every synced resource the
 // snapshot does not contain, in one transaction. A zone whose store takes a
-// batch in parts (storage.Streaming: the embedded store) writes each chunk
-// into that transaction as it arrives, so that only the commit is left
-// after the last one; the store rolls the stream back if the global stalls
-// between chunks (its other writers wait meanwhile), and the staged
+// batch in parts (storage.Streaming: the embedded store) writes the chunks
+// into that transaction as they arrive, from the second one on when it came
+// within 250 ms of the first (streamStartGap), so that only the commit is
+// left after the last one; the store rolls the stream back if the global
+// stalls between chunks (its other writers wait meanwhile), and the staged
 // snapshot is then applied whole. The global never streams a zone's
 // snapshot: its writers must not wait on any one zone. A snapshot's chunks start
 // at a sixteenth of MaxBatchBytes and double up to it, and each is mapped

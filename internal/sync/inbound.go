@@ -60,8 +60,12 @@ type inbound struct {
 	stageStart time.Time
 	nextChunk  uint32
 	staged     batchSet
-	// streamSnapshots allows stream (sessionParams.streamSnapshots).
+	// streamSnapshots allows stream (sessionParams.streamSnapshots);
+	// streamTried: this snapshot opened one already (it is not reopened
+	// once it failed); lastChunk: when the previous chunk arrived.
 	streamSnapshots bool
+	streamTried     bool
+	lastChunk       time.Time
 	// stream, while a full snapshot is received into a store that takes a
 	// batch in parts (storage.Streaming), writes each chunk as it comes,
 	// so that little is left to write after the last one. The snapshot is
@@ -196,16 +200,34 @@ func (in *inbound) snapshotChunk(ctx context.Context, b *syncv1.DeltaBatch) ([]*
 	case b.GetChunkIndex() == 0:
 		in.endStream("a new snapshot started", nil)
 		in.staging, in.stageRev, in.staged, in.stageStart = true, b.GetRevision(), batchSet{}, in.clock.Now()
-		in.beginStream(ctx)
+		in.streamTried, in.lastChunk = false, in.stageStart
 	case !in.staging || b.GetChunkIndex() != in.nextChunk || b.GetRevision() != in.stageRev:
 		return nil, fmt.Errorf("%w: snapshot chunk %d of revision %d, expected chunk %d of revision %d",
 			errProtocol, b.GetChunkIndex(), b.GetRevision(), in.nextChunk, in.stageRev)
 	}
 	in.nextChunk = b.GetChunkIndex() + 1
+	now := in.clock.Now()
+	gap := now.Sub(in.lastChunk)
+	in.lastChunk = now
 	accepted, errs := in.convert(ctx, b, &in.staged)
-	if in.stream != nil && len(accepted) > 0 {
-		if err := in.stream.Put(in.part(accepted, nil)); err != nil {
-			in.endStream("the store refused a chunk", err)
+	switch {
+	case in.stream != nil:
+		if len(accepted) > 0 {
+			if err := in.stream.Put(in.part(accepted, nil)); err != nil {
+				in.endStream("the store refused a chunk", err)
+			}
+		}
+	case b.GetChunkIndex() > 0 && !b.GetLastChunk() && !in.streamTried && gap <= streamStartGap:
+		// A second chunk came soon after the first: the link keeps up, so
+		// the rest is worth writing as it comes. A snapshot of one chunk,
+		// or one over a link too slow to deliver a chunk in streamStartGap,
+		// is applied whole and never holds the store's writers.
+		in.streamTried = true
+		in.beginStream(ctx)
+		if in.stream != nil {
+			if err := in.stream.Put(in.part(slices.Clone(in.staged.puts), nil)); err != nil {
+				in.endStream("the store refused the first chunks", err)
+			}
 		}
 	}
 	if !b.GetLastChunk() {
@@ -407,6 +429,14 @@ func sortedResourceKeys(m map[resource.Key]error) []resource.Key {
 	slices.SortFunc(keys, func(a, b resource.Key) int { return strings.Compare(a.String(), b.String()) })
 	return keys
 }
+
+// streamStartGap: a snapshot is streamed into the store (inbound.stream)
+// from its second chunk on when that chunk came within this of the first.
+// A quarter of the store's 1 s idle limit: a link that fast is unlikely to
+// pause long enough for the store to give up on the stream, while on a
+// slower one (a 100 KiB/s link takes seconds per chunk) the stream would
+// only hold the zone's writers until the store did.
+const streamStartGap = 250 * time.Millisecond
 
 // parallelConvertMin is the number of upserts per worker below which one
 // goroutine converts the batch alone.

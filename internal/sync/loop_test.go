@@ -557,6 +557,54 @@ func TestInboundSnapshotStaging(t *testing.T) {
 	}
 }
 
+// TestInboundStreamsWhenChunksComeQuickly: a snapshot is written into the
+// store as it arrives only when its second chunk came within
+// streamStartGap of the first, and only where streaming is allowed; the
+// first chunks are then handed over together. Either way the whole
+// snapshot lands.
+func TestInboundStreamsWhenChunksComeQuickly(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		allowed  bool
+		gap      time.Duration
+		chunks   int
+		streamed bool
+	}{
+		{"chunks in quick succession", true, 10 * time.Millisecond, 3, true},
+		{"a slow link", true, time.Second, 3, false},
+		{"a snapshot of one chunk", true, 0, 1, false},
+		{"streaming not allowed (the global)", false, 0, 3, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			counted := &streamCounter{Store: openStore(t, filepath.Join(t.TempDir(), "s.db"), storeOpts{})}
+			t.Cleanup(func() { _ = counted.Close() })
+			zone := mapping.Zone{Name: "zone-1", Environment: resource.EnvUniversal}
+			tr := newTracker(newFakeClock(), nil)
+			_, _, z2g := tr.connected("zone-1", &syncv1.Handshake{}, "universal", 0)
+			clock := newFakeClock()
+			in := &inbound{store: counted, metaKey: MetaKeyZoneRevision("zone-1"), log: testLogger(t, "in"), obs: z2g, clock: clock,
+				sink: globalSink{reg: testRegistry, store: counted, zone: zone, systemNS: "kuma-system"}, streamSnapshots: tt.allowed}
+			ctx := context.Background()
+			for i := range tt.chunks {
+				b := &syncv1.DeltaBatch{Nonce: itoa(i), Revision: 9, FullSnapshot: true, ChunkIndex: uint32(i), LastChunk: i == tt.chunks-1}
+				for j := range 3 {
+					b.Upserts = append(b.Upserts, toWire(timeout("t-"+itoa(i*3+j), "", "")))
+				}
+				if m, err := in.handle(ctx, b); err != nil || m.GetAck() == nil {
+					t.Fatalf("chunk %d: %v %v", i, m, err)
+				}
+				clock.Advance(tt.gap)
+			}
+			if n := count(t, counted.Store, "MeshTimeout"); n != 3*tt.chunks {
+				t.Errorf("%d MeshTimeouts stored, want %d", n, 3*tt.chunks)
+			}
+			if begun, committed := counted.begun.Load(), counted.committed.Load(); (begun == 1 && committed == 1) != tt.streamed || begun > 1 {
+				t.Errorf("streams begun %d, committed %d; want streamed %v", begun, committed, tt.streamed)
+			}
+		})
+	}
+}
+
 func mustDesc(t *testing.T, name string) *resource.TypeDescriptor {
 	d, ok := testRegistry.Lookup(name)
 	if !ok {
