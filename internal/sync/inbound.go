@@ -193,8 +193,9 @@ func (in *inbound) delta(ctx context.Context, b *syncv1.DeltaBatch) ([]*syncv1.R
 // snapshotChunk stages one chunk of a full snapshot; the last chunk applies
 // the whole snapshot and deletes every peer resource absent from it, in one
 // transaction, so the store never passes through a state without them.
-// With a streaming store, that transaction is open from the first chunk
-// and takes each chunk as it comes (see inbound.stream).
+// With a streaming store, that transaction is opened at the second chunk,
+// when it came soon enough, and takes each chunk as it comes (see
+// inbound.stream and streamStartGap).
 func (in *inbound) snapshotChunk(ctx context.Context, b *syncv1.DeltaBatch) ([]*syncv1.ResourceError, error) {
 	switch {
 	case b.GetChunkIndex() == 0:

@@ -100,6 +100,8 @@ func (st *applyStream) Put(part storage.Batch) error {
 		return err
 	}
 	select {
+	case <-st.abort:
+		return errStreamAborted
 	case <-st.finished:
 		return st.ended()
 	default:
