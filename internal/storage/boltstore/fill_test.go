@@ -61,11 +61,7 @@ func leafFill(t *testing.T, db *bolt.DB, bucket string) float64 {
 // a key given twice ending as its later put.
 func TestBulkWriteOutOfOrder(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(Config{Path: filepath.Join(t.TempDir(), "o.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTempStore(t, Config{})
 	const n = 3000
 	batch := storage.Batch{Puts: make([]*resource.Resource, n)}
 	for i := range batch.Puts {

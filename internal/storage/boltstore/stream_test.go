@@ -11,7 +11,9 @@ import (
 	"github.com/meridian-mesh/meridian/internal/storage"
 )
 
-func openStreamStore(t *testing.T, cfg Config) *Store {
+// openTempStore opens a store with cfg in a test's temporary directory,
+// closed when the test ends.
+func openTempStore(t *testing.T, cfg Config) *Store {
 	t.Helper()
 	cfg.Path = filepath.Join(t.TempDir(), "s.db")
 	s, err := Open(cfg)
@@ -45,7 +47,7 @@ func listCount(t *testing.T, s *Store) int {
 // a watcher as one revision's events.
 func TestStreamAppliesAsOneBatch(t *testing.T) {
 	ctx := context.Background()
-	s := openStreamStore(t, Config{})
+	s := openTempStore(t, Config{})
 	old, _, err := s.Put(ctx, benchResource(9999, 0))
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +103,7 @@ func TestStreamAppliesAsOneBatch(t *testing.T) {
 // committed after it, at the next revision.
 func TestStreamHoldsOtherWrites(t *testing.T) {
 	ctx := context.Background()
-	s := openStreamStore(t, Config{})
+	s := openTempStore(t, Config{})
 	st, err := s.BeginApply(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +168,7 @@ func TestStreamEnds(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
-			s := openStreamStore(t, tt.cfg)
+			s := openTempStore(t, tt.cfg)
 			st, err := s.BeginApply(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -196,7 +198,7 @@ func TestStreamEnds(t *testing.T) {
 // parts and Commit's batch again.
 func TestStreamRerun(t *testing.T) {
 	ctx := context.Background()
-	s := openStreamStore(t, Config{})
+	s := openTempStore(t, Config{})
 	st := newApplyStream(s)
 	spoiler := &writeReq{ctx: ctx, done: make(chan error, 1), fn: func(w *writeTx) error {
 		if err := w.put(w.userMeta, []byte("spoiled"), []byte("yes")); err != nil {
