@@ -3,7 +3,11 @@ package boltstore
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -230,4 +234,77 @@ func TestStreamRerun(t *testing.T) {
 	if v, _ := s.Meta(ctx, "spoiled"); v != nil {
 		t.Errorf("the spoiling write's meta was kept: %q", v)
 	}
+}
+
+// TestStreamMatchesApply: random batches (keys given more than once,
+// deletes of present and absent keys, meta) streamed in random parts leave
+// a store exactly as one Apply of the same batch leaves another: the same
+// resources, versions, revision and meta.
+func TestStreamMatchesApply(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(3, 5))
+	for round := range 20 {
+		applied, streamed := openTempStore(t, Config{}), openTempStore(t, Config{})
+		for _, s := range []*Store{applied, streamed} {
+			seed := storage.Batch{}
+			for i := range 40 {
+				seed.Puts = append(seed.Puts, benchResource(i*3, 0))
+			}
+			if _, err := s.Apply(ctx, seed); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var b storage.Batch
+		for range 1 + rng.IntN(2000) {
+			b.Puts = append(b.Puts, benchResource(rng.IntN(200), rng.IntN(3)))
+		}
+		for range rng.IntN(30) {
+			b.Deletes = append(b.Deletes, benchResource(rng.IntN(200), 0).Key())
+		}
+		b.Meta = map[string][]byte{"round": []byte(strconv.Itoa(round))}
+		want, err := applied.Apply(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := streamed.BeginApply(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rest := b.Puts; len(rest) > 0; {
+			n := min(len(rest), 1+rng.IntN(600))
+			if err := st.Put(storage.Batch{Puts: rest[:n]}); err != nil {
+				t.Fatal(err)
+			}
+			rest = rest[n:]
+		}
+		got, err := st.Commit(storage.Batch{Deletes: b.Deletes, Meta: b.Meta})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Revision != want.Revision || got.Deleted != want.Deleted {
+			t.Fatalf("round %d: streamed revision %d, deleted %d; applied %d, %d", round, got.Revision, got.Deleted, want.Revision, want.Deleted)
+		}
+		if a, s := storeDump(t, applied), storeDump(t, streamed); a != s {
+			t.Fatalf("round %d: the stores differ\napplied:\n%s\nstreamed:\n%s", round, a, s)
+		}
+	}
+}
+
+// storeDump renders a store's MeshTimeouts (name, version, spec) and meta.
+func storeDump(t *testing.T, s *Store) string {
+	t.Helper()
+	list, err := s.List(context.Background(), storage.ListOptions{Type: "MeshTimeout"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, r := range list.Items {
+		fmt.Fprintf(&b, "%s v%d %s\n", r.Name, r.Version, r.Spec)
+	}
+	m, err := s.Meta(context.Background(), "round")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(&b, "meta %s\n", m)
+	return b.String()
 }
