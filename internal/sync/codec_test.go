@@ -160,3 +160,27 @@ func BenchmarkMarshalBatch40(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReceiveBatch100: what a zone does with a received batch of 100
+// zone copies before validating them: unmarshal the message, then build
+// each resource (fromWire).
+func BenchmarkReceiveBatch100(b *testing.B) {
+	copies := newZoneCopies()
+	msg := &syncv1.StreamResponse{Message: msgBatch(&syncv1.DeltaBatch{Nonce: "n", Revision: 9, Upserts: cachedUpserts(b, copies, 100), LastChunk: true})}
+	data, err := proto.Marshal(msg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		got := &syncv1.StreamResponse{}
+		if err := proto.Unmarshal(data, got); err != nil {
+			b.Fatal(err)
+		}
+		for _, up := range got.GetMessage().GetDeltaBatch().GetUpserts() {
+			if r := fromWire(up); len(r.Labels) == 0 {
+				b.Fatal("no labels")
+			}
+		}
+	}
+}
