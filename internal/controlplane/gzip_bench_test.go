@@ -33,7 +33,7 @@ func BenchmarkSyncGzip(b *testing.B) {
 		for i := range n {
 			batch.Upserts = append(batch.Upserts, &syncv1.Resource{
 				Type: "MeshTimeout", Mesh: "default", Name: fmt.Sprintf("t-%d", i),
-				Labels: []*syncv1.Label{{Key: "kuma.io/mesh", Value: "default"}, {Key: "kuma.io/origin", Value: "global"}},
+				Labels: map[string]string{"kuma.io/origin": "global", "kuma.io/mesh": "default"},
 				Spec:   fmt.Appendf(nil, `{"targetRef":{"kind":"Mesh"},"to":[{"default":{"idleTimeout":"%ds"},"targetRef":{"kind":"Mesh"}}]}`, i%7),
 			})
 		}

@@ -163,7 +163,10 @@ func BenchmarkMarshalBatch40(b *testing.B) {
 
 // BenchmarkReceiveBatch100: what a zone does with a received batch of 100
 // zone copies before validating them: unmarshal the message, then build
-// each resource (fromWire).
+// each resource (fromWire). Most of the unmarshal is the labels map, which
+// Go's protobuf runtime fills by reflection; labels as a repeated message
+// measured 110–123 µs against 130 here, but cost the global 5 MiB of RSS at
+// 10,000 policies for its cached wire forms, so session 14 kept the map.
 func BenchmarkReceiveBatch100(b *testing.B) {
 	copies := newZoneCopies()
 	msg := &syncv1.StreamResponse{Message: msgBatch(&syncv1.DeltaBatch{Nonce: "n", Revision: 9, Upserts: cachedUpserts(b, copies, 100), LastChunk: true})}

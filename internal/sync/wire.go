@@ -2,8 +2,6 @@ package sync
 
 import (
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -17,7 +15,7 @@ import (
 func toWire(r *resource.Resource) *syncv1.Resource {
 	w := &syncv1.Resource{
 		Type: r.Type, Mesh: r.Mesh, Name: r.Name, Namespace: r.Namespace,
-		Labels: labelsToWire(r.Labels), Spec: r.Spec, Status: r.Status, Version: r.Version,
+		Labels: r.Labels, Spec: r.Spec, Status: r.Status, Version: r.Version,
 	}
 	if !r.CreationTime.IsZero() {
 		w.CreationTime = timestamppb.New(r.CreationTime)
@@ -32,39 +30,14 @@ func toWire(r *resource.Resource) *syncv1.Resource {
 // version are the sender's and are not kept: the receiving store sets its
 // own.
 func fromWire(w *syncv1.Resource) *resource.Resource {
-	return &resource.Resource{
+	r := &resource.Resource{
 		Type: w.GetType(), Mesh: w.GetMesh(), Name: w.GetName(), Namespace: w.GetNamespace(),
-		Labels: labelsFromWire(w.GetLabels()), Spec: w.GetSpec(), Status: w.GetStatus(),
+		Labels: w.GetLabels(), Spec: w.GetSpec(), Status: w.GetStatus(),
 	}
-}
-
-// labelsToWire lists labels sorted by key (one encoding per set of labels,
-// whatever the map's order); nil for none.
-func labelsToWire(labels map[string]string) []*syncv1.Label {
-	if len(labels) == 0 {
-		return nil
+	if len(r.Labels) == 0 {
+		r.Labels = nil
 	}
-	keys := slices.Sorted(maps.Keys(labels))
-	entries := make([]syncv1.Label, len(keys)) // one allocation for all
-	out := make([]*syncv1.Label, len(keys))
-	for i, k := range keys {
-		entries[i].Key, entries[i].Value = k, labels[k]
-		out[i] = &entries[i]
-	}
-	return out
-}
-
-// labelsFromWire is the map of received labels; a key given twice keeps
-// its last value, as a protobuf map field would. nil for none.
-func labelsFromWire(labels []*syncv1.Label) map[string]string {
-	if len(labels) == 0 {
-		return nil
-	}
-	m := make(map[string]string, len(labels))
-	for _, l := range labels {
-		m[l.GetKey()] = l.GetValue()
-	}
-	return m
+	return r
 }
 
 func keyToWire(k resource.Key) *syncv1.ResourceKey {

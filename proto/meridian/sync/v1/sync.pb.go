@@ -635,13 +635,8 @@ type Resource struct {
 	Mesh string `protobuf:"bytes,2,opt,name=mesh,proto3" json:"mesh,omitempty"`
 	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
 	// Empty for the system namespace.
-	Namespace string `protobuf:"bytes,4,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	// Labels, sorted by key. Encoded exactly as map<string, string> labels = 5
-	// would be (a map is repeated entries of key = 1, value = 2), so peers that
-	// declare it as that map read it unchanged; a repeated message decodes
-	// without the reflection Go's protobuf runtime uses for maps, which was
-	// most of the cost of decoding a received resource.
-	Labels []*Label `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty"`
+	Namespace string            `protobuf:"bytes,4,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Labels    map[string]string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Type-specific body as compact JSON (cheaper than google.protobuf.Struct).
 	Spec []byte `protobuf:"bytes,6,opt,name=spec,proto3" json:"spec,omitempty"`
 	// Status as compact JSON; not sent global -> zone.
@@ -712,7 +707,7 @@ func (x *Resource) GetNamespace() string {
 	return ""
 }
 
-func (x *Resource) GetLabels() []*Label {
+func (x *Resource) GetLabels() map[string]string {
 	if x != nil {
 		return x.Labels
 	}
@@ -754,59 +749,6 @@ func (x *Resource) GetVersion() uint64 {
 	return 0
 }
 
-// Label is one label of a Resource.
-type Label struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Value         string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *Label) Reset() {
-	*x = Label{}
-	mi := &file_meridian_sync_v1_sync_proto_msgTypes[7]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *Label) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*Label) ProtoMessage() {}
-
-func (x *Label) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_sync_v1_sync_proto_msgTypes[7]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use Label.ProtoReflect.Descriptor instead.
-func (*Label) Descriptor() ([]byte, []int) {
-	return file_meridian_sync_v1_sync_proto_rawDescGZIP(), []int{7}
-}
-
-func (x *Label) GetKey() string {
-	if x != nil {
-		return x.Key
-	}
-	return ""
-}
-
-func (x *Label) GetValue() string {
-	if x != nil {
-		return x.Value
-	}
-	return ""
-}
-
 // DeltaBatch carries changes from the sender's store. The receiver applies a
 // batch in one store transaction and answers Ack or Nack with the same nonce.
 //
@@ -844,7 +786,7 @@ type DeltaBatch struct {
 
 func (x *DeltaBatch) Reset() {
 	*x = DeltaBatch{}
-	mi := &file_meridian_sync_v1_sync_proto_msgTypes[8]
+	mi := &file_meridian_sync_v1_sync_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +798,7 @@ func (x *DeltaBatch) String() string {
 func (*DeltaBatch) ProtoMessage() {}
 
 func (x *DeltaBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_sync_v1_sync_proto_msgTypes[8]
+	mi := &file_meridian_sync_v1_sync_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -869,7 +811,7 @@ func (x *DeltaBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeltaBatch.ProtoReflect.Descriptor instead.
 func (*DeltaBatch) Descriptor() ([]byte, []int) {
-	return file_meridian_sync_v1_sync_proto_rawDescGZIP(), []int{8}
+	return file_meridian_sync_v1_sync_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeltaBatch) GetNonce() string {
@@ -940,7 +882,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_meridian_sync_v1_sync_proto_msgTypes[9]
+	mi := &file_meridian_sync_v1_sync_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -952,7 +894,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_sync_v1_sync_proto_msgTypes[9]
+	mi := &file_meridian_sync_v1_sync_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -965,7 +907,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_meridian_sync_v1_sync_proto_rawDescGZIP(), []int{9}
+	return file_meridian_sync_v1_sync_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Ack) GetNonce() string {
@@ -993,7 +935,7 @@ type ResourceError struct {
 
 func (x *ResourceError) Reset() {
 	*x = ResourceError{}
-	mi := &file_meridian_sync_v1_sync_proto_msgTypes[10]
+	mi := &file_meridian_sync_v1_sync_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1005,7 +947,7 @@ func (x *ResourceError) String() string {
 func (*ResourceError) ProtoMessage() {}
 
 func (x *ResourceError) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_sync_v1_sync_proto_msgTypes[10]
+	mi := &file_meridian_sync_v1_sync_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1018,7 +960,7 @@ func (x *ResourceError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceError.ProtoReflect.Descriptor instead.
 func (*ResourceError) Descriptor() ([]byte, []int) {
-	return file_meridian_sync_v1_sync_proto_rawDescGZIP(), []int{10}
+	return file_meridian_sync_v1_sync_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ResourceError) GetKey() *ResourceKey {
@@ -1050,7 +992,7 @@ type Nack struct {
 
 func (x *Nack) Reset() {
 	*x = Nack{}
-	mi := &file_meridian_sync_v1_sync_proto_msgTypes[11]
+	mi := &file_meridian_sync_v1_sync_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1062,7 +1004,7 @@ func (x *Nack) String() string {
 func (*Nack) ProtoMessage() {}
 
 func (x *Nack) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_sync_v1_sync_proto_msgTypes[11]
+	mi := &file_meridian_sync_v1_sync_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1075,7 +1017,7 @@ func (x *Nack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Nack.ProtoReflect.Descriptor instead.
 func (*Nack) Descriptor() ([]byte, []int) {
-	return file_meridian_sync_v1_sync_proto_rawDescGZIP(), []int{11}
+	return file_meridian_sync_v1_sync_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Nack) GetNonce() string {
@@ -1109,7 +1051,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_meridian_sync_v1_sync_proto_msgTypes[12]
+	mi := &file_meridian_sync_v1_sync_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1063,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_sync_v1_sync_proto_msgTypes[12]
+	mi := &file_meridian_sync_v1_sync_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1076,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_meridian_sync_v1_sync_proto_rawDescGZIP(), []int{12}
+	return file_meridian_sync_v1_sync_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Heartbeat) GetTime() *timestamppb.Timestamp {
@@ -1159,7 +1101,7 @@ type PolicyStatusReport struct {
 
 func (x *PolicyStatusReport) Reset() {
 	*x = PolicyStatusReport{}
-	mi := &file_meridian_sync_v1_sync_proto_msgTypes[13]
+	mi := &file_meridian_sync_v1_sync_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1171,7 +1113,7 @@ func (x *PolicyStatusReport) String() string {
 func (*PolicyStatusReport) ProtoMessage() {}
 
 func (x *PolicyStatusReport) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_sync_v1_sync_proto_msgTypes[13]
+	mi := &file_meridian_sync_v1_sync_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1184,7 +1126,7 @@ func (x *PolicyStatusReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyStatusReport.ProtoReflect.Descriptor instead.
 func (*PolicyStatusReport) Descriptor() ([]byte, []int) {
-	return file_meridian_sync_v1_sync_proto_rawDescGZIP(), []int{13}
+	return file_meridian_sync_v1_sync_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PolicyStatusReport) GetStatuses() []*PolicyStatus {
@@ -1214,7 +1156,7 @@ type PolicyStatus struct {
 
 func (x *PolicyStatus) Reset() {
 	*x = PolicyStatus{}
-	mi := &file_meridian_sync_v1_sync_proto_msgTypes[14]
+	mi := &file_meridian_sync_v1_sync_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1226,7 +1168,7 @@ func (x *PolicyStatus) String() string {
 func (*PolicyStatus) ProtoMessage() {}
 
 func (x *PolicyStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_sync_v1_sync_proto_msgTypes[14]
+	mi := &file_meridian_sync_v1_sync_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1239,7 +1181,7 @@ func (x *PolicyStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyStatus.ProtoReflect.Descriptor instead.
 func (*PolicyStatus) Descriptor() ([]byte, []int) {
-	return file_meridian_sync_v1_sync_proto_rawDescGZIP(), []int{14}
+	return file_meridian_sync_v1_sync_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PolicyStatus) GetKey() *ResourceKey {
@@ -1269,7 +1211,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_meridian_sync_v1_sync_proto_msgTypes[15]
+	mi := &file_meridian_sync_v1_sync_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1281,7 +1223,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_sync_v1_sync_proto_msgTypes[15]
+	mi := &file_meridian_sync_v1_sync_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1294,7 +1236,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_meridian_sync_v1_sync_proto_rawDescGZIP(), []int{15}
+	return file_meridian_sync_v1_sync_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Condition) GetType() string {
@@ -1366,22 +1308,22 @@ const file_meridian_sync_v1_sync_proto_rawDesc = "" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
 	"\x04mesh\x18\x02 \x01(\tR\x04mesh\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1c\n" +
-	"\tnamespace\x18\x04 \x01(\tR\tnamespace\"\xe5\x02\n" +
+	"\tnamespace\x18\x04 \x01(\tR\tnamespace\"\xaf\x03\n" +
 	"\bResource\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
 	"\x04mesh\x18\x02 \x01(\tR\x04mesh\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1c\n" +
-	"\tnamespace\x18\x04 \x01(\tR\tnamespace\x12/\n" +
-	"\x06labels\x18\x05 \x03(\v2\x17.meridian.sync.v1.LabelR\x06labels\x12\x12\n" +
+	"\tnamespace\x18\x04 \x01(\tR\tnamespace\x12>\n" +
+	"\x06labels\x18\x05 \x03(\v2&.meridian.sync.v1.Resource.LabelsEntryR\x06labels\x12\x12\n" +
 	"\x04spec\x18\x06 \x01(\fR\x04spec\x12\x16\n" +
 	"\x06status\x18\a \x01(\fR\x06status\x12?\n" +
 	"\rcreation_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\fcreationTime\x12G\n" +
 	"\x11modification_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x10modificationTime\x12\x18\n" +
 	"\aversion\x18\n" +
-	" \x01(\x04R\aversion\"/\n" +
-	"\x05Label\x12\x10\n" +
+	" \x01(\x04R\aversion\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xb9\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb9\x02\n" +
 	"\n" +
 	"DeltaBatch\x12\x14\n" +
 	"\x05nonce\x18\x01 \x01(\tR\x05nonce\x12\x1a\n" +
@@ -1449,15 +1391,15 @@ var file_meridian_sync_v1_sync_proto_goTypes = []any{
 	(*HandshakeResponse)(nil),     // 5: meridian.sync.v1.HandshakeResponse
 	(*ResourceKey)(nil),           // 6: meridian.sync.v1.ResourceKey
 	(*Resource)(nil),              // 7: meridian.sync.v1.Resource
-	(*Label)(nil),                 // 8: meridian.sync.v1.Label
-	(*DeltaBatch)(nil),            // 9: meridian.sync.v1.DeltaBatch
-	(*Ack)(nil),                   // 10: meridian.sync.v1.Ack
-	(*ResourceError)(nil),         // 11: meridian.sync.v1.ResourceError
-	(*Nack)(nil),                  // 12: meridian.sync.v1.Nack
-	(*Heartbeat)(nil),             // 13: meridian.sync.v1.Heartbeat
-	(*PolicyStatusReport)(nil),    // 14: meridian.sync.v1.PolicyStatusReport
-	(*PolicyStatus)(nil),          // 15: meridian.sync.v1.PolicyStatus
-	(*Condition)(nil),             // 16: meridian.sync.v1.Condition
+	(*DeltaBatch)(nil),            // 8: meridian.sync.v1.DeltaBatch
+	(*Ack)(nil),                   // 9: meridian.sync.v1.Ack
+	(*ResourceError)(nil),         // 10: meridian.sync.v1.ResourceError
+	(*Nack)(nil),                  // 11: meridian.sync.v1.Nack
+	(*Heartbeat)(nil),             // 12: meridian.sync.v1.Heartbeat
+	(*PolicyStatusReport)(nil),    // 13: meridian.sync.v1.PolicyStatusReport
+	(*PolicyStatus)(nil),          // 14: meridian.sync.v1.PolicyStatus
+	(*Condition)(nil),             // 15: meridian.sync.v1.Condition
+	nil,                           // 16: meridian.sync.v1.Resource.LabelsEntry
 	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
 }
 var file_meridian_sync_v1_sync_proto_depIdxs = []int32{
@@ -1465,23 +1407,23 @@ var file_meridian_sync_v1_sync_proto_depIdxs = []int32{
 	3,  // 1: meridian.sync.v1.StreamResponse.message:type_name -> meridian.sync.v1.Message
 	4,  // 2: meridian.sync.v1.Message.handshake:type_name -> meridian.sync.v1.Handshake
 	5,  // 3: meridian.sync.v1.Message.handshake_response:type_name -> meridian.sync.v1.HandshakeResponse
-	9,  // 4: meridian.sync.v1.Message.delta_batch:type_name -> meridian.sync.v1.DeltaBatch
-	10, // 5: meridian.sync.v1.Message.ack:type_name -> meridian.sync.v1.Ack
-	12, // 6: meridian.sync.v1.Message.nack:type_name -> meridian.sync.v1.Nack
-	13, // 7: meridian.sync.v1.Message.heartbeat:type_name -> meridian.sync.v1.Heartbeat
-	14, // 8: meridian.sync.v1.Message.policy_status_report:type_name -> meridian.sync.v1.PolicyStatusReport
+	8,  // 4: meridian.sync.v1.Message.delta_batch:type_name -> meridian.sync.v1.DeltaBatch
+	9,  // 5: meridian.sync.v1.Message.ack:type_name -> meridian.sync.v1.Ack
+	11, // 6: meridian.sync.v1.Message.nack:type_name -> meridian.sync.v1.Nack
+	12, // 7: meridian.sync.v1.Message.heartbeat:type_name -> meridian.sync.v1.Heartbeat
+	13, // 8: meridian.sync.v1.Message.policy_status_report:type_name -> meridian.sync.v1.PolicyStatusReport
 	0,  // 9: meridian.sync.v1.Handshake.environment:type_name -> meridian.sync.v1.Environment
-	8,  // 10: meridian.sync.v1.Resource.labels:type_name -> meridian.sync.v1.Label
+	16, // 10: meridian.sync.v1.Resource.labels:type_name -> meridian.sync.v1.Resource.LabelsEntry
 	17, // 11: meridian.sync.v1.Resource.creation_time:type_name -> google.protobuf.Timestamp
 	17, // 12: meridian.sync.v1.Resource.modification_time:type_name -> google.protobuf.Timestamp
 	7,  // 13: meridian.sync.v1.DeltaBatch.upserts:type_name -> meridian.sync.v1.Resource
 	6,  // 14: meridian.sync.v1.DeltaBatch.removals:type_name -> meridian.sync.v1.ResourceKey
 	6,  // 15: meridian.sync.v1.ResourceError.key:type_name -> meridian.sync.v1.ResourceKey
-	11, // 16: meridian.sync.v1.Nack.errors:type_name -> meridian.sync.v1.ResourceError
+	10, // 16: meridian.sync.v1.Nack.errors:type_name -> meridian.sync.v1.ResourceError
 	17, // 17: meridian.sync.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
-	15, // 18: meridian.sync.v1.PolicyStatusReport.statuses:type_name -> meridian.sync.v1.PolicyStatus
+	14, // 18: meridian.sync.v1.PolicyStatusReport.statuses:type_name -> meridian.sync.v1.PolicyStatus
 	6,  // 19: meridian.sync.v1.PolicyStatus.key:type_name -> meridian.sync.v1.ResourceKey
-	16, // 20: meridian.sync.v1.PolicyStatus.conditions:type_name -> meridian.sync.v1.Condition
+	15, // 20: meridian.sync.v1.PolicyStatus.conditions:type_name -> meridian.sync.v1.Condition
 	1,  // 21: meridian.sync.v1.SyncService.Stream:input_type -> meridian.sync.v1.StreamRequest
 	2,  // 22: meridian.sync.v1.SyncService.Stream:output_type -> meridian.sync.v1.StreamResponse
 	22, // [22:23] is the sub-list for method output_type
