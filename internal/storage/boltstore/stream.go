@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -260,7 +261,7 @@ func (st *applyStream) finish(bw *batchWriter, extra []resource.Key) error {
 	if err := bw.puts(rest.Puts, res.Outcomes, res.Stored); err != nil {
 		return err
 	}
-	if err := bw.rest(append(deletes, extra...), rest.Meta); err != nil {
+	if err := bw.rest(slices.Concat(deletes, extra), rest.Meta); err != nil { // deletes may be the caller's slice
 		return err
 	}
 	res.Revision, res.Deleted = bw.finish(), bw.deleted
