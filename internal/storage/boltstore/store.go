@@ -2,9 +2,12 @@
 //
 // Writes go through one committer goroutine that groups concurrent single
 // writes into one transaction (one commit and its fsyncs; commit.go); each
-// write still gets its own revision. Every write appends to a change log
-// that watchers replay, sharing the decoded entries (eventcache.go); see
-// schema.go for the layout and watch.go for the watcher design.
+// write still gets its own revision. A batch may also be written in parts
+// while it is produced (storage.Streaming, stream.go): one request then
+// holds the committer's transaction until it commits or the store gives up
+// on it. Every write appends to a change log that watchers replay, sharing
+// the decoded entries (eventcache.go); see schema.go for the layout and
+// watch.go for the watcher design.
 package boltstore
 
 import (
