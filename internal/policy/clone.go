@@ -99,7 +99,7 @@ func (a *cloneArena) contribution(p *policy, prev *contribution) *contribution {
 		}
 	}
 	c := a.contributions.one()
-	*c = contribution{contributionDef: prev.contributionDef, pol: p}
+	*c = contribution{contributionDef: prev.contributionDef, pol: p, plain: prev.plain}
 	a.seen = append(a.seen, contributionCopy{prev, c})
 	return c
 }

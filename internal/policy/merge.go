@@ -54,6 +54,11 @@ type contribution struct {
 	// from entries; overrides count from overrideOrderBase in the order the
 	// overrides pass applies them.
 	order int
+	// plain is the patch's shape (shape.go) when the block is a plain
+	// merge (a conf, no when, no unset), else 0. It is a copy of what the
+	// definition implies, kept here so that a fold skipping saturated
+	// blocks does not read each block's definition.
+	plain shapeID
 }
 
 // contributionDef is a contribution as parsed; never written once parsing
@@ -182,6 +187,11 @@ type foldState struct {
 	// warns are `when` expressions that failed to evaluate (counted as
 	// false), newest first.
 	warns *warning
+	// idleShape is the shape of a default block that filled nothing into
+	// idleRoot; while root is idleRoot, blocks of that shape fill nothing
+	// either (shape.go).
+	idleRoot  *node
+	idleShape shapeID
 }
 
 type warning struct {
@@ -245,6 +255,9 @@ func newMerger(appendFields []string) merger {
 // c changes nothing, in which case c provably does not affect the final
 // conf; the returned state may still carry a new warning.
 func (m merger) fill(st foldState, c *contribution) (foldState, bool) {
+	if c != nil && c.plain != 0 && st.root != nil && st.root == st.idleRoot && c.plain == st.idleShape {
+		return st, false
+	}
 	if !c.active() {
 		return st, false
 	}
@@ -259,6 +272,10 @@ func (m merger) fill(st foldState, c *contribution) (foldState, bool) {
 	root, changed := st.root, false
 	if apply {
 		root, changed = m.fillNode(st.root, c.patch, "", c)
+	}
+	if c.plain != 0 && !changed {
+		st.idleRoot, st.idleShape = st.root, c.plain
+		return st, false
 	}
 	// unset belongs to the entry, not to its default block: it applies
 	// whatever the block's when says.

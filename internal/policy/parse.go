@@ -138,7 +138,7 @@ func (b *builder) parsePolicy(r *resource.Resource, d *resource.TypeDescriptor) 
 		return nil, nil, err
 	}
 	p = b.parseDecoded(r, d, dec)
-	finishContributions(p)
+	finishContributions(p, b.s.shapes)
 	p.name = policyName(p)
 	b.s.parses[r] = parsedPolicy{pol: p}
 	return p, nil, nil
@@ -147,19 +147,19 @@ func (b *builder) parsePolicy(r *resource.Resource, d *resource.TypeDescriptor) 
 // finishContributions caches, once per version of a policy, what messages
 // and output need of each contribution: the JSON of its origin and its
 // where(); the clones of later snapshots share them.
-func finishContributions(p *policy) {
+func finishContributions(p *policy, shapes *shapeTable) {
 	for _, list := range [][]*entry{p.to, p.from} {
 		for _, e := range list {
-			finishContribution(e.c)
-			finishContribution(e.o)
+			finishContribution(e.c, shapes)
+			finishContribution(e.o, shapes)
 		}
 	}
-	finishContribution(p.proxy)
-	finishContribution(p.proxyOver)
-	finishContribution(p.legacyConf)
+	finishContribution(p.proxy, shapes)
+	finishContribution(p.proxyOver, shapes)
+	finishContribution(p.legacyConf, shapes)
 }
 
-func finishContribution(c *contribution) {
+func finishContribution(c *contribution, shapes *shapeTable) {
 	if c == nil {
 		return
 	}
@@ -167,6 +167,9 @@ func finishContribution(c *contribution) {
 		c.origin = c.origin.withEncoding()
 	}
 	c.at = c.computeWhere()
+	if c.hasConf && !c.atomic && c.when == nil && len(c.unset) == 0 && c.patch != nil {
+		c.plain = shapes.id(c.patch)
+	}
 }
 
 func (b *builder) parseDecoded(r *resource.Resource, d *resource.TypeDescriptor, dec *decodedPolicy) *policy {

@@ -81,21 +81,29 @@ func randomPatch(r *rand.Rand, depth int) any {
 
 // TestFoldEqualsForwardMergePatch: the backward fill fold gives exactly the
 // forward merge-patch result, including type clashes, deletions and append
-// lists, and every contribution it drops changes nothing.
+// lists, and every contribution it drops changes nothing. With shapes
+// (shape.go) the fold skips blocks it knows fill nothing; it must record
+// exactly the contributions the fold without them records.
 func TestFoldEqualsForwardMergePatch(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(1, 2))
 	appendPaths := map[string]bool{"list": true, "a.list": true}
 	m := newMerger([]string{"list", "a.list"})
-	for i := 0; i < 10000; i++ {
-		n := 1 + r.IntN(5)
+	shapes := newShapeTable()
+	skipped := 0
+	for i := 0; i < 20000; i++ {
+		n := 1 + r.IntN(8)
 		confs := make([]any, n)
 		cs := make([]*contribution, n)
+		shaped := make([]*contribution, n)
 		confOf := map[*contribution]any{} // the fold keeps patches, not the confs
 		for j := range confs {
 			confs[j] = randomPatch(r, 0)
 			cs[j] = newContribution(nil, -1, "default", compileConf(confs[j]))
 			confOf[cs[j]] = confs[j]
+			c := *cs[j]
+			c.plain = shapes.id(c.patch)
+			shaped[j] = &c
 		}
 		want := forwardFold(confs, appendPaths)
 		st := m.fold(cs)
@@ -105,12 +113,29 @@ func TestFoldEqualsForwardMergePatch(t *testing.T) {
 		}
 		// Dropping a contribution the fold did not record must not matter.
 		var kept []any
+		var recorded []*contributionDef
 		for c := st.contrib; c != nil; c = c.next {
 			kept = append(kept, confOf[c.c])
+			recorded = append(recorded, c.c.contributionDef)
 		}
 		if again := forwardFold(kept, appendPaths); !reflect.DeepEqual(normalizeJSON(again), normalizeJSON(want)) {
 			t.Fatalf("case %d: confs %s: origins %s give %s, want %s", i, compact(confs), compact(kept), compact(again), compact(want))
 		}
+		sst := m.fold(shaped)
+		var shapedRecorded []*contributionDef
+		for c := sst.contrib; c != nil; c = c.next {
+			shapedRecorded = append(shapedRecorded, c.c.contributionDef)
+		}
+		if !slices.Equal(recorded, shapedRecorded) || !reflect.DeepEqual(sst.value(), got) {
+			t.Fatalf("case %d: confs %s: with shapes the fold gives %s from %d blocks, without %s from %d",
+				i, compact(confs), compact(sst.value()), len(shapedRecorded), compact(got), len(recorded))
+		}
+		if sst.idleShape != 0 {
+			skipped++
+		}
+	}
+	if skipped == 0 {
+		t.Fatal("no fold ever found a block that filled nothing: the shape path is untested")
 	}
 }
 

@@ -139,9 +139,73 @@ func (s *MeshSnapshot) selectsDP(p *policy, dp *dataplane) bool {
 func (s *MeshSnapshot) matchedPolicies(t *typeIndex, dp *dataplane) []bool {
 	matched := make([]bool, len(t.policies))
 	for i, p := range t.policies {
-		matched[i] = s.selectsDP(p, dp)
+		if t.quick[i].kind == quickNone {
+			matched[i] = s.selectsDP(p, dp)
+			continue
+		}
+		for j := range dp.sections {
+			if s.selectsSectionAt(t, i, dp, &dp.sections[j]) {
+				matched[i] = true
+				break
+			}
+		}
 	}
 	return matched
+}
+
+// quickSel is what selecting needs of the most common top-level targetRefs
+// (kind Mesh, or MeshService by name, without proxyTypes),
+// kept in an array beside a type's policies. Matching 100,000 policies then
+// reads one array in order instead of every policy's definition, a cache
+// miss each: the largest part of a `_rules` query at that size once folds
+// stopped walking saturated patches.
+type quickSel struct {
+	kind    quickKind
+	scope   []tag  // the policy's scope (shared with its definition)
+	service string // quickService: the kuma.io/service it selects
+}
+
+// inScope reports whether sec carries every tag of the scope.
+func (q *quickSel) inScope(sec *section) bool {
+	for _, t := range q.scope {
+		if sec.tags[t.key] != t.value {
+			return false
+		}
+	}
+	return true
+}
+
+type quickKind uint8
+
+const (
+	quickNone    quickKind = iota // selectsSection decides
+	quickAll                      // selects every section
+	quickService                  // selects sections (not listeners) of service
+)
+
+func quickSelOf(p *policy) quickSel {
+	ref := &p.top
+	if len(ref.ProxyTypes) > 0 {
+		return quickSel{}
+	}
+	switch ref.Kind {
+	case resource.KindMesh:
+		return quickSel{kind: quickAll, scope: p.scope}
+	case resource.KindMeshService:
+		return quickSel{kind: quickService, scope: p.scope, service: ref.Name}
+	}
+	return quickSel{}
+}
+
+// selectsSectionAt is selectsSection for t.policies[i].
+func (s *MeshSnapshot) selectsSectionAt(t *typeIndex, i int, dp *dataplane, sec *section) bool {
+	switch q := &t.quick[i]; q.kind {
+	case quickAll:
+		return q.inScope(sec)
+	case quickService:
+		return q.inScope(sec) && sec.kind != sectionListener && sec.tags[resource.ServiceTag] == q.service
+	}
+	return s.selectsSection(t.policies[i], dp, sec, 0)
 }
 
 // lookupRoutes resolves a targetRef of kind MeshHTTPRoute: by labels, or by

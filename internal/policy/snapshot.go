@@ -74,6 +74,9 @@ type MeshSnapshot struct {
 	// parses lets the next snapshot reuse parsed policies (Inputs.Previous).
 	reg    *resource.Registry
 	parses map[*resource.Resource]parsedPolicy
+	// shapes numbers the patch shapes of the contributions parsed here and
+	// in the snapshots this one was built from (shape.go).
+	shapes *shapeTable
 }
 
 // parsedPolicy is what a snapshot remembers of one policy for the next: the
@@ -112,8 +115,9 @@ type nsName struct{ ns, name string }
 type typeIndex struct {
 	desc     *resource.TypeDescriptor
 	merger   merger
-	policies []*policy // sorted by SPEC 3.2 keys 1-4
-	to, from []*entry  // concatenated and sorted by SPEC 3.2's entry keys
+	policies []*policy  // sorted by SPEC 3.2 keys 1-4
+	quick    []quickSel // quick[i] summarizes how policies[i] selects (select.go)
+	to, from []*entry   // concatenated and sorted by SPEC 3.2's entry keys
 	// warnings are about policies that cannot be evaluated at all (bad spec,
 	// mixed roles, unresolvable top-level targetRef); every Dataplane sees them.
 	warnings []string
@@ -190,7 +194,9 @@ func NewMeshSnapshot(in Inputs) (*MeshSnapshot, error) {
 	}
 	b := &builder{s: s, reg: in.Registry, zone: in.Zone, sysNS: sysNS}
 	if p := in.Previous; p != nil && p.reg == in.Registry && p.sysNS == sysNS && p.zone == in.Zone {
-		b.prev, b.prevTypes = p.parses, p.types
+		b.prev, b.prevTypes, s.shapes = p.parses, p.types, p.shapes
+	} else {
+		s.shapes = newShapeTable()
 	}
 	if err := b.index(in.Resources); err != nil {
 		return nil, fmt.Errorf("policy snapshot of mesh %q: %w", in.Mesh, err)
@@ -363,8 +369,10 @@ func (b *builder) finishType(t *typeIndex) {
 		sortEntries(t.from)
 	}
 	t.sources = nil
+	t.quick = make([]quickSel, len(t.policies))
 	for i, p := range t.policies {
 		p.idx = i
+		t.quick[i] = quickSelOf(p)
 	}
 	for i, e := range t.to {
 		e.pos, e.c.order = i, i

@@ -342,7 +342,7 @@ func (s *MeshSnapshot) inboundEntries(t *typeIndex, dp *dataplane, in *inbound) 
 		p := e.pol
 		if sel[p.idx] == unknown {
 			sel[p.idx] = no
-			if s.selectsSection(p, dp, &in.sec, 0) {
+			if s.selectsSectionAt(t, p.idx, dp, &in.sec) {
 				sel[p.idx] = yes
 			}
 		}
