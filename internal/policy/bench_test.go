@@ -215,6 +215,11 @@ func BenchmarkRules100000MeshTimeouts(b *testing.B) {
 			}
 		}
 	})
+	b.Run("snapshot-after-one-change", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			s = changeFirst(b, s, rs, i)
+		}
+	})
 	b.Run("statuses", func(b *testing.B) {
 		for b.Loop() {
 			forgetMemos(s)

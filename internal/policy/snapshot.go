@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
+	"sort"
 	"sync"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
@@ -369,10 +371,14 @@ func (b *builder) finishType(t *typeIndex) {
 		sortEntries(t.from)
 	}
 	t.sources = nil
-	t.quick = make([]quickSel, len(t.policies))
+	if t.quick == nil {
+		t.quick = make([]quickSel, len(t.policies))
+		for i, p := range t.policies {
+			t.quick[i] = quickSelOf(p)
+		}
+	}
 	for i, p := range t.policies {
 		p.idx = i
-		t.quick[i] = quickSelOf(p)
 	}
 	for i, e := range t.to {
 		e.pos, e.c.order = i, i
@@ -429,9 +435,36 @@ func (b *builder) keepOrder(t, prev *typeIndex) {
 	slices.SortStableFunc(fresh, comparePolicies)
 	sortEntries(freshTo)
 	sortEntries(freshFrom)
-	t.policies = mergeSorted(withoutNil(kept), fresh, comparePolicies)
+	keptList := make([]*policy, 0, len(kept))
+	keptQuick := make([]quickSel, 0, len(kept))
+	for i, p := range kept {
+		if p != nil {
+			keptList = append(keptList, p)
+			keptQuick = append(keptQuick, prev.quick[i])
+		}
+	}
+	t.policies = mergeSorted(keptList, fresh, comparePolicies)
 	t.to = mergeSorted(withoutNil(keptTo), freshTo, compareEntries)
 	t.from = mergeSorted(withoutNil(keptFrom), freshFrom, compareEntries)
+	t.quick = keepQuick(t.policies, keptList, keptQuick)
+}
+
+// keepQuick builds the selection summary of policies (the kept ones in
+// their order, with fresh ones merged in) taking the kept ones' from
+// keptQuick: a summary depends only on the policy's definition, and
+// reading every definition again cost a cache miss per policy.
+func keepQuick(policies, kept []*policy, keptQuick []quickSel) []quickSel {
+	quick := make([]quickSel, len(policies))
+	j := 0
+	for i, p := range policies {
+		if j < len(kept) && p == kept[j] {
+			quick[i] = keptQuick[j]
+			j++
+			continue
+		}
+		quick[i] = quickSelOf(p)
+	}
+	return quick
 }
 
 func withoutNil[T any](s []*T) []*T {
@@ -444,6 +477,18 @@ func mergeSorted[T any](a, b []T, compare func(T, T) int) []T {
 		return a
 	}
 	out := make([]T, 0, len(a)+len(b))
+	if len(b)*bits.Len(uint(len(a))) < len(a) {
+		// A few changed items among many kept ones (a rebuild after one
+		// change): find each one's place by binary search and copy the
+		// runs between. Comparing every kept item read its policy's
+		// definition, a cache miss each: a sixth of a rebuild at 100,000.
+		for _, v := range b {
+			i := sort.Search(len(a), func(i int) bool { return compare(v, a[i]) < 0 })
+			out = append(append(out, a[:i]...), v)
+			a = a[i:]
+		}
+		return append(out, a...)
+	}
 	i, j := 0, 0
 	for i < len(a) && j < len(b) {
 		if compare(b[j], a[i]) < 0 {
