@@ -333,8 +333,10 @@ func TestPreviousSnapshotReuse(t *testing.T) {
 		if same := prev.pol != nil && c.pol != nil && prev.pol.policyDef == c.pol.policyDef; same == (k == changedKey) {
 			t.Errorf("%s: parse reused %v", k, same)
 		}
-		if c.pol != nil && c.pol == prev.pol {
-			t.Errorf("%s: the previous snapshot's policy is shared, not cloned", k)
+		// Nothing the policies' targets depend on changed, and the changed
+		// policy kept its place: the others are the previous snapshot's.
+		if shared := c.pol != nil && c.pol == prev.pol; shared == (k == changedKey) {
+			t.Errorf("%s: policy shared with the previous snapshot %v", k, shared)
 		}
 	}
 	if !strings.Contains(compact(must(reused.Config("other-1", "other-ns"))), `"requestTimeout":"11s"`) {
@@ -422,7 +424,10 @@ func answers(t *testing.T, gc *goldenCase, s *MeshSnapshot) string {
 // MeshTimeouts whose sort keys collide often (top kinds, origins, roles,
 // display names shared across namespaces, rules with several matches). A
 // snapshot rebuilt from the previous one (which merges the changed policies
-// into the kept order) orders policies and entries exactly as a fresh one.
+// into the kept order, shares the unchanged policies whose numbers stay and
+// clones those whose numbers move) orders and numbers policies, entries and
+// override blocks exactly as a fresh one. The previous snapshot is queried
+// while the next is built: under -race, a write to a shared policy fails.
 func TestRebuildKeepsOrder(t *testing.T) {
 	reg := resource.NewDefaultRegistry()
 	rng := rand.New(rand.NewPCG(7, 11))
@@ -431,6 +436,10 @@ func TestRebuildKeepsOrder(t *testing.T) {
 		spec := fmt.Sprintf(`{"targetRef":%s,"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"%ds"}},`+
 			`{"targetRef":{"kind":"MeshService","name":"backend"},"default":{"idleTimeout":"%ds"}}],`+
 			`"from":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"%ds"}}]}`, tops[v%len(tops)], v%7+1, v%5+1, v%3+1)
+		if v%3 == 0 {
+			spec = fmt.Sprintf(`{"targetRef":%s,"to":[{"targetRef":{"kind":"Mesh"},"override":{"idleTimeout":"%ds"}}],`+
+				`"from":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"%ds"},"override":{"connectionTimeout":"1s"}}]}`, tops[v%len(tops)], v%7+1, v%3+1)
+		}
 		r := &resource.Resource{Type: "MeshTimeout", Mesh: "default", Name: name, Namespace: ns, Spec: json.RawMessage(spec)}
 		switch v % 4 {
 		case 0:
@@ -442,6 +451,7 @@ func TestRebuildKeepsOrder(t *testing.T) {
 	}
 	live := map[resource.Key]*resource.Resource{}
 	var prev *MeshSnapshot
+	shared, cloned := 0, 0
 	for round := 0; round < 40; round++ {
 		for range 1 + rng.IntN(30) {
 			name := fmt.Sprintf("t-%02d", rng.IntN(40))
@@ -464,11 +474,48 @@ func TestRebuildKeepsOrder(t *testing.T) {
 			}
 			return s
 		}
-		fresh, rebuilt := build(nil), build(prev)
+		var reading sync.WaitGroup
+		built := make(chan struct{})
+		if prev != nil {
+			before := orderOf(prev)
+			reading.Go(func() {
+				for {
+					if _, err := prev.Rules("dp", ""); err != nil {
+						t.Error(err)
+					}
+					if orderOf(prev) != before {
+						t.Error("the previous snapshot's numbers changed")
+					}
+					select {
+					case <-built:
+						return
+					default:
+					}
+				}
+			})
+		}
+		rebuilt := build(prev)
+		close(built)
+		reading.Wait()
+		fresh := build(nil)
 		if got, want := orderOf(rebuilt), orderOf(fresh); got != want {
 			t.Fatalf("round %d: rebuilt order\n%s\nfresh order\n%s", round, got, want)
 		}
+		if prev != nil {
+			for r, parse := range rebuilt.parses {
+				if old, ok := prev.parses[r]; ok && old.pol != nil {
+					if parse.pol == old.pol {
+						shared++
+					} else {
+						cloned++
+					}
+				}
+			}
+		}
 		prev = rebuilt
+	}
+	if shared == 0 || cloned == 0 {
+		t.Fatalf("unchanged policies shared %d times and cloned %d times: both paths must be exercised", shared, cloned)
 	}
 }
 
@@ -484,7 +531,11 @@ func orderOf(s *MeshSnapshot) string {
 	}
 	for _, list := range [][]*entry{t.to, t.from} {
 		for i, e := range list {
-			fmt.Fprintf(&b, "%d %s/%s[%d] pos=%d order=%d\n", i, e.pol.res.Namespace, e.pol.res.Name, e.index, e.pos, e.c.order)
+			fmt.Fprintf(&b, "%d %s/%s[%d] pos=%d order=%d", i, e.pol.res.Namespace, e.pol.res.Name, e.index, e.pos, e.c.order)
+			if e.o != nil {
+				fmt.Fprintf(&b, " override=%d", e.o.order)
+			}
+			b.WriteByte('\n')
 		}
 	}
 	return b.String()

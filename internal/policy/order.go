@@ -171,9 +171,10 @@ func compareOverrides(a, b *policy, aKind, bKind, aIndex, bIndex int) int {
 	return cmp.Compare(aIndex, bIndex)
 }
 
-// orderOverrides numbers the override blocks of entries (sorted or not) in
-// the overrides pass's order, after every default.
-func orderOverrides(es []*entry) {
+// overrideOrder lists the entries of es (sorted or not) that have an
+// override block in the overrides pass's order: the k-th one's block is
+// numbered overrideOrderBase + k, after every default.
+func overrideOrder(es []*entry) []*entry {
 	var os []*entry
 	for _, e := range es {
 		if e.o != nil {
@@ -181,13 +182,12 @@ func orderOverrides(es []*entry) {
 		}
 	}
 	slices.SortStableFunc(os, func(a, b *entry) int { return compareOverrides(a.pol, b.pol, a.kind, b.kind, a.index, b.index) })
-	for i, e := range os {
-		e.o.order = overrideOrderBase + i
-	}
+	return os
 }
 
-// orderProxyOverrides numbers the proxy-wide override blocks of policies.
-func orderProxyOverrides(ps []*policy) {
+// proxyOverrideOrder lists the policies of ps that have a proxy-wide
+// override block in the overrides pass's order (numbered as overrideOrder's).
+func proxyOverrideOrder(ps []*policy) []*policy {
 	var os []*policy
 	for _, p := range ps {
 		if p.proxyOver != nil {
@@ -195,9 +195,7 @@ func orderProxyOverrides(ps []*policy) {
 		}
 	}
 	slices.SortStableFunc(os, func(a, b *policy) int { return compareOverrides(a, b, 0, 0, 0, 0) })
-	for i, p := range os {
-		p.proxyOver.order = overrideOrderBase + i
-	}
+	return os
 }
 
 // sortByOrder sorts contributions by their order (the overrides pass's

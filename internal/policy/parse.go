@@ -26,7 +26,11 @@ type targetRef struct {
 type policy struct {
 	*policyDef
 	res *resource.Resource
-	idx int // position in its type's sorted policy list
+	// owner is the snapshot that made this struct (parsed or cloned it).
+	// A later snapshot may hold it as it is (share.go), but only the owner
+	// ever writes it, and only while it is being built.
+	owner *MeshSnapshot
+	idx   int // position in its type's sorted policy list
 
 	to    []*entry
 	from  []*entry
@@ -126,8 +130,13 @@ func (b *builder) parsePolicy(r *resource.Resource, d *resource.TypeDescriptor) 
 		// immutable, and the zone's view hands out the same object until
 		// it changes): that parse holds, apart from the state each
 		// snapshot sets itself (clone).
-		if prev.pol != nil {
+		switch {
+		case prev.pol == nil:
+		case b.share:
+			p = prev.pol
+		default:
 			p = b.clones.policy(prev.pol, r)
+			p.owner = b.s
 		}
 		b.s.parses[r] = parsedPolicy{pol: p, err: prev.err}
 		return p, prev.pol, prev.err
@@ -173,7 +182,7 @@ func finishContribution(c *contribution, shapes *shapeTable) {
 }
 
 func (b *builder) parseDecoded(r *resource.Resource, d *resource.TypeDescriptor, dec *decodedPolicy) *policy {
-	p := &policy{res: r, policyDef: &policyDef{desc: d, meta: metaOf(r), role: dec.role, display: r.DisplayName()}}
+	p := &policy{res: r, owner: b.s, policyDef: &policyDef{desc: d, meta: metaOf(r), role: dec.role, display: r.DisplayName()}}
 	p.origin, p.zone = b.originOf(r)
 	p.ownNS = b.ownNamespace(r)
 	if d.Shape != resource.ShapeTargetRef {

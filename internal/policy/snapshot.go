@@ -149,9 +149,17 @@ type builder struct {
 	zone  string
 	sysNS string
 	prev  map[*resource.Resource]parsedPolicy
-	// prevTypes are the previous snapshot's type indexes: the order of
-	// unchanged policies is kept from them (finishType).
+	// prevSnap is the previous snapshot (Inputs.Previous) when it is
+	// usable, prevTypes its type indexes: the order of unchanged policies
+	// is kept from them (finishType).
+	prevSnap  *MeshSnapshot
 	prevTypes map[string]*typeIndex
+	// share says unchanged policies are taken from the previous snapshot
+	// as they are, not cloned: everything their resolved targets and
+	// warnings depend on (the infrastructure they name, the routes) is
+	// the very same as there (sameEnvironment). Those whose positions
+	// change are cloned after all (unshare, share.go).
+	share bool
 	// clones hands out the structs of policies cloned from the previous
 	// snapshot in chunks (clone.go).
 	clones cloneArena
@@ -196,7 +204,7 @@ func NewMeshSnapshot(in Inputs) (*MeshSnapshot, error) {
 	}
 	b := &builder{s: s, reg: in.Registry, zone: in.Zone, sysNS: sysNS}
 	if p := in.Previous; p != nil && p.reg == in.Registry && p.sysNS == sysNS && p.zone == in.Zone {
-		b.prev, b.prevTypes, s.shapes = p.parses, p.types, p.shapes
+		b.prev, b.prevSnap, b.prevTypes, s.shapes = p.parses, p, p.types, p.shapes
 	} else {
 		s.shapes = newShapeTable()
 	}
@@ -234,6 +242,7 @@ func (b *builder) index(rs []*resource.Resource) error {
 	slices.SortFunc(b.s.dpList, func(a, c *dataplane) int {
 		return cmp.Or(cmp.Compare(a.ns, c.ns), cmp.Compare(a.res.Name, c.res.Name))
 	})
+	b.share = b.sameEnvironment(policies)
 	b.addPolicies(policies)
 	return nil
 }
@@ -318,6 +327,11 @@ func (b *builder) addPolicies(rs []*resource.Resource) {
 		}
 	}
 	for _, p := range parsed {
+		if p.owner != b.s {
+			// Shared: its targets were resolved in the same environment.
+			b.checkTopOf(p)
+			continue
+		}
 		b.resolve(p)
 	}
 	for _, name := range sortedKeys(b.s.types) {
@@ -345,16 +359,25 @@ func (b *builder) typeIndex(d *resource.TypeDescriptor) *typeIndex {
 
 // resolve checks the top-level reference and resolves to-entry targets.
 func (b *builder) resolve(p *policy) {
-	if p.desc.Shape != resource.ShapeTargetRef {
+	if !b.checkTopOf(p) {
 		return
+	}
+	for _, e := range p.to {
+		e.target = b.resolveTo(p, e)
+	}
+}
+
+// checkTopOf adds the warning about p's top-level reference to its type's,
+// if any; false when p has no targetRef shape.
+func (b *builder) checkTopOf(p *policy) bool {
+	if p.desc.Shape != resource.ShapeTargetRef {
+		return false
 	}
 	if w := b.checkTop(p); w != "" {
 		t := b.s.types[p.desc.Name]
 		t.warnings = append(t.warnings, w)
 	}
-	for _, e := range p.to {
-		e.target = b.resolveTo(p, e)
-	}
+	return true
 }
 
 func (b *builder) finishType(t *typeIndex) {
@@ -371,29 +394,52 @@ func (b *builder) finishType(t *typeIndex) {
 		sortEntries(t.from)
 	}
 	t.sources = nil
+	b.unshare(t)
 	if t.quick == nil {
 		t.quick = make([]quickSel, len(t.policies))
 		for i, p := range t.policies {
 			t.quick[i] = quickSelOf(p)
 		}
 	}
+	// Shared policies already hold these numbers (unshare), and the
+	// previous snapshot's readers may be reading them: only this
+	// snapshot's own structs are written.
+	own := b.s
 	for i, p := range t.policies {
-		p.idx = i
+		if p.owner == own {
+			p.idx = i
+		}
 	}
 	for i, e := range t.to {
-		e.pos, e.c.order = i, i
+		if e.pol.owner == own {
+			e.pos, e.c.order = i, i
+		}
 	}
 	for i, e := range t.from {
-		e.pos, e.c.order = i, i
+		if e.pol.owner == own {
+			e.pos, e.c.order = i, i
+		}
 	}
-	orderOverrides(t.to)
-	orderOverrides(t.from)
+	for k, e := range overrideOrder(t.to) {
+		if e.pol.owner == own {
+			e.o.order = overrideOrderBase + k
+		}
+	}
+	for k, e := range overrideOrder(t.from) {
+		if e.pol.owner == own {
+			e.o.order = overrideOrderBase + k
+		}
+	}
 	for i, p := range t.policies {
-		if p.proxy != nil {
+		if p.proxy != nil && p.owner == own {
 			p.proxy.order = i
 		}
 	}
-	orderProxyOverrides(t.policies)
+	for k, p := range proxyOverrideOrder(t.policies) {
+		if p.owner == own {
+			p.proxyOver.order = overrideOrderBase + k
+		}
+	}
 }
 
 func sortedKeys[V any](m map[string]V) []string {
