@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -316,6 +317,7 @@ func TestPreviousSnapshotReuse(t *testing.T) {
 		t.Fatal(err)
 	}
 	in.Previous = first
+	before := maps.Clone(first.parses.m) // the rebuild takes it
 	reused, err := NewMeshSnapshot(in)
 	if err != nil {
 		t.Fatal(err)
@@ -327,9 +329,15 @@ func TestPreviousSnapshotReuse(t *testing.T) {
 			t.Errorf("%s: with Previous %s\nwithout %s", dp.Name, compact(b), compact(a))
 		}
 	}
-	for r, c := range reused.parses {
-		k := r.Key()
-		prev := first.parses[r]
+	if first.parses.m != nil {
+		t.Error("the rebuild did not take the previous snapshot's parse table")
+	}
+	for name, c := range reused.parses.m {
+		k := c.res.Key()
+		prev := before[name]
+		if prev.res == nil {
+			t.Fatalf("%s: not in the previous snapshot's parse table", k)
+		}
 		if same := prev.pol != nil && c.pol != nil && prev.pol.policyDef == c.pol.policyDef; same == (k == changedKey) {
 			t.Errorf("%s: parse reused %v", k, same)
 		}
@@ -476,7 +484,9 @@ func TestRebuildKeepsOrder(t *testing.T) {
 		}
 		var reading sync.WaitGroup
 		built := make(chan struct{})
+		var before map[typedName]parsedPolicy
 		if prev != nil {
+			before = maps.Clone(prev.parses.m)
 			before := orderOf(prev)
 			reading.Go(func() {
 				for {
@@ -502,8 +512,8 @@ func TestRebuildKeepsOrder(t *testing.T) {
 			t.Fatalf("round %d: rebuilt order\n%s\nfresh order\n%s", round, got, want)
 		}
 		if prev != nil {
-			for r, parse := range rebuilt.parses {
-				if old, ok := prev.parses[r]; ok && old.pol != nil {
+			for k, parse := range rebuilt.parses.m {
+				if old, ok := before[k]; ok && old.pol != nil && old.res == parse.res {
 					if parse.pol == old.pol {
 						shared++
 					} else {

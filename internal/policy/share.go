@@ -62,7 +62,8 @@ func (b *builder) sameEnvironment(policies []*resource.Resource) bool {
 		if r.Type != "MeshHTTPRoute" {
 			continue
 		}
-		if _, ok := b.prev[r]; !ok {
+		d, _ := b.reg.Lookup(r.Type)
+		if prev, ok := b.prev[typedName{d, b.normNS(r.Namespace), r.Name}]; !ok || prev.res != r {
 			return false
 		}
 		routes++
@@ -112,7 +113,8 @@ func (b *builder) unshare(t *typeIndex) {
 		}
 		c := b.cloneResolved(p)
 		t.policies[i] = c
-		b.s.parses[p.res] = parsedPolicy{pol: c} // the next snapshot starts from the clone
+		k := typedName{p.desc, b.normNS(p.res.Namespace), p.res.Name}
+		b.s.parses.m[k] = parsedPolicy{res: p.res, pol: c} // the next snapshot starts from the clone
 		for j, e := range p.to {
 			clones[e] = c.to[j]
 		}

@@ -74,22 +74,43 @@ type MeshSnapshot struct {
 	status     map[string]map[nsName]*PolicyStatus
 
 	// parses lets the next snapshot reuse parsed policies (Inputs.Previous).
+	// The next snapshot built from this one takes it (parseTable.take), so
+	// that a build from changes can update it in place.
 	reg    *resource.Registry
-	parses map[*resource.Resource]parsedPolicy
+	parses parseTable
 	// shapes numbers the patch shapes of the contributions parsed here and
 	// in the snapshots this one was built from (shape.go).
 	shapes *shapeTable
 }
 
 // parsedPolicy is what a snapshot remembers of one policy for the next: the
-// policy as this snapshot parsed it, or why it could not be parsed. The
-// next snapshot clones pol when it holds the same resource: a policy's
-// snapshot-specific state (positions, resolved targets) lives in its own
-// copy, so published snapshots stay immutable. The decoded spec is not
-// kept: the parse holds everything later snapshots need.
+// resource, the policy as this snapshot holds it, or why it could not be
+// parsed. The next snapshot shares or clones pol when it holds the same
+// resource (share.go). The decoded spec is not kept: the parse holds
+// everything later snapshots need.
 type parsedPolicy struct {
+	res *resource.Resource
 	pol *policy
 	err error
+}
+
+// parseTable is a snapshot's policies by name: every policy resource it was
+// built from, parsed or not.
+type parseTable struct {
+	mu sync.Mutex
+	m  map[typedName]parsedPolicy
+}
+
+// take hands the table's map over to the snapshot being built from this
+// one, and leaves nil: a build from changes updates it in place, and the
+// published snapshot never reads it. A second build from the same previous
+// snapshot parses afresh.
+func (t *parseTable) take() map[typedName]parsedPolicy {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.m
+	t.m = nil
+	return m
 }
 
 // fromResult is a memoized from-rule computation; the RBAC filter (for
@@ -148,7 +169,7 @@ type builder struct {
 	reg   *resource.Registry
 	zone  string
 	sysNS string
-	prev  map[*resource.Resource]parsedPolicy
+	prev  map[typedName]parsedPolicy
 	// prevSnap is the previous snapshot (Inputs.Previous) when it is
 	// usable, prevTypes its type indexes: the order of unchanged policies
 	// is kept from them (finishType).
@@ -200,11 +221,11 @@ func NewMeshSnapshot(in Inputs) (*MeshSnapshot, error) {
 		externals: map[nsName]*resource.Resource{}, extByName: map[string][]*resource.Resource{},
 		multis: map[nsName]*resource.Resource{}, multiByName: map[string][]*resource.Resource{},
 		gateways: map[string]*gateway{}, routes: map[nsName]*policy{}, routeByName: map[string][]*policy{},
-		reg: in.Registry, parses: make(map[*resource.Resource]parsedPolicy, len(in.Resources)),
+		reg: in.Registry, parses: parseTable{m: make(map[typedName]parsedPolicy, len(in.Resources))},
 	}
 	b := &builder{s: s, reg: in.Registry, zone: in.Zone, sysNS: sysNS}
 	if p := in.Previous; p != nil && p.reg == in.Registry && p.sysNS == sysNS && p.zone == in.Zone {
-		b.prev, b.prevSnap, b.prevTypes, s.shapes = p.parses, p, p.types, p.shapes
+		b.prev, b.prevSnap, b.prevTypes, s.shapes = p.parses.take(), p, p.types, p.shapes
 	} else {
 		s.shapes = newShapeTable()
 	}
@@ -217,19 +238,29 @@ func NewMeshSnapshot(in Inputs) (*MeshSnapshot, error) {
 // index sorts resources into infrastructure and policies. Infrastructure
 // goes first: resolving policy references needs it.
 func (b *builder) index(rs []*resource.Resource) error {
-	seen := make(map[typedName]struct{}, len(rs))
+	seen := map[typedName]struct{}{}
 	policies := make([]*resource.Resource, 0, len(rs))
 	var dps []*resource.Resource
 	b.perType = map[*resource.TypeDescriptor]int{}
 	for i, r := range rs {
-		d, err := b.check(i, r, seen)
+		d, err := b.check(i, r)
 		if err != nil {
 			return err
 		}
 		switch {
 		case d.IsPolicy():
+			// Policies are checked for duplicates as they are parsed: the
+			// parse table is keyed by name.
 			policies = append(policies, r)
 			b.perType[d]++
+			continue
+		}
+		k := typedName{d, b.normNS(r.Namespace), r.Name}
+		if _, dup := seen[k]; dup {
+			return fmt.Errorf("%s: duplicate resource", r.Key())
+		}
+		seen[k] = struct{}{}
+		switch {
 		case r.Type == "Dataplane":
 			dps = append(dps, r)
 		default:
@@ -243,8 +274,7 @@ func (b *builder) index(rs []*resource.Resource) error {
 		return cmp.Or(cmp.Compare(a.ns, c.ns), cmp.Compare(a.res.Name, c.res.Name))
 	})
 	b.share = b.sameEnvironment(policies)
-	b.addPolicies(policies)
-	return nil
+	return b.addPolicies(policies)
 }
 
 // typedName identifies a resource within one mesh (the duplicate check; a
@@ -255,7 +285,7 @@ type typedName struct {
 	ns, name string
 }
 
-func (b *builder) check(i int, r *resource.Resource, seen map[typedName]struct{}) (*resource.TypeDescriptor, error) {
+func (b *builder) check(i int, r *resource.Resource) (*resource.TypeDescriptor, error) {
 	if r == nil {
 		return nil, fmt.Errorf("resources[%d] is nil", i)
 	}
@@ -266,11 +296,6 @@ func (b *builder) check(i int, r *resource.Resource, seen map[typedName]struct{}
 	if d.Scope == resource.ScopeMesh && r.Mesh != b.s.mesh {
 		return nil, fmt.Errorf("%s: belongs to mesh %q", r.Key(), r.Mesh)
 	}
-	k := typedName{d, b.normNS(r.Namespace), r.Name}
-	if _, dup := seen[k]; dup {
-		return nil, fmt.Errorf("%s: duplicate resource", r.Key())
-	}
-	seen[k] = struct{}{}
 	return d, nil
 }
 
@@ -305,13 +330,17 @@ func (b *builder) addInfra(r *resource.Resource) {
 }
 
 // addPolicies parses every policy, then resolves references (a policy may
-// name a route of another type) and sorts per type.
-func (b *builder) addPolicies(rs []*resource.Resource) {
+// name a route of another type) and sorts per type. It fails on a duplicate.
+func (b *builder) addPolicies(rs []*resource.Resource) error {
 	parsed := make([]*policy, 0, len(rs))
 	for _, r := range rs {
 		d, _ := b.reg.Lookup(r.Type)
+		k := typedName{d, b.normNS(r.Namespace), r.Name}
+		if _, dup := b.s.parses.m[k]; dup {
+			return fmt.Errorf("%s: duplicate resource", r.Key())
+		}
 		t := b.typeIndex(d)
-		p, src, err := b.parsePolicy(r, d)
+		p, src, err := b.parsePolicy(r, d, k)
 		if err != nil {
 			t.warnings = append(t.warnings, fmt.Sprintf("%s %s: skipped: %v", d.Name, qualified(r.Namespace, r.Name), err))
 			t.skipped[nsName{b.normNS(r.Namespace), r.Name}] = true
@@ -338,6 +367,7 @@ func (b *builder) addPolicies(rs []*resource.Resource) {
 		b.finishType(b.s.types[name])
 		b.s.typeNames = append(b.s.typeNames, name)
 	}
+	return nil
 }
 
 func (b *builder) typeIndex(d *resource.TypeDescriptor) *typeIndex {
