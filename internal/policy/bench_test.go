@@ -3,6 +3,7 @@ package policy
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"runtime"
 	"strings"
 	"testing"
@@ -220,6 +221,22 @@ func BenchmarkRules100000MeshTimeouts(b *testing.B) {
 			s = changeFirst(b, s, rs, i)
 		}
 	})
+	// As the zone's view builds: from the previous snapshot and the change.
+	b.Run("snapshot-from-changes-and-first-rules-after-one-change", func(b *testing.B) {
+		s = benchSnapshot(b, rs) // the snapshot of rs, which the changes start from
+		for i := 0; b.Loop(); i++ {
+			s, rs = changeFirstByChanges(b, s, rs, i)
+			if _, err := s.Rules("dp", ""); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("snapshot-from-changes-after-one-change", func(b *testing.B) {
+		s = benchSnapshot(b, rs)
+		for i := 0; b.Loop(); i++ {
+			s, rs = changeFirstByChanges(b, s, rs, i)
+		}
+	})
 	b.Run("statuses", func(b *testing.B) {
 		for b.Loop() {
 			forgetMemos(s)
@@ -246,6 +263,21 @@ func changeFirst(b *testing.B, prev *MeshSnapshot, rs []*resource.Resource, i in
 		b.Fatal(err)
 	}
 	return next
+}
+
+// changeFirstByChanges is changeFirst through Inputs.Changes: it returns
+// the next snapshot and its resources.
+func changeFirstByChanges(b *testing.B, prev *MeshSnapshot, rs []*resource.Resource, i int) (*MeshSnapshot, []*resource.Resource) {
+	b.Helper()
+	changed := slices.Clone(rs)
+	changed[0] = res("MeshTimeout", rs[0].Name, fmt.Sprintf(
+		`{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"connectionTimeout":"%ds"}}]}`, i%50+1))
+	next, err := NewMeshSnapshot(Inputs{Registry: prev.reg, Mesh: "default", Zone: "zone-1", Previous: prev,
+		Changes: &Changes{Put: changed[:1], Deleted: rs[:1]}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return next, changed
 }
 
 // BenchmarkRecompute1000Dataplanes: SPEC 7, after one policy change, build

@@ -403,6 +403,50 @@ func TestRebuiltSnapshotsAnswerAsFresh(t *testing.T) {
 			if got := answers(t, gc, rebuilt); got != want {
 				t.Errorf("a snapshot changed after the next was built from it:\n%s", firstDiff(want, got))
 			}
+			// The same from changes: the missing half put, then nothing.
+			inHalf := map[*resource.Resource]bool{}
+			for _, r := range half {
+				inHalf[r] = true
+			}
+			ch := &Changes{}
+			for _, r := range all {
+				if !inHalf[r] {
+					ch.Put = append(ch.Put, r)
+				}
+			}
+			fromChanges := func(prev *MeshSnapshot, ch *Changes) *MeshSnapshot {
+				s, err := NewMeshSnapshot(Inputs{Registry: fresh.reg, Mesh: gc.Mesh, Zone: gc.Zone,
+					SystemNamespace: gc.SystemNamespace, Changes: ch, Previous: prev})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
+			}
+			changed := fromChanges(build(half, build(all, nil)), ch)
+			if got := answers(t, gc, changed); got != want {
+				t.Errorf("built from changes after a partial snapshot:\n%s", firstDiff(want, got))
+			}
+			if got := answers(t, gc, fromChanges(changed, &Changes{})); got != want {
+				t.Errorf("built from no changes:\n%s", firstDiff(want, got))
+			}
+			// Policies only (not routes): the changes are spliced in.
+			var base []*resource.Resource
+			policiesOnly := &Changes{}
+			for i, r := range all {
+				if d, _ := fresh.reg.Lookup(r.Type); d.IsPolicy() && r.Type != "MeshHTTPRoute" && i%2 == 1 {
+					policiesOnly.Put = append(policiesOnly.Put, r)
+					continue
+				}
+				base = append(base, r)
+			}
+			prev := build(base, nil)
+			spliced := fromChanges(prev, policiesOnly)
+			if fmt.Sprintf("%p", spliced.services) != fmt.Sprintf("%p", prev.services) {
+				t.Errorf("policy changes were not spliced in")
+			}
+			if got := answers(t, gc, spliced); got != want {
+				t.Errorf("policies spliced in:\n%s", firstDiff(want, got))
+			}
 		})
 	}
 }

@@ -43,14 +43,17 @@ type Config struct {
 type View struct {
 	cfg Config
 
-	mu       sync.Mutex
-	changed  *sync.Cond // signalled whenever applied advances
-	applied  uint64     // store revision the mirror reflects
-	loaded   bool
-	runErr   error
-	meshes   map[string]*meshState
-	builds   int // snapshots built, for tests and metrics
-	building map[string]chan struct{}
+	mu      sync.Mutex
+	changed *sync.Cond // signalled whenever applied advances
+	applied uint64     // store revision the mirror reflects
+	loaded  bool
+	runErr  error
+	meshes  map[string]*meshState
+	builds  int // snapshots built, for tests and metrics
+	// fromChanges counts the builds made from the previous snapshot and
+	// the changes since, for tests.
+	fromChanges int
+	building    map[string]chan struct{}
 
 	// statusKick wakes the status loop (runStatuses) after every applied
 	// change; statusWake when a status read finds its mesh stale. Only
@@ -75,11 +78,69 @@ type meshState struct {
 	snapshot   *policy.MeshSnapshot
 	snapGen    uint64
 
+	// pending are the changes since the snapshot last handed out for a
+	// build (snapshot, or the one being built from it): by key, the
+	// resource before the first change and the one now (nil: none). The
+	// next build starts from that snapshot and these changes
+	// (policy.Inputs.Changes), which at 100,000 policies costs what
+	// changed instead of what is there. fullBuild says they are not known
+	// (no snapshot yet, too many changes, a build that failed): the next
+	// build lists every resource.
+	pending   map[resource.Key]*change
+	fullBuild bool
+
 	// Policy statuses (StatusSnapshot): the last snapshot whose statuses
 	// were computed, and the generation it reflects. Only the status loop
 	// and a mesh's first status read write them.
 	statusSnap *policy.MeshSnapshot
 	statusGen  uint64
+}
+
+// change is one key's change since the last build: the resource before the
+// first change, and now.
+type change struct{ old, now *resource.Resource }
+
+// maxPending is how many changed keys a mesh of n resources tracks before
+// its next build lists every resource instead: past that, a full build
+// costs about as much.
+func maxPending(n int) int { return max(256, n/8) }
+
+// note records that key went from old to now.
+func (m *meshState) note(key resource.Key, old, now *resource.Resource) {
+	if m.fullBuild {
+		return
+	}
+	c := m.pending[key]
+	if c == nil {
+		c = &change{old: old}
+		m.pending[key] = c
+	}
+	c.now = now
+	if c.old == nil && c.now == nil {
+		delete(m.pending, key) // created and deleted since: no change
+	}
+	if len(m.pending) > maxPending(len(m.resources)) {
+		m.fullBuild, m.pending = true, nil
+	}
+}
+
+// takeChanges hands out the pending changes for a build from snapshot and
+// starts tracking anew from the snapshot that build makes.
+func (m *meshState) takeChanges() *policy.Changes {
+	ch := &policy.Changes{}
+	for _, c := range m.pending {
+		if c.old == c.now {
+			continue
+		}
+		if c.old != nil {
+			ch.Deleted = append(ch.Deleted, c.old)
+		}
+		if c.now != nil {
+			ch.Put = append(ch.Put, c.now)
+		}
+	}
+	m.pending = map[resource.Key]*change{}
+	return ch
 }
 
 // StatusDebounce is how long the view waits after a change before it
@@ -183,7 +244,7 @@ func (v *View) loadAll(ctx context.Context, rev uint64) error {
 func meshOf(meshes map[string]*meshState, mesh string) *meshState {
 	m := meshes[mesh]
 	if m == nil {
-		m = &meshState{resources: map[resource.Key]*resource.Resource{}}
+		m = &meshState{resources: map[resource.Key]*resource.Resource{}, fullBuild: true}
 		meshes[mesh] = m
 	}
 	return m
@@ -203,11 +264,15 @@ func (v *View) apply(ev storage.Event) {
 	m := meshOf(v.meshes, r.Mesh)
 	m.generation++
 	v.kickStatuses()
+	key := r.Key()
+	old := m.resources[key]
 	if ev.Kind == storage.EventDelete {
-		delete(m.resources, r.Key())
+		m.note(key, old, nil)
+		delete(m.resources, key)
 		return
 	}
-	m.resources[r.Key()] = r
+	m.note(key, old, r)
+	m.resources[key] = r
 }
 
 // waitFor blocks until the mirror reflects revision rev (or the view stopped).
@@ -256,9 +321,9 @@ func (v *View) latest(ctx context.Context, mesh string) (*policy.MeshSnapshot, u
 // that generation), building it or waiting for the caller that is.
 func (v *View) currentSnapshot(ctx context.Context, mesh string) (*policy.MeshSnapshot, uint64, error) {
 	for {
-		snap, gen, resources, prev, wait := v.cached(mesh)
+		snap, in, wait := v.cached(mesh)
 		if snap != nil {
-			return snap, gen, nil
+			return snap, in.gen, nil
 		}
 		if wait != nil {
 			select {
@@ -268,49 +333,93 @@ func (v *View) currentSnapshot(ctx context.Context, mesh string) (*policy.MeshSn
 				return nil, 0, ctx.Err()
 			}
 		}
-		snap, err := v.build(mesh, gen, resources, prev)
+		snap, gen, err := v.build(mesh, in)
 		return snap, gen, err
 	}
 }
 
-// cached returns a fresh snapshot, or the inputs to build one (and claims
-// the build), or a channel to wait on while another caller builds.
-func (v *View) cached(mesh string) (*policy.MeshSnapshot, uint64, []*resource.Resource, *policy.MeshSnapshot, chan struct{}) {
+// buildInputs are what one build of a mesh's snapshot starts from: its
+// generation, and either every resource or the previous snapshot and the
+// changes since.
+type buildInputs struct {
+	gen       uint64
+	resources []*resource.Resource
+	changes   *policy.Changes
+	prev      *policy.MeshSnapshot
+}
+
+// cached returns a fresh snapshot (with its generation), or the inputs to
+// build one (and claims the build), or a channel to wait on while another
+// caller builds.
+func (v *View) cached(mesh string) (*policy.MeshSnapshot, buildInputs, chan struct{}) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	m := meshOf(v.meshes, mesh)
 	if m.snapshot != nil && m.snapGen == m.generation {
-		return m.snapshot, m.snapGen, nil, nil, nil
+		return m.snapshot, buildInputs{gen: m.snapGen}, nil
 	}
 	if ch, ok := v.building[mesh]; ok {
-		return nil, 0, nil, nil, ch
+		return nil, buildInputs{}, ch
 	}
 	v.building[mesh] = make(chan struct{})
-	list := make([]*resource.Resource, 0, len(m.resources))
-	for _, r := range m.resources {
-		list = append(list, r)
-	}
-	return nil, m.generation, list, m.snapshot, nil
+	return nil, v.inputsOf(m, m.snapshot != nil && !m.fullBuild), nil
 }
 
-func (v *View) build(mesh string, gen uint64, resources []*resource.Resource, prev *policy.MeshSnapshot) (*policy.MeshSnapshot, error) {
-	snap, err := policy.NewMeshSnapshot(policy.Inputs{
-		Registry: v.cfg.Registry, Mesh: mesh, Zone: v.cfg.Zone, SystemNamespace: v.cfg.SystemNamespace,
-		Resources: resources, Previous: prev,
-	})
+// inputsOf hands out m's current generation for a build, from changes when
+// fromChanges, else from every resource; pending changes count from it on.
+// The caller holds v.mu.
+func (v *View) inputsOf(m *meshState, fromChanges bool) buildInputs {
+	in := buildInputs{gen: m.generation, prev: m.snapshot}
+	if fromChanges {
+		in.changes = m.takeChanges()
+		return in
+	}
+	in.resources = make([]*resource.Resource, 0, len(m.resources))
+	for _, r := range m.resources {
+		in.resources = append(in.resources, r)
+	}
+	m.pending, m.fullBuild = map[resource.Key]*change{}, false
+	return in
+}
+
+// build builds mesh's snapshot from in, and records it unless a newer one
+// is recorded. A build from changes that cannot be applied is done again
+// from every resource (at the generation current then).
+func (v *View) build(mesh string, in buildInputs) (*policy.MeshSnapshot, uint64, error) {
+	snap, err := v.newSnapshot(mesh, in)
+	if err != nil && in.changes != nil {
+		v.cfg.Logger.Debug("policy snapshot from changes failed; building from every resource", "mesh", mesh, "error", err)
+		v.mu.Lock()
+		in = v.inputsOf(meshOf(v.meshes, mesh), false)
+		v.mu.Unlock()
+		snap, err = v.newSnapshot(mesh, in)
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	close(v.building[mesh])
 	delete(v.building, mesh)
+	m := meshOf(v.meshes, mesh)
 	if err != nil {
-		return nil, fmt.Errorf("build policy snapshot of mesh %q: %w", mesh, err)
+		m.fullBuild, m.pending = true, nil // the changes since count from no snapshot
+		return nil, 0, fmt.Errorf("build policy snapshot of mesh %q: %w", mesh, err)
 	}
 	v.builds++
-	m := meshOf(v.meshes, mesh)
-	if m.snapshot == nil || gen >= m.snapGen {
-		m.snapshot, m.snapGen = snap, gen
+	if in.changes != nil {
+		v.fromChanges++
 	}
-	return snap, nil
+	if m.snapshot == nil || in.gen >= m.snapGen {
+		m.snapshot, m.snapGen = snap, in.gen
+	} else {
+		m.fullBuild, m.pending = true, nil
+	}
+	return snap, in.gen, nil
+}
+
+func (v *View) newSnapshot(mesh string, in buildInputs) (*policy.MeshSnapshot, error) {
+	return policy.NewMeshSnapshot(policy.Inputs{
+		Registry: v.cfg.Registry, Mesh: mesh, Zone: v.cfg.Zone, SystemNamespace: v.cfg.SystemNamespace,
+		Resources: in.resources, Changes: in.changes, Previous: in.prev,
+	})
 }
 
 // Builds counts snapshots built so far.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -311,4 +312,80 @@ func meshTimeoutStatus(ctx context.Context, t *testing.T, v *policyview.View, na
 		t.Fatal(err)
 	}
 	return snap.PolicyStatus("MeshTimeout", name, "")
+}
+
+// TestSnapshotsFromChangesMatchTheStore: random writes (MeshTimeouts,
+// Dataplanes, now and then a MeshService, which needs a full build), each
+// batch read back at once: the view's snapshot, built from the previous one
+// and the changes, answers as one built from the store's contents.
+func TestSnapshotsFromChangesMatchTheStore(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store, v, done := startView(ctx, t, dataplane("web-1", "web"), timeout("t0", "1s"))
+	reg := resource.NewDefaultRegistry()
+	rng := rand.New(rand.NewPCG(5, 8))
+	for round := 0; round < 60; round++ {
+		for range 1 + rng.IntN(5) {
+			var err error
+			switch n := rng.IntN(12); {
+			case n == 0:
+				_, _, err = store.Put(ctx, &resource.Resource{Type: "MeshService", Mesh: "default", Name: fmt.Sprintf("svc-%d", rng.IntN(2)),
+					Spec: []byte(`{"selector":{"dataplaneTags":{"app":"web"}},"ports":[{"port":80,"targetPort":8080,"appProtocol":"http"}]}`)})
+			case n == 1:
+				_, _, err = store.Put(ctx, dataplane(fmt.Sprintf("web-%d", 2+rng.IntN(2)), "web"))
+			case n < 4:
+				err = store.Delete(ctx, resource.Key{Type: "MeshTimeout", Mesh: "default", Name: fmt.Sprintf("t%d", rng.IntN(8))}, 0)
+				if errors.Is(err, storage.ErrNotFound) {
+					err = nil
+				}
+			default:
+				_, _, err = store.Put(ctx, timeout(fmt.Sprintf("t%d", rng.IntN(8)), fmt.Sprintf("%ds", rng.IntN(100))))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		snap, err := v.Snapshot(ctx, "default")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var all []*resource.Resource
+		for _, typ := range []string{"MeshTimeout", "Dataplane", "MeshService"} {
+			list, err := store.List(ctx, storage.ListOptions{Type: typ})
+			if err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, list.Items...)
+		}
+		fresh, err := policy.NewMeshSnapshot(policy.Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Resources: all})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := everyAnswer(t, snap), everyAnswer(t, fresh); got != want {
+			t.Fatalf("round %d: the view answers\n%s\nthe store's contents\n%s", round, got, want)
+		}
+	}
+	if v.BuildsFromChanges() < 30 {
+		t.Fatalf("%d of %d builds were from changes", v.BuildsFromChanges(), v.Builds())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
+
+// everyAnswer renders the rules of every Dataplane and every policy status.
+func everyAnswer(t *testing.T, s *policy.MeshSnapshot) string {
+	t.Helper()
+	var out []any
+	for _, dp := range s.Dataplanes() {
+		r, err := s.Rules(dp.Name, dp.Namespace)
+		out = append(out, dp.Name, r, fmt.Sprint(err))
+	}
+	out = append(out, s.GlobalPolicyStatuses())
+	b, err := json.Marshal(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -1,0 +1,619 @@
+package policy
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/meridian-mesh/meridian/internal/resource"
+)
+
+// Building a snapshot from the previous one and the changes since.
+//
+// A rebuild from the full resource list still looked at every resource:
+// the duplicate check, the parse table, the order of every policy. At
+// 100,000 policies that was 90 ms of cache misses for one changed policy,
+// most of the first `_rules` after a change. A build from changes starts
+// from the previous snapshot's lists and splices: the removed policies'
+// positions out, the fresh ones in (spliceSorted), every parallel list
+// along the same cuts, and only the policies whose numbers move are cloned
+// (the same rule as share.go). Types no change touches, the Dataplanes when
+// none changed, and the infrastructure are the previous snapshot's, shared.
+//
+// Changes the splice does not cover (infrastructure, MeshHTTPRoutes, which
+// other policies' targets point at) fall back to a full build from the
+// previous snapshot's resources with the changes applied: the result is
+// the same either way, which TestChangesBuildAsFresh checks.
+
+// Changes are how a snapshot's resources differ from the previous
+// snapshot's (Inputs.Changes): its resources are the previous snapshot's
+// without Deleted, plus Put.
+type Changes struct {
+	// Put are resources the previous snapshot did not have: new ones, and
+	// new versions of ones it had (the old versions are in Deleted).
+	Put []*resource.Resource
+	// Deleted are resources the previous snapshot had (the same objects)
+	// that are gone or replaced.
+	Deleted []*resource.Resource
+}
+
+// ErrPreviousTaken: Inputs.Changes were given, but another snapshot was
+// built from Inputs.Previous already and took its parse table, so its
+// resources cannot be listed; the caller passes Resources instead.
+var ErrPreviousTaken = errors.New("changes: another snapshot was built from the previous snapshot already; pass the resources instead")
+
+// fromChanges builds the snapshot in describes by Previous and Changes.
+func fromChanges(in Inputs, sysNS string) (*MeshSnapshot, error) {
+	prev := in.Previous
+	if prev == nil {
+		return nil, errors.New("changes without a previous snapshot")
+	}
+	if in.Resources != nil {
+		return nil, errors.New("both resources and changes")
+	}
+	parses := prev.parses.take()
+	if parses == nil {
+		return nil, ErrPreviousTaken
+	}
+	if prev.reg == in.Registry && prev.sysNS == sysNS && prev.zone == in.Zone && prev.mesh == in.Mesh {
+		d, err := newDelta(in, prev, parses)
+		if err != nil {
+			return nil, err
+		}
+		if d.applicable {
+			return d.build(), nil
+		}
+	}
+	rs, err := prev.resourcesAfter(parses, in.Changes)
+	if err != nil {
+		return nil, err
+	}
+	in.Resources, in.Changes = rs, nil
+	return build(in, sysNS, parses)
+}
+
+// resourcesAfter lists prev's resources (parses: its parse table) with the
+// changes applied.
+func (prev *MeshSnapshot) resourcesAfter(parses map[typedName]parsedPolicy, ch *Changes) ([]*resource.Resource, error) {
+	gone := make(map[*resource.Resource]bool, len(ch.Deleted))
+	for i, r := range ch.Deleted {
+		if r == nil {
+			return nil, fmt.Errorf("changes: deleted[%d] is nil", i)
+		}
+		gone[r] = true
+	}
+	rs := make([]*resource.Resource, 0, len(parses)+len(prev.dpList)+len(prev.infra)+len(ch.Put))
+	keep := func(r *resource.Resource) {
+		if gone[r] {
+			delete(gone, r)
+			return
+		}
+		rs = append(rs, r)
+	}
+	for _, pp := range parses {
+		keep(pp.res)
+	}
+	for _, dp := range prev.dpList {
+		keep(dp.res)
+	}
+	for _, r := range prev.infra {
+		keep(r)
+	}
+	for r := range gone {
+		return nil, fmt.Errorf("changes: deleted %s is not a resource of the previous snapshot", r.Key())
+	}
+	return append(rs, ch.Put...), nil
+}
+
+// delta is a build from changes that splices: the changes checked and
+// sorted by type, before anything is written.
+type delta struct {
+	in         Inputs
+	prev       *MeshSnapshot
+	parses     map[typedName]parsedPolicy
+	applicable bool // only policies (no MeshHTTPRoute) and Dataplanes changed
+
+	// By type: the previous snapshot's parses of deleted policies, and the
+	// put policy resources.
+	deleted map[*resource.TypeDescriptor][]parsedPolicy
+	put     map[*resource.TypeDescriptor][]*resource.Resource
+	// Dataplanes deleted (by name) and put.
+	dpGone map[nsName]bool
+	dpPut  []*resource.Resource
+}
+
+// newDelta checks the changes against prev: every deleted resource is one
+// of prev's, no put resource has the name of one that stays, nothing is
+// put twice. applicable is false when the changes need a full build.
+func newDelta(in Inputs, prev *MeshSnapshot, parses map[typedName]parsedPolicy) (*delta, error) {
+	d := &delta{in: in, prev: prev, parses: parses, applicable: true,
+		deleted: map[*resource.TypeDescriptor][]parsedPolicy{}, put: map[*resource.TypeDescriptor][]*resource.Resource{},
+		dpGone: map[nsName]bool{}}
+	gone := map[typedName]bool{}
+	for i, r := range in.Changes.Deleted {
+		desc, k, err := d.check(fmt.Sprintf("deleted[%d]", i), r)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case desc.IsPolicy():
+			pp, ok := parses[k]
+			if !ok || pp.res != r {
+				return nil, fmt.Errorf("changes: deleted %s is not a resource of the previous snapshot", r.Key())
+			}
+			if pp.pol != nil {
+				if t := prev.types[desc.Name]; t == nil || pp.pol.idx >= len(t.policies) || t.policies[pp.pol.idx] != pp.pol {
+					d.applicable = false // not as the previous snapshot holds it: build in full
+				}
+			}
+			d.deleted[desc] = append(d.deleted[desc], pp)
+		case r.Type == "Dataplane":
+			key := nsName{k.ns, k.name}
+			if dp := prev.dataplanes[key]; dp == nil || dp.res != r {
+				return nil, fmt.Errorf("changes: deleted %s is not a resource of the previous snapshot", r.Key())
+			}
+			d.dpGone[key] = true
+		}
+		if gone[k] {
+			return nil, fmt.Errorf("changes: %s deleted twice", r.Key())
+		}
+		gone[k] = true
+	}
+	put := map[typedName]bool{}
+	for i, r := range in.Changes.Put {
+		desc, k, err := d.check(fmt.Sprintf("put[%d]", i), r)
+		if err != nil {
+			return nil, err
+		}
+		stays := false
+		switch {
+		case desc.IsPolicy():
+			_, stays = parses[k]
+			d.put[desc] = append(d.put[desc], r)
+		case r.Type == "Dataplane":
+			stays = prev.dataplanes[nsName{k.ns, k.name}] != nil
+			d.dpPut = append(d.dpPut, r)
+		}
+		if put[k] || (stays && !gone[k]) {
+			return nil, fmt.Errorf("%s: duplicate resource", r.Key())
+		}
+		put[k] = true
+	}
+	return d, nil
+}
+
+// check validates one changed resource like the full build's check, and
+// notes whether the splice covers its type.
+func (d *delta) check(at string, r *resource.Resource) (*resource.TypeDescriptor, typedName, error) {
+	if r == nil {
+		return nil, typedName{}, fmt.Errorf("changes: %s is nil", at)
+	}
+	desc, ok := d.in.Registry.Lookup(r.Type)
+	if !ok {
+		return nil, typedName{}, fmt.Errorf("%s: unknown resource type %q", r.Key(), r.Type)
+	}
+	if desc.Scope == resource.ScopeMesh && r.Mesh != d.in.Mesh {
+		return nil, typedName{}, fmt.Errorf("%s: belongs to mesh %q", r.Key(), r.Mesh)
+	}
+	if !(desc.IsPolicy() || r.Type == "Dataplane") || r.Type == "MeshHTTPRoute" {
+		d.applicable = false
+	}
+	return desc, typedName{desc, d.prev.normNS(r.Namespace), r.Name}, nil
+}
+
+// build splices the changes into a new snapshot. Only called when
+// applicable; the checks are done, so it cannot fail.
+func (d *delta) build() *MeshSnapshot {
+	prev := d.prev
+	s := &MeshSnapshot{
+		mesh: prev.mesh, zone: prev.zone, sysNS: prev.sysNS,
+		dataplanes: prev.dataplanes, dpList: prev.dpList, types: maps.Clone(prev.types),
+		services: prev.services, svcByName: prev.svcByName, externals: prev.externals, extByName: prev.extByName,
+		multis: prev.multis, multiByName: prev.multiByName, gateways: prev.gateways,
+		routes: prev.routes, routeByName: prev.routeByName, infra: prev.infra,
+		reg: prev.reg, shapes: prev.shapes, parses: parseTable{m: d.parses},
+	}
+	b := &builder{s: s, reg: prev.reg, zone: prev.zone, sysNS: prev.sysNS, prev: d.parses,
+		prevSnap: prev, prevTypes: prev.types, share: true}
+	if len(d.dpGone) > 0 || len(d.dpPut) > 0 {
+		d.dataplanes(b)
+	}
+	for desc, pps := range d.deleted {
+		for _, pp := range pps {
+			delete(d.parses, typedName{desc, b.normNS(pp.res.Namespace), pp.res.Name})
+		}
+	}
+	touched := map[*resource.TypeDescriptor]bool{}
+	for desc := range d.deleted {
+		touched[desc] = true
+	}
+	for desc := range d.put {
+		touched[desc] = true
+	}
+	for desc := range touched {
+		b.spliceType(desc, d.deleted[desc], d.put[desc])
+	}
+	s.typeNames = sortedKeys(s.types)
+	return s
+}
+
+// dataplanes rebuilds the Dataplane index: the kept Dataplanes are the
+// previous snapshot's (a Dataplane depends only on its resource and the
+// infrastructure, which did not change), the put ones parsed.
+func (d *delta) dataplanes(b *builder) {
+	s := b.s
+	s.dataplanes = make(map[nsName]*dataplane, len(d.prev.dataplanes)+len(d.dpPut))
+	s.dpList = make([]*dataplane, 0, len(d.prev.dpList)+len(d.dpPut))
+	for _, dp := range d.prev.dpList {
+		key := nsName{dp.ns, dp.res.Name}
+		if !d.dpGone[key] {
+			s.dataplanes[key] = dp
+			s.dpList = append(s.dpList, dp)
+		}
+	}
+	for _, r := range d.dpPut {
+		b.addDataplane(r)
+	}
+	sortDataplanes(s.dpList)
+}
+
+// spliceType builds type desc's index from the previous snapshot's: the
+// deleted policies' parses dels out, the put resources puts in.
+func (b *builder) spliceType(desc *resource.TypeDescriptor, dels []parsedPolicy, puts []*resource.Resource) {
+	prevT := b.prevTypes[desc.Name]
+	if prevT == nil {
+		// A type the previous snapshot did not have: nothing to keep.
+		delete(b.s.types, desc.Name)
+		b.perType = map[*resource.TypeDescriptor]int{desc: len(puts)}
+		t := b.typeIndex(desc)
+		var parsed []*policy
+		for _, r := range puts {
+			if p := b.addParsed(t, r, desc); p != nil {
+				parsed = append(parsed, p)
+			}
+		}
+		for _, p := range parsed {
+			b.resolve(p)
+		}
+		b.finishType(t)
+		return
+	}
+	t := &typeIndex{desc: desc, merger: prevT.merger, skipped: maps.Clone(prevT.skipped),
+		warnings: slices.Clone(prevT.warnings)}
+	b.s.types[desc.Name] = t
+	var removed []*policy
+	for _, pp := range dels {
+		key := nsName{b.normNS(pp.res.Namespace), pp.res.Name}
+		if pp.pol == nil {
+			delete(t.skipped, key)
+			t.warnings = deleteOne(t.warnings, skippedWarning(desc, pp.res, pp.err))
+			continue
+		}
+		removed = append(removed, pp.pol)
+		if pp.pol.desc.Shape == resource.ShapeTargetRef {
+			if w := b.checkTop(pp.pol); w != "" {
+				t.warnings = deleteOne(t.warnings, w)
+			}
+		}
+	}
+	var fresh []*policy
+	for _, r := range puts {
+		if p := b.addParsed(t, r, desc); p != nil {
+			fresh = append(fresh, p)
+		}
+	}
+	t.policies, t.sources = nil, nil // addParsed's lists; the splice makes the real ones
+	for _, p := range fresh {
+		b.resolve(p)
+	}
+	slices.Sort(t.warnings)
+	b.splicePolicies(t, prevT, removed, fresh)
+	if len(t.policies) == 0 && len(t.skipped) == 0 && len(t.warnings) == 0 {
+		delete(b.s.types, desc.Name)
+	}
+}
+
+// addParsed parses put resource r into t: the policy, or nil when it
+// cannot be evaluated (a warning, and t.skipped).
+func (b *builder) addParsed(t *typeIndex, r *resource.Resource, desc *resource.TypeDescriptor) *policy {
+	k := typedName{desc, b.normNS(r.Namespace), r.Name}
+	p, src, err := b.parsePolicy(r, desc, k)
+	if err != nil {
+		t.warnings = append(t.warnings, skippedWarning(desc, r, err))
+		t.skipped[nsName{k.ns, k.name}] = true
+		return nil
+	}
+	t.policies = append(t.policies, p)
+	t.sources = append(t.sources, src)
+	return p
+}
+
+// splicePolicies lays out t's policies, entries and override lists from
+// prevT's without removed and with fresh, then clones the kept policies
+// whose numbers move and numbers every policy t owns.
+func (b *builder) splicePolicies(t, prevT *typeIndex, removed, fresh []*policy) {
+	slices.SortStableFunc(fresh, comparePolicies)
+	var gonePos []int
+	var goneTo, goneFrom []int
+	for _, p := range removed {
+		gonePos = append(gonePos, p.idx)
+		for _, e := range p.to {
+			goneTo = append(goneTo, e.pos)
+		}
+		for _, e := range p.from {
+			goneFrom = append(goneFrom, e.pos)
+		}
+	}
+	slices.Sort(gonePos)
+	slices.Sort(goneTo)
+	slices.Sort(goneFrom)
+	var freshTo, freshFrom []*entry
+	freshQuick := make([]quickSel, len(fresh))
+	for i, p := range fresh {
+		freshTo = append(freshTo, p.to...)
+		freshFrom = append(freshFrom, p.from...)
+		freshQuick[i] = quickSelOf(p)
+	}
+	sortEntries(freshTo)
+	sortEntries(freshFrom)
+
+	var spP, spTo, spFrom splicing
+	t.policies, spP = spliceSorted(prevT.policies, gonePos, fresh, comparePolicies)
+	t.quick = spliceParallel(spP, prevT.quick, freshQuick)
+	t.to, spTo = spliceSorted(prevT.to, goneTo, freshTo, compareEntries)
+	t.from, spFrom = spliceSorted(prevT.from, goneFrom, freshFrom, compareEntries)
+
+	// The override lists: ties in the overrides pass's order are broken by
+	// position, which is new for every entry here.
+	toPos := entryPositions(spTo, freshTo)
+	fromPos := entryPositions(spFrom, freshFrom)
+	polPos := policyPositions(spP, fresh)
+	overTo, spOverTo := spliceOverrides(prevT.overTo, removed, fresh, toPos, func(p *policy) []*entry { return p.to })
+	overFrom, spOverFrom := spliceOverrides(prevT.overFrom, removed, fresh, fromPos, func(p *policy) []*entry { return p.from })
+	overProxy, spOverProxy := spliceProxyOverrides(prevT.overProxy, removed, fresh, polPos)
+	t.overTo, t.overFrom, t.overProxy = overTo, overFrom, overProxy
+
+	// Kept policies whose numbers move are cloned (share.go's rule).
+	moved := map[*policy]bool{}
+	spP.moved(func(i int) { moved[prevT.policies[i]] = true })
+	spTo.moved(func(i int) { moved[prevT.to[i].pol] = true })
+	spFrom.moved(func(i int) { moved[prevT.from[i].pol] = true })
+	spOverTo.moved(func(i int) { moved[prevT.overTo[i].pol] = true })
+	spOverFrom.moved(func(i int) { moved[prevT.overFrom[i].pol] = true })
+	spOverProxy.moved(func(i int) { moved[prevT.overProxy[i]] = true })
+
+	// The numbers of what t owns: fresh policies at their places, clones
+	// at their sources' new places.
+	var n numbering
+	for j, p := range fresh {
+		n.policies = append(n.policies, placed[*policy]{spP.freshIndex(j), p})
+	}
+	for j, e := range freshTo {
+		n.to = append(n.to, placed[*entry]{spTo.freshIndex(j), e})
+	}
+	for j, e := range freshFrom {
+		n.from = append(n.from, placed[*entry]{spFrom.freshIndex(j), e})
+	}
+	for j := range t.overTo {
+		if spOverTo.isFresh(j) {
+			n.overTo = append(n.overTo, placed[*entry]{j, t.overTo[j]})
+		}
+	}
+	for j := range t.overFrom {
+		if spOverFrom.isFresh(j) {
+			n.overFrom = append(n.overFrom, placed[*entry]{j, t.overFrom[j]})
+		}
+	}
+	for j := range t.overProxy {
+		if spOverProxy.isFresh(j) {
+			n.overProxy = append(n.overProxy, placed[*policy]{j, t.overProxy[j]})
+		}
+	}
+	if len(moved) > 0 {
+		overToAt, overFromAt, overProxyAt := indexOf(prevT.overTo), indexOf(prevT.overFrom), indexOf(prevT.overProxy)
+		for p := range moved {
+			c := b.cloneResolved(p)
+			b.s.parses.m[typedName{p.desc, b.normNS(p.res.Namespace), p.res.Name}] = parsedPolicy{res: p.res, pol: c}
+			n.policies = append(n.policies, placed[*policy]{spP.newIndex(p.idx), c})
+			for j, e := range p.to {
+				n.to = append(n.to, placed[*entry]{spTo.newIndex(e.pos), c.to[j]})
+				if e.o != nil {
+					n.overTo = append(n.overTo, placed[*entry]{spOverTo.newIndex(overToAt[e]), c.to[j]})
+				}
+			}
+			for j, e := range p.from {
+				n.from = append(n.from, placed[*entry]{spFrom.newIndex(e.pos), c.from[j]})
+				if e.o != nil {
+					n.overFrom = append(n.overFrom, placed[*entry]{spOverFrom.newIndex(overFromAt[e]), c.from[j]})
+				}
+			}
+			if p.proxyOver != nil {
+				n.overProxy = append(n.overProxy, placed[*policy]{spOverProxy.newIndex(overProxyAt[p]), c})
+			}
+		}
+	}
+	n.apply(t)
+}
+
+// placed is an item at its position in one of a type's lists.
+type placed[T any] struct {
+	at int
+	v  T
+}
+
+// numbering is what a build from changes writes: the owned policies and
+// entries at their places in each list.
+type numbering struct {
+	policies, overProxy []placed[*policy]
+	to, from            []placed[*entry]
+	overTo, overFrom    []placed[*entry]
+}
+
+// apply puts the clones in their places and writes every owned number, as
+// finishType does: in ascending position, so that a contribution shared by
+// several entries of one rule ends with the last one's.
+func (n *numbering) apply(t *typeIndex) {
+	byAt := func(a, b placed[*entry]) int { return cmp.Compare(a.at, b.at) }
+	for _, p := range n.policies {
+		t.policies[p.at] = p.v
+		p.v.idx = p.at
+		if p.v.proxy != nil {
+			p.v.proxy.order = p.at
+		}
+	}
+	for _, l := range []struct {
+		es   []placed[*entry]
+		list []*entry
+	}{{n.to, t.to}, {n.from, t.from}} {
+		slices.SortFunc(l.es, byAt)
+		for _, e := range l.es {
+			l.list[e.at] = e.v
+			e.v.pos, e.v.c.order = e.at, e.at
+		}
+	}
+	for _, l := range []struct {
+		es   []placed[*entry]
+		list []*entry
+	}{{n.overTo, t.overTo}, {n.overFrom, t.overFrom}} {
+		slices.SortFunc(l.es, byAt)
+		for _, e := range l.es {
+			l.list[e.at] = e.v
+			e.v.o.order = overrideOrderBase + e.at
+		}
+	}
+	for _, p := range n.overProxy {
+		t.overProxy[p.at] = p.v
+		p.v.proxyOver.order = overrideOrderBase + p.at
+	}
+}
+
+// entryPositions maps entries (kept by old position, fresh by identity) to
+// their new positions.
+func entryPositions(sp splicing, fresh []*entry) func(e *entry, kept bool) int {
+	at := make(map[*entry]int, len(fresh))
+	for j, e := range fresh {
+		at[e] = sp.freshIndex(j)
+	}
+	return func(e *entry, kept bool) int {
+		if kept {
+			return sp.newIndex(e.pos)
+		}
+		return at[e]
+	}
+}
+
+func policyPositions(sp splicing, fresh []*policy) func(p *policy, kept bool) int {
+	at := make(map[*policy]int, len(fresh))
+	for j, p := range fresh {
+		at[p] = sp.freshIndex(j)
+	}
+	return func(p *policy, kept bool) int {
+		if kept {
+			return sp.newIndex(p.idx)
+		}
+		return at[p]
+	}
+}
+
+// spliceOverrides splices an override list (prevOver: entries in the
+// overrides pass's order) like the entry lists: the removed policies'
+// entries out, the fresh policies' entries with an override in, ordered
+// by compareOverrides and then by new position (overrideOrder's stable
+// sort over the sorted entry list).
+func spliceOverrides(prevOver []*entry, removed, fresh []*policy, pos func(*entry, bool) int, list func(*policy) []*entry) ([]*entry, splicing) {
+	gone := map[*entry]bool{}
+	for _, p := range removed {
+		for _, e := range list(p) {
+			if e.o != nil {
+				gone[e] = true
+			}
+		}
+	}
+	var gonePos []int
+	if len(gone) > 0 {
+		for i, e := range prevOver {
+			if gone[e] {
+				gonePos = append(gonePos, i)
+			}
+		}
+	}
+	var add []*entry
+	for _, p := range fresh {
+		for _, e := range list(p) {
+			if e.o != nil {
+				add = append(add, e)
+			}
+		}
+	}
+	isFresh := make(map[*entry]bool, len(add))
+	for _, e := range add {
+		isFresh[e] = true
+	}
+	order := func(a, b *entry) int {
+		return cmp.Or(compareOverrides(a.pol, b.pol, a.kind, b.kind, a.index, b.index),
+			cmp.Compare(pos(a, !isFresh[a]), pos(b, !isFresh[b])))
+	}
+	slices.SortFunc(add, order)
+	return spliceSorted(prevOver, gonePos, add, order)
+}
+
+func spliceProxyOverrides(prevOver []*policy, removed, fresh []*policy, pos func(*policy, bool) int) ([]*policy, splicing) {
+	gone := map[*policy]bool{}
+	for _, p := range removed {
+		if p.proxyOver != nil {
+			gone[p] = true
+		}
+	}
+	var gonePos []int
+	if len(gone) > 0 {
+		for i, p := range prevOver {
+			if gone[p] {
+				gonePos = append(gonePos, i)
+			}
+		}
+	}
+	var add []*policy
+	for _, p := range fresh {
+		if p.proxyOver != nil {
+			add = append(add, p)
+		}
+	}
+	isFresh := make(map[*policy]bool, len(add))
+	for _, p := range add {
+		isFresh[p] = true
+	}
+	order := func(a, b *policy) int {
+		return cmp.Or(compareOverrides(a, b, 0, 0, 0, 0), cmp.Compare(pos(a, !isFresh[a]), pos(b, !isFresh[b])))
+	}
+	slices.SortFunc(add, order)
+	return spliceSorted(prevOver, gonePos, add, order)
+}
+
+// indexOf maps the items of list to their indexes.
+func indexOf[T comparable](list []T) map[T]int {
+	m := make(map[T]int, len(list))
+	for i, v := range list {
+		m[v] = i
+	}
+	return m
+}
+
+// deleteOne removes one occurrence of v from the sorted list.
+func deleteOne(list []string, v string) []string {
+	if i, ok := slices.BinarySearch(list, v); ok {
+		return slices.Delete(list, i, i+1)
+	}
+	return list
+}
+
+func skippedWarning(desc *resource.TypeDescriptor, r *resource.Resource, err error) string {
+	return fmt.Sprintf("%s %s: skipped: %v", desc.Name, qualified(r.Namespace, r.Name), err)
+}
+
+func sortDataplanes(dps []*dataplane) {
+	slices.SortFunc(dps, func(a, c *dataplane) int {
+		return cmp.Or(cmp.Compare(a.ns, c.ns), cmp.Compare(a.res.Name, c.res.Name))
+	})
+}

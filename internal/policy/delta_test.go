@@ -1,0 +1,271 @@
+package policy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/meridian-mesh/meridian/internal/resource"
+)
+
+// TestChangesBuildAsFresh: random rounds of adds, changes and deletes of
+// MeshTimeouts (colliding sort keys, overrides, unreadable specs),
+// MeshTraces (proxy-wide defaults and overrides), Dataplanes, and now and
+// then a MeshHTTPRoute or a MeshService (which need a full build). Every
+// round builds the next snapshot from the previous one and the changes
+// (Inputs.Changes) and a fresh one from the full list: they order, number
+// and answer alike. The previous snapshot is queried while the next is
+// built: under -race, a write to a shared policy fails.
+func TestChangesBuildAsFresh(t *testing.T) {
+	reg := resource.NewDefaultRegistry()
+	rng := rand.New(rand.NewPCG(13, 17))
+	live := map[resource.Key]*resource.Resource{}
+	put := func(r *resource.Resource) { live[r.Key()] = r }
+	for i := range 30 {
+		put(randomTimeout(rng, i))
+	}
+	put(benchDataplane("dp", 2, 0))
+	list := func() []*resource.Resource {
+		out := make([]*resource.Resource, 0, len(live))
+		for _, r := range live {
+			out = append(out, r)
+		}
+		return out
+	}
+	prev, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Resources: list()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spliced, full := 0, 0
+	for round := 0; round < 300; round++ {
+		before := maps_Clone(live)
+		for range 1 + rng.IntN(4) {
+			switch n := rng.IntN(20); {
+			case n == 0:
+				put(res("MeshHTTPRoute", fmt.Sprintf("route-%d", rng.IntN(2)), `{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"MeshService","name":"backend"},`+
+					`"rules":[{"matches":[{"path":{"type":"PathPrefix","value":"/v2"}}],"default":{"backendRefs":[{"kind":"MeshService","name":"backend"}]}}]}]}`))
+			case n == 1:
+				put(res("MeshService", fmt.Sprintf("svc-%d", rng.IntN(2)), `{"selector":{"dataplaneTags":{"app":"backend"}},"ports":[{"port":80,"targetPort":8080,"appProtocol":"http"}]}`))
+			case n == 2:
+				put(benchDataplane(fmt.Sprintf("dp-%d", rng.IntN(3)), 1+rng.IntN(3), rng.IntN(5)))
+			case n < 5:
+				put(randomTrace(rng))
+			case n < 7:
+				var keys []resource.Key
+				for k := range live {
+					if k.Type != "Dataplane" || k.Name != "dp" {
+						keys = append(keys, k)
+					}
+				}
+				if len(keys) > 0 {
+					delete(live, keys[rng.IntN(len(keys))])
+				}
+			default:
+				put(randomTimeout(rng, rng.IntN(40)))
+			}
+		}
+		ch := &Changes{}
+		for k, r := range live {
+			if old := before[k]; old != r {
+				ch.Put = append(ch.Put, r)
+				if old != nil {
+					ch.Deleted = append(ch.Deleted, old)
+				}
+			}
+		}
+		for k, old := range before {
+			if live[k] == nil {
+				ch.Deleted = append(ch.Deleted, old)
+			}
+		}
+		var reading sync.WaitGroup
+		built := make(chan struct{})
+		prevOrder := numbersOf(prev)
+		reading.Go(func() {
+			for {
+				if _, err := prev.Rules("dp", ""); err != nil {
+					t.Error(err)
+				}
+				select {
+				case <-built:
+					return
+				default:
+				}
+			}
+		})
+		next, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Changes: ch, Previous: prev})
+		close(built)
+		reading.Wait()
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if numbersOf(prev) != prevOrder {
+			t.Fatalf("round %d: building from the previous snapshot changed its numbers", round)
+		}
+		if fmt.Sprintf("%p", next.services) == fmt.Sprintf("%p", prev.services) {
+			spliced++
+		} else {
+			full++
+		}
+		fresh, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Resources: list()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := numbersOf(next), numbersOf(fresh); got != want {
+			t.Fatalf("round %d: changes %s\nfrom changes:\n%s\nfresh:\n%s", round, describe(ch), got, want)
+		}
+		if got, want := answers(t, &goldenCase{}, next), answers(t, &goldenCase{}, fresh); got != want {
+			t.Fatalf("round %d: changes %s: answers differ:\n%s", round, describe(ch), firstDiff(want, got))
+		}
+		prev = next
+	}
+	if spliced < 100 || full < 10 {
+		t.Fatalf("%d rounds spliced and %d built in full: both paths must be exercised", spliced, full)
+	}
+}
+
+func maps_Clone(m map[resource.Key]*resource.Resource) map[resource.Key]*resource.Resource {
+	out := make(map[resource.Key]*resource.Resource, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func describe(ch *Changes) string {
+	var b strings.Builder
+	for _, r := range ch.Deleted {
+		fmt.Fprintf(&b, " -%s/%s", r.Type, r.Name)
+	}
+	for _, r := range ch.Put {
+		fmt.Fprintf(&b, " +%s/%s", r.Type, r.Name)
+	}
+	return b.String()
+}
+
+// randomTimeout is MeshTimeout t-<i> in a random version: top kinds,
+// origins and namespaces collide, some have overrides, some cannot be read.
+func randomTimeout(rng *rand.Rand, i int) *resource.Resource {
+	tops := []string{`{"kind":"Mesh"}`, `{"kind":"MeshService","name":"backend"}`, `{"kind":"MeshSubset","tags":{"version":"v1"}}`}
+	v := rng.IntN(1000)
+	spec := fmt.Sprintf(`{"targetRef":%s,"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"%ds"}},`+
+		`{"targetRef":{"kind":"MeshService","name":"backend"},"default":{"idleTimeout":"%ds"}}],`+
+		`"from":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"%ds"}}]}`, tops[v%len(tops)], v%7+1, v%5+1, v%3+1)
+	switch v % 5 {
+	case 0:
+		spec = fmt.Sprintf(`{"targetRef":%s,"to":[{"targetRef":{"kind":"Mesh"},"override":{"idleTimeout":"%ds"}}],`+
+			`"from":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"%ds"},"override":{"connectionTimeout":"1s"}}]}`, tops[v%len(tops)], v%7+1, v%3+1)
+	case 1:
+		if v%3 == 0 {
+			spec = `{"targetRef":{"kind":"Mesh"},"to":"not a list"}`
+		}
+	}
+	r := &resource.Resource{Type: "MeshTimeout", Mesh: "default", Name: fmt.Sprintf("t-%02d", i),
+		Namespace: []string{"", "a", "b"}[v%3], Spec: json.RawMessage(spec)}
+	switch v % 4 {
+	case 0:
+		r.Labels = map[string]string{resource.LabelOrigin: resource.OriginGlobal}
+	case 1:
+		r.Labels = map[string]string{resource.LabelOrigin: resource.OriginZone, resource.LabelZone: "zone-2"}
+	}
+	return r
+}
+
+// randomTrace is one of a few MeshTraces: proxy-wide defaults and
+// overrides.
+func randomTrace(rng *rand.Rand) *resource.Resource {
+	v := rng.IntN(100)
+	block := "default"
+	if v%2 == 0 {
+		block = "override"
+	}
+	r := res("MeshTrace", fmt.Sprintf("trace-%d", v%4), fmt.Sprintf(`{"targetRef":{"kind":"Mesh"},%q:{"sampling":{"overall":%d}}}`, block, v))
+	if v%3 == 0 {
+		r.Labels = map[string]string{resource.LabelOrigin: resource.OriginGlobal}
+	}
+	return r
+}
+
+// numbersOf lists every type's policies, entries and override blocks with
+// their numbers, in the snapshot's order.
+func numbersOf(s *MeshSnapshot) string {
+	var b strings.Builder
+	for _, name := range s.typeNames {
+		t := s.types[name]
+		fmt.Fprintf(&b, "%s warnings=%q skipped=%v\n", name, t.warnings, len(t.skipped))
+		for i, p := range t.policies {
+			fmt.Fprintf(&b, "%d %s/%s idx=%d quick=%d", i, p.res.Namespace, p.res.Name, p.idx, t.quick[i].kind)
+			if p.proxy != nil {
+				fmt.Fprintf(&b, " proxy=%d", p.proxy.order)
+			}
+			if p.proxyOver != nil {
+				fmt.Fprintf(&b, " proxyOver=%d", p.proxyOver.order)
+			}
+			b.WriteByte('\n')
+		}
+		for _, list := range [][]*entry{t.to, t.from, t.overTo, t.overFrom} {
+			for i, e := range list {
+				fmt.Fprintf(&b, "%d %s/%s[%d] pos=%d order=%d", i, e.pol.res.Namespace, e.pol.res.Name, e.index, e.pos, e.c.order)
+				if e.o != nil {
+					fmt.Fprintf(&b, " override=%d", e.o.order)
+				}
+				b.WriteByte('\n')
+			}
+		}
+		for i, p := range t.overProxy {
+			fmt.Fprintf(&b, "%d proxy override %s\n", i, p.res.Name)
+		}
+	}
+	return b.String()
+}
+
+// TestChangesErrors: changes that do not fit the previous snapshot are
+// refused, naming the resource; a previous snapshot used for one build
+// cannot be used for another from changes.
+func TestChangesErrors(t *testing.T) {
+	reg := resource.NewDefaultRegistry()
+	a := res("MeshTimeout", "a", `{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"1s"}}]}`)
+	dp := benchDataplane("dp", 1, 0)
+	base := func() *MeshSnapshot {
+		s, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Resources: []*resource.Resource{a, dp}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	other := a.Clone()
+	for _, tc := range []struct {
+		name string
+		ch   Changes
+		want string
+	}{
+		{"deleted unknown", Changes{Deleted: []*resource.Resource{other}}, "deleted MeshTimeout"},
+		{"deleted twice", Changes{Deleted: []*resource.Resource{a, a}}, "deleted twice"},
+		{"put a name that stays", Changes{Put: []*resource.Resource{other}}, "duplicate resource"},
+		{"put twice", Changes{Put: []*resource.Resource{res("MeshTimeout", "b", `{}`), res("MeshTimeout", "b", `{}`)}}, "duplicate resource"},
+		{"put a dataplane that stays", Changes{Put: []*resource.Resource{dp.Clone()}}, "duplicate resource"},
+		{"nil", Changes{Put: []*resource.Resource{nil}}, "put[0] is nil"},
+		{"other mesh", Changes{Put: []*resource.Resource{{Type: "MeshTimeout", Mesh: "other", Name: "x"}}}, `belongs to mesh "other"`},
+		{"unknown type", Changes{Put: []*resource.Resource{{Type: "Nope", Mesh: "default", Name: "x"}}}, `unknown resource type "Nope"`},
+		{"deleted unknown infrastructure", Changes{Deleted: []*resource.Resource{res("MeshService", "x", `{}`)}}, "not a resource of the previous snapshot"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Changes: &tc.ch, Previous: base()})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error with %q", err, tc.want)
+			}
+		})
+	}
+	prev := base()
+	if _, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Resources: []*resource.Resource{a, dp}, Previous: prev}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Changes: &Changes{}, Previous: prev})
+	if !errors.Is(err, ErrPreviousTaken) {
+		t.Fatalf("a second build from one previous snapshot: %v, want ErrPreviousTaken", err)
+	}
+}
