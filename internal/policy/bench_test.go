@@ -3,8 +3,8 @@ package policy
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
