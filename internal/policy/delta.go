@@ -215,7 +215,7 @@ func (d *delta) build() *MeshSnapshot {
 		routes: prev.routes, routeByName: prev.routeByName, infra: prev.infra,
 		reg: prev.reg, shapes: prev.shapes, parses: parseTable{m: d.parses},
 	}
-	b := &builder{s: s, reg: prev.reg, zone: prev.zone, sysNS: prev.sysNS, prev: d.parses,
+	b := &builder{s: s, own: new(buildMark), reg: prev.reg, zone: prev.zone, sysNS: prev.sysNS, prev: d.parses,
 		prevSnap: prev, prevTypes: prev.types, share: true}
 	if len(d.dpGone) > 0 || len(d.dpPut) > 0 {
 		d.dataplanes(b)

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
@@ -268,4 +270,46 @@ func TestChangesErrors(t *testing.T) {
 	if !errors.Is(err, ErrPreviousTaken) {
 		t.Fatalf("a second build from one previous snapshot: %v, want ErrPreviousTaken", err)
 	}
+}
+
+// TestReplacedSnapshotsAreCollected: a snapshot whose policies later
+// snapshots share is not kept alive by them (its memos and statuses are
+// garbage once it is replaced), whether the next is built from the full
+// list or from changes.
+func TestReplacedSnapshotsAreCollected(t *testing.T) {
+	reg := resource.NewDefaultRegistry()
+	rs := append(timeouts(50), benchDataplane("dp", 2, 0))
+	first, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Resources: rs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Rules("dp", ""); err != nil {
+		t.Fatal(err)
+	}
+	first.ComputeStatuses()
+	collected := make(chan struct{})
+	runtime.AddCleanup(first, func(ch chan struct{}) { close(ch) }, collected)
+	second, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Resources: rs, Previous: first})
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := res("MeshTimeout", rs[0].Name, `{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"9s"}}]}`)
+	third, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Previous: second,
+		Changes: &Changes{Put: []*resource.Resource{changed}, Deleted: rs[:1]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, second = nil, nil
+	for range 20 {
+		runtime.GC()
+		select {
+		case <-collected:
+			if _, err := third.Rules("dp", ""); err != nil {
+				t.Fatal(err)
+			}
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	t.Fatal("the first snapshot is still reachable from the ones built after it")
 }

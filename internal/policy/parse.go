@@ -26,10 +26,12 @@ type targetRef struct {
 type policy struct {
 	*policyDef
 	res *resource.Resource
-	// owner is the snapshot that made this struct (parsed or cloned it).
-	// A later snapshot may hold it as it is (share.go), but only the owner
-	// ever writes it, and only while it is being built.
-	owner *MeshSnapshot
+	// owner marks the build that made this struct (parsed or cloned it).
+	// A later snapshot may hold it as it is (share.go), but only its own
+	// build ever writes it. A mark, not the snapshot: a policy shared for
+	// many rebuilds would keep its first snapshot (memos, statuses, lists)
+	// alive, 70 MiB at 100,000 policies.
+	owner *buildMark
 	idx   int // position in its type's sorted policy list
 
 	to    []*entry
@@ -136,7 +138,7 @@ func (b *builder) parsePolicy(r *resource.Resource, d *resource.TypeDescriptor, 
 			p = prev.pol
 		default:
 			p = b.clones.policy(prev.pol, r)
-			p.owner = b.s
+			p.owner = b.own
 		}
 		b.s.parses.m[k] = parsedPolicy{res: r, pol: p, err: prev.err}
 		return p, prev.pol, prev.err
@@ -182,7 +184,7 @@ func finishContribution(c *contribution, shapes *shapeTable) {
 }
 
 func (b *builder) parseDecoded(r *resource.Resource, d *resource.TypeDescriptor, dec *decodedPolicy) *policy {
-	p := &policy{res: r, owner: b.s, policyDef: &policyDef{desc: d, meta: metaOf(r), role: dec.role, display: r.DisplayName()}}
+	p := &policy{res: r, owner: b.own, policyDef: &policyDef{desc: d, meta: metaOf(r), role: dec.role, display: r.DisplayName()}}
 	p.origin, p.zone = b.originOf(r)
 	p.ownNS = b.ownNamespace(r)
 	if d.Shape != resource.ShapeTargetRef {

@@ -79,7 +79,7 @@ func (b *builder) sameEnvironment(policies []*resource.Resource) bool {
 // and puts the clones in their places in t's lists. Afterwards every shared
 // policy of t holds exactly the numbers this snapshot gives it.
 func (b *builder) unshare(t *typeIndex) {
-	own := b.s
+	own := b.own
 	moved := map[*policy]bool{}
 	for i, p := range t.policies {
 		if p.owner != own && p.idx != i {
@@ -136,7 +136,7 @@ func (b *builder) unshare(t *typeIndex) {
 // (sameEnvironment), and both are read-only once resolved.
 func (b *builder) cloneResolved(p *policy) *policy {
 	c := b.clones.policy(p, p.res)
-	c.owner = b.s
+	c.owner = b.own
 	c.warnings = slices.Clip(p.warnings)
 	for j, e := range p.to {
 		c.to[j].target = e.target

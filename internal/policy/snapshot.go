@@ -175,9 +175,14 @@ type gateway struct {
 	selectors []selector
 }
 
+// buildMark identifies one build (policy.owner); not empty, so that every
+// mark has its own address.
+type buildMark struct{ _ byte }
+
 // builder carries what parsing needs while a snapshot is built.
 type builder struct {
 	s     *MeshSnapshot
+	own   *buildMark
 	reg   *resource.Registry
 	zone  string
 	sysNS string
@@ -255,7 +260,7 @@ func build(in Inputs, sysNS string, prevParses map[typedName]parsedPolicy) (*Mes
 		gateways: map[string]*gateway{}, routes: map[nsName]*policy{}, routeByName: map[string][]*policy{},
 		reg: in.Registry, parses: parseTable{m: make(map[typedName]parsedPolicy, len(in.Resources))},
 	}
-	b := &builder{s: s, reg: in.Registry, zone: in.Zone, sysNS: sysNS}
+	b := &builder{s: s, own: new(buildMark), reg: in.Registry, zone: in.Zone, sysNS: sysNS}
 	if p := in.Previous; p != nil && p.reg == in.Registry && p.sysNS == sysNS && p.zone == in.Zone {
 		b.prev, b.prevSnap, b.prevTypes, s.shapes = prevParses, p, p.types, p.shapes
 	} else {
@@ -390,7 +395,7 @@ func (b *builder) addPolicies(rs []*resource.Resource) error {
 		}
 	}
 	for _, p := range parsed {
-		if p.owner != b.s {
+		if p.owner != b.own {
 			// Shared: its targets were resolved in the same environment.
 			b.checkTopOf(p)
 			continue
@@ -468,7 +473,7 @@ func (b *builder) finishType(t *typeIndex) {
 	// Shared policies already hold these numbers (unshare), and the
 	// previous snapshot's readers may be reading them: only this
 	// snapshot's own structs are written.
-	own := b.s
+	own := b.own
 	for i, p := range t.policies {
 		if p.owner == own {
 			p.idx = i
