@@ -357,6 +357,23 @@ func (e *env) profile(p *plane, dir, tag string, d time.Duration) error {
 	return err
 }
 
+// heapProfile writes p's heap profile (in use and allocated, as of its
+// last collection) to dir.
+func (e *env) heapProfile(p *plane, dir, tag string) error {
+	resp, err := http.Get(p.debug + "/debug/pprof/heap")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(filepath.Join(dir, p.name+"-"+tag+".heap.pprof"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
+}
+
 // commitTotals are the global store's commit counters from its /metrics
 // (the embedded store only; an etcd-backed global has none).
 type commitTotals struct {

@@ -189,6 +189,11 @@ func fleet(bins binariesAndN, r results) error {
 		r[p.name+"_rss_mib"] = rss
 		r[p.name+"_cpu_s"] = cpu
 		r[p.name+"_faults"] = minorFaults(p.proc.PID())
+		if bins.profileDir != "" {
+			if err := e.heapProfile(p, bins.profileDir, "settled"); err != nil {
+				return err
+			}
+		}
 	}
 	var idle0 []time.Duration
 	for _, p := range planes {

@@ -36,9 +36,16 @@
 //     order and Dataplane tie-breaks (order.go). spec.rules items (Kuma
 //     2.10+) are from entries of kind Mesh (with their SPIFFE ID matches as
 //     client tags spiffeID.exact/prefix). The next snapshot (Inputs.Previous)
-//     shares every unchanged policy's parsed definition (policyDef, entryDef,
-//     contributionDef), makes only small per-snapshot structs around them
-//     (clone.go) and keeps their sort order, merging in the changed ones.
+//     keeps every unchanged policy's parse and sort order, merging in the
+//     changed ones; it holds an unchanged policy as it is when the policy's
+//     numbers (positions, override orders) and resolved targets stay the same
+//     (share.go), and clones the small per-snapshot structs around the shared
+//     definitions otherwise (clone.go). Built from Inputs.Changes instead of
+//     the full list (delta.go, splice.go), it splices the changed policies
+//     into the previous lists and costs what changed, not what is there.
+//   - shape.go: a fold skips a default block whose patch shape already
+//     filled nothing into the same state; select.go's quickSel matches the
+//     common top-level kinds from an array beside the policies.
 //   - select.go: top-level selection per section of a Dataplane (each
 //     inbound, embedded listener and the gateway): tag kinds over the
 //     inbound's tags (plus the implicit kuma.io/zone and
