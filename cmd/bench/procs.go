@@ -318,6 +318,30 @@ func usage(pid int) (rssMiB, cpuSec float64) {
 	return rssMiB, cpuSec
 }
 
+// rssParts splits a process's RSS into anonymous memory (the Go heap and
+// runtime) and file-backed pages (mostly the embedded store's memory map,
+// which the kernel can drop and read back).
+func rssParts(pid int) (anonMiB, fileMiB float64) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		field, rest, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+		switch field {
+		case "RssAnon":
+			anonMiB = kb / 1024
+		case "RssFile":
+			fileMiB = kb / 1024
+		}
+	}
+	return anonMiB, fileMiB
+}
+
 // onCPU is the time the process's live threads spent on a CPU, to the
 // nanosecond (/proc/PID/task/*/schedstat), where utime and stime count
 // 10 ms ticks: over a few seconds of idling, a tick more or less in each of

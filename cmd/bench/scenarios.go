@@ -187,6 +187,7 @@ func fleet(bins binariesAndN, r results) error {
 	for _, p := range []*plane{g, z1} {
 		rss, cpu := usage(p.proc.PID())
 		r[p.name+"_rss_mib"] = rss
+		r[p.name+"_rss_anon_mib"], r[p.name+"_rss_file_mib"] = rssParts(p.proc.PID())
 		r[p.name+"_cpu_s"] = cpu
 		r[p.name+"_faults"] = minorFaults(p.proc.PID())
 		if bins.profileDir != "" {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -312,4 +313,29 @@ func TestReplacedSnapshotsAreCollected(t *testing.T) {
 		}
 	}
 	t.Fatal("the first snapshot is still reachable from the ones built after it")
+}
+
+// TestEqualStatusesAreShared: policies with the same status share one
+// PolicyStatus (statusInterner), and the interning key covers every field
+// of a condition (a field added to Condition must be added to the key).
+func TestEqualStatusesAreShared(t *testing.T) {
+	if n := reflect.TypeFor[Condition]().NumField(); n != 4 {
+		t.Fatalf("Condition has %d fields; statusInterner's key has 4", n)
+	}
+	reg := resource.NewDefaultRegistry()
+	s, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1",
+		Resources: append(timeouts(200), benchDataplane("dp", 2, 0))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	distinct := map[*PolicyStatus]bool{}
+	contents := map[string]bool{}
+	for _, st := range s.statuses()["MeshTimeout"] {
+		distinct[st] = true
+		b, _ := json.Marshal(st)
+		contents[string(b)] = true
+	}
+	if len(distinct) != len(contents) || len(distinct) >= 200 {
+		t.Fatalf("%d status objects for %d distinct contents among 200 policies", len(distinct), len(contents))
+	}
 }

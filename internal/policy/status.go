@@ -98,6 +98,7 @@ func (s *MeshSnapshot) statuses() map[string]map[nsName]*PolicyStatus {
 
 func (s *MeshSnapshot) computeStatuses() map[string]map[nsName]*PolicyStatus {
 	out := map[string]map[nsName]*PolicyStatus{}
+	same := statusInterner{}
 	for _, name := range s.typeNames {
 		t := s.types[name]
 		byName := map[nsName]*PolicyStatus{}
@@ -112,10 +113,31 @@ func (s *MeshSnapshot) computeStatuses() map[string]map[nsName]*PolicyStatus {
 		}
 		aggs := s.aggregate(t)
 		for _, p := range t.policies {
-			byName[nsName{s.normNS(p.res.Namespace), p.res.Name}] = s.statusOf(p, aggs[p])
+			byName[nsName{s.normNS(p.res.Namespace), p.res.Name}] = same.intern(s.statusOf(p, aggs[p]))
 		}
 	}
 	return out
+}
+
+// statusInterner hands out one PolicyStatus per distinct content: many
+// policies have the same status (at 100,000 MeshTimeouts most are
+// overridden by the same few), and each kept its own conditions and
+// messages, 28 MB of a zone's heap. Statuses are read-only once computed.
+type statusInterner map[string]*PolicyStatus
+
+func (in statusInterner) intern(st *PolicyStatus) *PolicyStatus {
+	var key strings.Builder
+	for _, c := range st.Conditions {
+		for _, f := range []string{c.Type, c.Status, c.Reason, c.Message} {
+			key.WriteString(f)
+			key.WriteByte(0)
+		}
+	}
+	if have, ok := in[key.String()]; ok {
+		return have
+	}
+	in[key.String()] = st
+	return st
 }
 
 func skippedMessage(t *typeIndex, key nsName) string {
