@@ -123,20 +123,25 @@ func (s *MeshSnapshot) computeStatuses() map[string]map[nsName]*PolicyStatus {
 // policies have the same status (at 100,000 MeshTimeouts most are
 // overridden by the same few), and each kept its own conditions and
 // messages, 28 MB of a zone's heap. Statuses are read-only once computed.
-type statusInterner map[string]*PolicyStatus
+// Statuses have one or two conditions; the key is them, compared as values
+// (building a string key of every message was 5% of computing statuses).
+type statusInterner map[statusKey]*PolicyStatus
+
+type statusKey struct {
+	n     int
+	conds [2]Condition
+}
 
 func (in statusInterner) intern(st *PolicyStatus) *PolicyStatus {
-	var key strings.Builder
-	for _, c := range st.Conditions {
-		for _, f := range []string{c.Type, c.Status, c.Reason, c.Message} {
-			key.WriteString(f)
-			key.WriteByte(0)
-		}
+	if len(st.Conditions) > len(statusKey{}.conds) {
+		return st
 	}
-	if have, ok := in[key.String()]; ok {
+	key := statusKey{n: len(st.Conditions)}
+	copy(key.conds[:], st.Conditions)
+	if have, ok := in[key]; ok {
 		return have
 	}
-	in[key.String()] = st
+	in[key] = st
 	return st
 }
 
