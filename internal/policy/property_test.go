@@ -446,3 +446,43 @@ func TestPropertyMultiFieldConfs(t *testing.T) {
 		checkPropCase(t, reg, r, "MeshTimeout", conf, 25)
 	}
 }
+
+// TestStatusTraceDecidesAsExplain: over random folds of defaults and
+// overrides (nulls, lists, unsets, atomic blocks), the trace statuses use
+// (no values, no reasons) gives every block the same fate and every field
+// the same winner as the one `_explain` renders.
+func TestStatusTraceDecidesAsExplain(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(9, 4))
+	m := newMerger([]string{"list", "a.list"})
+	for i := 0; i < 5000; i++ {
+		var defaults, overrides []*contribution
+		for j := range 1 + r.IntN(6) {
+			conf := compileConf(randomPatch(r, 0))
+			if r.IntN(3) == 0 {
+				conf.atomic = true
+			}
+			if r.IntN(4) == 0 {
+				conf.unset = [][]string{{"a"}, {"b", "list"}}[r.IntN(2):]
+			}
+			if j%3 == 2 {
+				overrides = append(overrides, newContribution(nil, -1, blockOverride, conf))
+			} else {
+				defaults = append(defaults, newContribution(nil, -1, blockDefault, conf))
+			}
+		}
+		full, status := traceFold(m, defaults, overrides), statusTrace(m, defaults, overrides)
+		for b, bt := range full.blocks {
+			st := status.blocks[b]
+			if st.fate != bt.fate || len(st.fields) != len(bt.fields) || len(st.unsets) != len(bt.unsets) {
+				t.Fatalf("case %d block %d: fate %d, %d fields; explain: %d, %d", i, b, st.fate, len(st.fields), bt.fate, len(bt.fields))
+			}
+			for f, ff := range bt.fields {
+				sf := st.fields[f]
+				if sf.path != ff.path || sf.won != ff.won || sf.by != ff.by {
+					t.Fatalf("case %d block %d field %s: won %v by %p; explain: won %v by %p (%s)", i, b, ff.path, sf.won, sf.by, ff.won, ff.by, ff.reason)
+				}
+			}
+		}
+	}
+}

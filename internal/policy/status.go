@@ -45,10 +45,14 @@ const (
 
 // policyAgg accumulates a policy's outcomes over every target.
 type policyAgg struct {
-	selected  bool                       // its top-level targetRef selects some Dataplane
-	reached   bool                       // some block of it reached a target
-	won       int                        // fields in effect, summed over targets
-	lostTo    map[string]map[lossAt]bool // winner's name → what of this policy lost
+	selected bool // its top-level targetRef selects some Dataplane
+	reached  bool // some block of it reached a target
+	won      int  // fields in effect, summed over targets
+	// lost is what of this policy lost, and to whom, each once: a list
+	// (a policy loses a few fields to a few winners), where two maps per
+	// policy were a sixth of what computing statuses allocated.
+	lost      []loss
+	lostSet   map[loss]bool // lost as a set, once it is long
 	whenFalse map[string]bool
 	ignored   map[string]bool // unset paths ignored because of an override
 }
@@ -65,14 +69,30 @@ func (l lossAt) String() string {
 	return l.where + " " + l.path
 }
 
+// loss is one block (and path) of a policy that lost, and the winner's name.
+type loss struct {
+	winner string
+	at     lossAt
+}
+
 func (a *policyAgg) lose(winner string, at lossAt) {
-	if a.lostTo == nil {
-		a.lostTo = map[string]map[lossAt]bool{}
+	l := loss{winner, at}
+	switch {
+	case a.lostSet != nil:
+		if a.lostSet[l] {
+			return
+		}
+		a.lostSet[l] = true
+	case slices.Contains(a.lost, l):
+		return
+	case len(a.lost) >= 32: // a policy many others override somewhere
+		a.lostSet = make(map[loss]bool, 2*len(a.lost))
+		for _, have := range a.lost {
+			a.lostSet[have] = true
+		}
+		a.lostSet[l] = true
 	}
-	if a.lostTo[winner] == nil {
-		a.lostTo[winner] = map[lossAt]bool{}
-	}
-	a.lostTo[winner][at] = true
+	a.lost = append(a.lost, l)
 }
 
 // PolicyStatus returns the status of one policy. An unknown policy is
@@ -168,7 +188,7 @@ func (s *MeshSnapshot) aggregate(t *typeIndex) map[*policy]*policyAgg {
 			return
 		}
 		seen[key] = true
-		accumulate(aggs, traceFold(t.merger, defaults, overrides))
+		accumulate(aggs, statusTrace(t.merger, defaults, overrides))
 	}
 	for _, dp := range s.dpList {
 		matched := s.matchedPolicies(t, dp)
@@ -319,14 +339,18 @@ func (s *MeshSnapshot) statusOf(p *policy, a *policyAgg) *PolicyStatus {
 func enforced(a *policyAgg) Condition {
 	var lost []string
 	var winners []string
-	for _, w := range sortedKeys(a.lostTo) {
-		paths := make([]string, 0, len(a.lostTo[w]))
-		for at := range a.lostTo[w] {
-			paths = append(paths, at.String())
+	slices.SortFunc(a.lost, func(x, y loss) int { return strings.Compare(x.winner, y.winner) })
+	for from := 0; from < len(a.lost); {
+		w := a.lost[from].winner
+		to := from
+		var paths []string
+		for ; to < len(a.lost) && a.lost[to].winner == w; to++ {
+			paths = append(paths, a.lost[to].at.String())
 		}
 		slices.Sort(paths)
 		winners = append(winners, w)
 		lost = append(lost, fmt.Sprintf("%s overridden by %s", limitList(paths), w))
+		from = to
 	}
 	lost = append(lost, sortedKeys(a.ignored)...)
 	switch {
