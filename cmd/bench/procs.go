@@ -367,12 +367,17 @@ func onCPU(pid int) time.Duration {
 
 // profile saves a CPU profile of the plane taken over d to dir/<name>-<tag>.pprof.
 func (e *env) profile(p *plane, dir, tag string, d time.Duration) error {
-	resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", p.debug, int(d.Seconds())))
+	return saveURL(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", p.debug, int(d.Seconds())), filepath.Join(dir, p.name+"-"+tag+".pprof"))
+}
+
+// saveURL writes what url answers to path.
+func saveURL(url, path string) error {
+	resp, err := http.Get(url)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	f, err := os.Create(filepath.Join(dir, p.name+"-"+tag+".pprof"))
+	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
@@ -384,18 +389,7 @@ func (e *env) profile(p *plane, dir, tag string, d time.Duration) error {
 // heapProfile writes p's heap profile (in use and allocated, as of its
 // last collection) to dir.
 func (e *env) heapProfile(p *plane, dir, tag string) error {
-	resp, err := http.Get(p.debug + "/debug/pprof/heap")
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	f, err := os.Create(filepath.Join(dir, p.name+"-"+tag+".heap.pprof"))
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	_, err = io.Copy(f, resp.Body)
-	return err
+	return saveURL(p.debug+"/debug/pprof/heap", filepath.Join(dir, p.name+"-"+tag+".heap.pprof"))
 }
 
 // commitTotals are the global store's commit counters from its /metrics

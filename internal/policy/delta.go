@@ -367,9 +367,10 @@ func (b *builder) splicePolicies(t, prevT *typeIndex, removed, fresh []*policy) 
 
 	// The override lists: ties in the overrides pass's order are broken by
 	// position, which is new for every entry here.
-	toPos := entryPositions(spTo, freshTo)
-	fromPos := entryPositions(spFrom, freshFrom)
-	polPos := policyPositions(spP, fresh)
+	entryPos := func(e *entry) int { return e.pos }
+	toPos := newPositions(spTo, freshTo, entryPos)
+	fromPos := newPositions(spFrom, freshFrom, entryPos)
+	polPos := newPositions(spP, fresh, func(p *policy) int { return p.idx })
 	overTo, spOverTo := spliceOverrides(prevT.overTo, removed, fresh, toPos, func(p *policy) []*entry { return p.to })
 	overFrom, spOverFrom := spliceOverrides(prevT.overFrom, removed, fresh, fromPos, func(p *policy) []*entry { return p.from })
 	overProxy, spOverProxy := spliceProxyOverrides(prevT.overProxy, removed, fresh, polPos)
@@ -437,6 +438,16 @@ func (b *builder) splicePolicies(t, prevT *typeIndex, removed, fresh []*policy) 
 	n.apply(t)
 }
 
+// place puts entries at their places in list and numbers them, in
+// ascending position.
+func place(es []placed[*entry], list []*entry, number func(e *entry, at int)) {
+	slices.SortFunc(es, func(a, b placed[*entry]) int { return cmp.Compare(a.at, b.at) })
+	for _, e := range es {
+		list[e.at] = e.v
+		number(e.v, e.at)
+	}
+}
+
 // placed is an item at its position in one of a type's lists.
 type placed[T any] struct {
 	at int
@@ -455,7 +466,6 @@ type numbering struct {
 // finishType does: in ascending position, so that a contribution shared by
 // several entries of one rule ends with the last one's.
 func (n *numbering) apply(t *typeIndex) {
-	byAt := func(a, b placed[*entry]) int { return cmp.Compare(a.at, b.at) }
 	for _, p := range n.policies {
 		t.policies[p.at] = p.v
 		p.v.idx = p.at
@@ -463,129 +473,83 @@ func (n *numbering) apply(t *typeIndex) {
 			p.v.proxy.order = p.at
 		}
 	}
-	for _, l := range []struct {
-		es   []placed[*entry]
-		list []*entry
-	}{{n.to, t.to}, {n.from, t.from}} {
-		slices.SortFunc(l.es, byAt)
-		for _, e := range l.es {
-			l.list[e.at] = e.v
-			e.v.pos, e.v.c.order = e.at, e.at
-		}
-	}
-	for _, l := range []struct {
-		es   []placed[*entry]
-		list []*entry
-	}{{n.overTo, t.overTo}, {n.overFrom, t.overFrom}} {
-		slices.SortFunc(l.es, byAt)
-		for _, e := range l.es {
-			l.list[e.at] = e.v
-			e.v.o.order = overrideOrderBase + e.at
-		}
-	}
+	place(n.to, t.to, func(e *entry, at int) { e.pos, e.c.order = at, at })
+	place(n.from, t.from, func(e *entry, at int) { e.pos, e.c.order = at, at })
+	place(n.overTo, t.overTo, func(e *entry, at int) { e.o.order = overrideOrderBase + at })
+	place(n.overFrom, t.overFrom, func(e *entry, at int) { e.o.order = overrideOrderBase + at })
 	for _, p := range n.overProxy {
 		t.overProxy[p.at] = p.v
 		p.v.proxyOver.order = overrideOrderBase + p.at
 	}
 }
 
-// entryPositions maps entries (kept by old position, fresh by identity) to
-// their new positions.
-func entryPositions(sp splicing, fresh []*entry) func(e *entry, kept bool) int {
-	at := make(map[*entry]int, len(fresh))
-	for j, e := range fresh {
-		at[e] = sp.freshIndex(j)
+// newPositions maps the items of a spliced list to their new positions:
+// kept ones by their old position (oldPos), fresh ones by identity.
+func newPositions[T comparable](sp splicing, fresh []T, oldPos func(T) int) func(v T, kept bool) int {
+	at := make(map[T]int, len(fresh))
+	for j, v := range fresh {
+		at[v] = sp.freshIndex(j)
 	}
-	return func(e *entry, kept bool) int {
+	return func(v T, kept bool) int {
 		if kept {
-			return sp.newIndex(e.pos)
+			return sp.newIndex(oldPos(v))
 		}
-		return at[e]
+		return at[v]
 	}
 }
 
-func policyPositions(sp splicing, fresh []*policy) func(p *policy, kept bool) int {
-	at := make(map[*policy]int, len(fresh))
-	for j, p := range fresh {
-		at[p] = sp.freshIndex(j)
-	}
-	return func(p *policy, kept bool) int {
-		if kept {
-			return sp.newIndex(p.idx)
-		}
-		return at[p]
-	}
-}
-
-// spliceOverrides splices an override list (prevOver: entries in the
+// spliceOverrides splices an override list of entries (prevOver, in the
 // overrides pass's order) like the entry lists: the removed policies'
-// entries out, the fresh policies' entries with an override in, ordered
-// by compareOverrides and then by new position (overrideOrder's stable
-// sort over the sorted entry list).
+// entries with an override block out, the fresh policies' in.
 func spliceOverrides(prevOver []*entry, removed, fresh []*policy, pos func(*entry, bool) int, list func(*policy) []*entry) ([]*entry, splicing) {
-	gone := map[*entry]bool{}
-	for _, p := range removed {
-		for _, e := range list(p) {
-			if e.o != nil {
-				gone[e] = true
+	withOverride := func(ps []*policy) []*entry {
+		var out []*entry
+		for _, p := range ps {
+			for _, e := range list(p) {
+				if e.o != nil {
+					out = append(out, e)
+				}
 			}
 		}
+		return out
 	}
-	var gonePos []int
-	if len(gone) > 0 {
-		for i, e := range prevOver {
-			if gone[e] {
-				gonePos = append(gonePos, i)
-			}
-		}
-	}
-	var add []*entry
-	for _, p := range fresh {
-		for _, e := range list(p) {
-			if e.o != nil {
-				add = append(add, e)
-			}
-		}
-	}
-	isFresh := make(map[*entry]bool, len(add))
-	for _, e := range add {
-		isFresh[e] = true
-	}
-	order := func(a, b *entry) int {
-		return cmp.Or(compareOverrides(a.pol, b.pol, a.kind, b.kind, a.index, b.index),
-			cmp.Compare(pos(a, !isFresh[a]), pos(b, !isFresh[b])))
-	}
-	slices.SortFunc(add, order)
-	return spliceSorted(prevOver, gonePos, add, order)
+	return spliceOverrideOrder(prevOver, withOverride(removed), withOverride(fresh), pos,
+		func(a, b *entry) int { return compareOverrides(a.pol, b.pol, a.kind, b.kind, a.index, b.index) })
 }
 
+// spliceProxyOverrides is spliceOverrides for the proxy-wide override
+// blocks (policies).
 func spliceProxyOverrides(prevOver []*policy, removed, fresh []*policy, pos func(*policy, bool) int) ([]*policy, splicing) {
-	gone := map[*policy]bool{}
-	for _, p := range removed {
-		if p.proxyOver != nil {
-			gone[p] = true
-		}
+	withOverride := func(ps []*policy) []*policy {
+		return slices.DeleteFunc(slices.Clone(ps), func(p *policy) bool { return p.proxyOver == nil })
 	}
+	return spliceOverrideOrder(prevOver, withOverride(removed), withOverride(fresh), pos,
+		func(a, b *policy) int { return compareOverrides(a, b, 0, 0, 0, 0) })
+}
+
+// spliceOverrideOrder takes gone out of prevOver and merges add in, ordered
+// by compare and then by new position (pos: kept items by their old
+// position, fresh ones by identity), as overrideOrder's stable sort over
+// the sorted list orders them.
+func spliceOverrideOrder[T comparable](prevOver, gone, add []T, pos func(T, bool) int, compare func(a, b T) int) ([]T, splicing) {
 	var gonePos []int
 	if len(gone) > 0 {
-		for i, p := range prevOver {
-			if gone[p] {
+		isGone := make(map[T]bool, len(gone))
+		for _, v := range gone {
+			isGone[v] = true
+		}
+		for i, v := range prevOver {
+			if isGone[v] {
 				gonePos = append(gonePos, i)
 			}
 		}
 	}
-	var add []*policy
-	for _, p := range fresh {
-		if p.proxyOver != nil {
-			add = append(add, p)
-		}
+	isFresh := make(map[T]bool, len(add))
+	for _, v := range add {
+		isFresh[v] = true
 	}
-	isFresh := make(map[*policy]bool, len(add))
-	for _, p := range add {
-		isFresh[p] = true
-	}
-	order := func(a, b *policy) int {
-		return cmp.Or(compareOverrides(a, b, 0, 0, 0, 0), cmp.Compare(pos(a, !isFresh[a]), pos(b, !isFresh[b])))
+	order := func(a, b T) int {
+		return cmp.Or(compare(a, b), cmp.Compare(pos(a, !isFresh[a]), pos(b, !isFresh[b])))
 	}
 	slices.SortFunc(add, order)
 	return spliceSorted(prevOver, gonePos, add, order)

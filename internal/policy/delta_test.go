@@ -149,25 +149,29 @@ func describe(ch *Changes) string {
 	return b.String()
 }
 
-// randomTimeout is MeshTimeout t-<i> in a random version: top kinds,
-// origins and namespaces collide, some have overrides, some cannot be read.
+// randomTimeout is MeshTimeout t-<i> in a random version (timeoutVersion),
+// in a namespace that collides with other versions'.
 func randomTimeout(rng *rand.Rand, i int) *resource.Resource {
-	tops := []string{`{"kind":"Mesh"}`, `{"kind":"MeshService","name":"backend"}`, `{"kind":"MeshSubset","tags":{"version":"v1"}}`}
 	v := rng.IntN(1000)
+	return timeoutVersion(fmt.Sprintf("t-%02d", i), []string{"", "a", "b"}[v%3], v)
+}
+
+// timeoutVersion is version v of MeshTimeout ns/name: top kinds and
+// origins collide often, a third have override blocks, one in fifteen
+// cannot be read.
+func timeoutVersion(name, ns string, v int) *resource.Resource {
+	tops := []string{`{"kind":"Mesh"}`, `{"kind":"MeshService","name":"backend"}`, `{"kind":"MeshSubset","tags":{"version":"v1"}}`}
 	spec := fmt.Sprintf(`{"targetRef":%s,"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"%ds"}},`+
 		`{"targetRef":{"kind":"MeshService","name":"backend"},"default":{"idleTimeout":"%ds"}}],`+
 		`"from":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"%ds"}}]}`, tops[v%len(tops)], v%7+1, v%5+1, v%3+1)
-	switch v % 5 {
-	case 0:
+	switch {
+	case v%3 == 0:
 		spec = fmt.Sprintf(`{"targetRef":%s,"to":[{"targetRef":{"kind":"Mesh"},"override":{"idleTimeout":"%ds"}}],`+
 			`"from":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"%ds"},"override":{"connectionTimeout":"1s"}}]}`, tops[v%len(tops)], v%7+1, v%3+1)
-	case 1:
-		if v%3 == 0 {
-			spec = `{"targetRef":{"kind":"Mesh"},"to":"not a list"}`
-		}
+	case v%15 == 1:
+		spec = `{"targetRef":{"kind":"Mesh"},"to":"not a list"}`
 	}
-	r := &resource.Resource{Type: "MeshTimeout", Mesh: "default", Name: fmt.Sprintf("t-%02d", i),
-		Namespace: []string{"", "a", "b"}[v%3], Spec: json.RawMessage(spec)}
+	r := &resource.Resource{Type: "MeshTimeout", Mesh: "default", Name: name, Namespace: ns, Spec: json.RawMessage(spec)}
 	switch v % 4 {
 	case 0:
 		r.Labels = map[string]string{resource.LabelOrigin: resource.OriginGlobal}

@@ -483,24 +483,6 @@ func answers(t *testing.T, gc *goldenCase, s *MeshSnapshot) string {
 func TestRebuildKeepsOrder(t *testing.T) {
 	reg := resource.NewDefaultRegistry()
 	rng := rand.New(rand.NewPCG(7, 11))
-	tops := []string{`{"kind":"Mesh"}`, `{"kind":"MeshService","name":"backend"}`, `{"kind":"MeshSubset","tags":{"version":"v1"}}`}
-	gen := func(name, ns string, v int) *resource.Resource {
-		spec := fmt.Sprintf(`{"targetRef":%s,"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"%ds"}},`+
-			`{"targetRef":{"kind":"MeshService","name":"backend"},"default":{"idleTimeout":"%ds"}}],`+
-			`"from":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"%ds"}}]}`, tops[v%len(tops)], v%7+1, v%5+1, v%3+1)
-		if v%3 == 0 {
-			spec = fmt.Sprintf(`{"targetRef":%s,"to":[{"targetRef":{"kind":"Mesh"},"override":{"idleTimeout":"%ds"}}],`+
-				`"from":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"%ds"},"override":{"connectionTimeout":"1s"}}]}`, tops[v%len(tops)], v%7+1, v%3+1)
-		}
-		r := &resource.Resource{Type: "MeshTimeout", Mesh: "default", Name: name, Namespace: ns, Spec: json.RawMessage(spec)}
-		switch v % 4 {
-		case 0:
-			r.Labels = map[string]string{resource.LabelOrigin: resource.OriginGlobal}
-		case 1:
-			r.Labels = map[string]string{resource.LabelOrigin: resource.OriginZone, resource.LabelZone: "zone-2"}
-		}
-		return r
-	}
 	live := map[resource.Key]*resource.Resource{}
 	var prev *MeshSnapshot
 	shared, cloned := 0, 0
@@ -508,7 +490,7 @@ func TestRebuildKeepsOrder(t *testing.T) {
 		for range 1 + rng.IntN(30) {
 			name := fmt.Sprintf("t-%02d", rng.IntN(40))
 			ns := []string{"", "a", "b"}[rng.IntN(3)]
-			r := gen(name, ns, rng.IntN(1000))
+			r := timeoutVersion(name, ns, rng.IntN(1000))
 			if rng.IntN(5) == 0 {
 				delete(live, r.Key())
 				continue
