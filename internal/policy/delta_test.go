@@ -338,3 +338,29 @@ func TestEqualStatusesAreShared(t *testing.T) {
 		t.Fatalf("%d status objects for %d distinct contents among 200 policies", len(distinct), len(contents))
 	}
 }
+
+// TestChangesOfIgnoredTypes: changes to a type the engine ignores (a
+// MeshIdentity) build like any other, and the snapshot answers as before.
+func TestChangesOfIgnoredTypes(t *testing.T) {
+	reg := resource.NewDefaultRegistry()
+	id := res("MeshIdentity", "id", `{}`)
+	rs := append(timeouts(5), benchDataplane("dp", 1, 0), id)
+	prev, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Resources: rs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := answers(t, &goldenCase{}, prev)
+	next, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Previous: prev,
+		Changes: &Changes{Deleted: []*resource.Resource{id}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Previous: next,
+		Changes: &Changes{Put: []*resource.Resource{res("MeshIdentity", "id", `{}`)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := answers(t, &goldenCase{}, again); got != want {
+		t.Fatalf("after changes to a MeshIdentity:\n%s", firstDiff(want, got))
+	}
+}

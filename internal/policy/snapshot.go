@@ -63,8 +63,11 @@ type MeshSnapshot struct {
 	multis      map[nsName]*resource.Resource   // MeshMultiZoneServices
 	multiByName map[string][]*resource.Resource // by display name
 	gateways    map[string]*gateway
-	infra       []*resource.Resource // the MeshServices, MeshExternalServices, MeshMultiZoneServices and MeshGateways above
-	routes      map[nsName]*policy   // MeshHTTPRoutes, for targetRefs of kind MeshHTTPRoute
+	// infra are the resources built from that are neither policies nor
+	// Dataplanes (those above, and types the engine ignores), so that a
+	// build from changes can list every resource (delta.go).
+	infra       []*resource.Resource
+	routes      map[nsName]*policy // MeshHTTPRoutes, for targetRefs of kind MeshHTTPRoute
 	routeByName map[string][]*policy
 
 	// Memos shared by every query: a type's from-rules depend only on the
@@ -344,10 +347,7 @@ func (b *builder) normNS(ns string) string {
 
 func (b *builder) addInfra(r *resource.Resource) {
 	key := nsName{b.normNS(r.Namespace), r.Name}
-	switch r.Type {
-	case "MeshService", "MeshExternalService", "MeshMultiZoneService", "MeshGateway":
-		b.s.infra = append(b.s.infra, r)
-	}
+	b.s.infra = append(b.s.infra, r)
 	switch r.Type {
 	case "MeshService":
 		ms := &meshService{res: r, display: r.DisplayName(), origNS: b.ownNamespace(r), zone: r.Labels[resource.LabelZone]}
