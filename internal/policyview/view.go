@@ -388,7 +388,9 @@ func (v *View) inputsOf(m *meshState, fromChanges bool) buildInputs {
 func (v *View) build(mesh string, in buildInputs) (*policy.MeshSnapshot, uint64, error) {
 	snap, err := v.newSnapshot(mesh, in)
 	if err != nil && in.changes != nil {
-		v.cfg.Logger.Debug("policy snapshot from changes failed; building from every resource", "mesh", mesh, "error", err)
+		// Not expected (the changes are the view's own record): say so, and
+		// build from every resource instead.
+		v.cfg.Logger.Warn("policy snapshot from changes failed; building from every resource", "mesh", mesh, "error", err)
 		v.mu.Lock()
 		in = v.inputsOf(meshOf(v.meshes, mesh), false)
 		v.mu.Unlock()
