@@ -23,42 +23,38 @@ type splicing struct {
 // fresh items with kept ones only along binary searches.
 func spliceSorted[T any](old []T, removed []int, fresh []T, compare func(T, T) int) ([]T, splicing) {
 	sp := splicing{n: len(old), removed: removed, ins: make([]int, len(fresh))}
-	kept := keepOf(sp, old)
-	lo := 0
+	kept := func(k int) T { return old[sp.oldOfKept(k)] }
+	nKept, lo := len(old)-len(removed), 0
 	for j, v := range fresh {
-		lo += sort.Search(len(kept)-lo, func(i int) bool { return compare(v, kept[lo+i]) < 0 })
+		lo += sort.Search(nKept-lo, func(i int) bool { return compare(v, kept(lo+i)) < 0 })
 		sp.ins[j] = lo
 	}
-	return layout(sp, kept, fresh), sp
-}
-
-// keepOf returns old (a list sp describes) without the removed items, as a
-// new slice.
-func keepOf[T any](sp splicing, old []T) []T {
-	kept := make([]T, 0, len(old)-len(sp.removed))
-	from := 0
-	for _, r := range sp.removed {
-		kept = append(kept, old[from:r]...)
-		from = r + 1
-	}
-	return append(kept, old[from:]...)
-}
-
-// layout merges fresh into kept at sp's places.
-func layout[T any](sp splicing, kept, fresh []T) []T {
-	out := make([]T, 0, len(kept)+len(fresh))
-	from := 0
-	for j, at := range sp.ins {
-		out = append(append(out, kept[from:at]...), fresh[j])
-		from = at
-	}
-	return append(out, kept[from:]...)
+	return spliceParallel(sp, old, fresh), sp
 }
 
 // spliceParallel lays out a list parallel to the one sp describes: old's
-// kept items and fresh's items where their counterparts went.
+// kept items and fresh's items where their counterparts went, in one pass
+// over runs of old.
 func spliceParallel[T any](sp splicing, old, fresh []T) []T {
-	return layout(sp, keepOf(sp, old), fresh)
+	out := make([]T, 0, len(old)-len(sp.removed)+len(fresh))
+	next := 0 // the first removed index not passed yet
+	// copyKept appends the kept items of old[from:to].
+	copyKept := func(from, to int) {
+		for ; next < len(sp.removed) && sp.removed[next] < to; next++ {
+			out = append(out, old[from:sp.removed[next]]...)
+			from = sp.removed[next] + 1
+		}
+		out = append(out, old[from:to]...)
+	}
+	from := 0
+	for j, at := range sp.ins {
+		to := sp.oldOfKept(at)
+		copyKept(from, to)
+		out = append(out, fresh[j])
+		from = to
+	}
+	copyKept(from, len(old))
+	return out
 }
 
 // newIndex is where the kept old item i went.
@@ -104,13 +100,10 @@ func (sp splicing) moved(visit func(i int)) {
 	}
 }
 
-// oldOfKept is the old index of kept item k (n when k is past the last).
+// oldOfKept is the old index of kept item k (n when k is past the last):
+// k plus the number m of removed items before it, the smallest m with
+// removed[m] - m > k (removed[m] - m never decreases).
 func (sp splicing) oldOfKept(k int) int {
-	i := k
-	for _, r := range sp.removed {
-		if r <= i {
-			i++
-		}
-	}
-	return min(i, sp.n)
+	m := sort.Search(len(sp.removed), func(m int) bool { return sp.removed[m]-m > k })
+	return min(k+m, sp.n)
 }
