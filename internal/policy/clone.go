@@ -6,7 +6,7 @@ import "github.com/meridian-mesh/meridian/internal/resource"
 //
 // A parsed policy is mostly a function of its resource: policyDef,
 // entryDef and contributionDef (decoded confs, effective targetRef, scope,
-// client tags, encoded origins) are shared by every snapshot that holds the
+// client tags, origins and their encoded metadata) are shared by every snapshot that holds the
 // same version of the resource. A snapshot also keeps its own state:
 // positions in the sorted lists (idx, pos, order), resolved to-targets and
 // the warnings resolving produced. Published snapshots are immutable and

@@ -113,8 +113,23 @@ func appendMatcher(b []byte, m Matcher) []byte {
 }
 
 func appendOrigin(b []byte, o Origin) []byte {
-	if o.encoded != nil {
-		return append(b, o.encoded...)
+	if o.metaJSON != nil {
+		// The fields in json.Marshal's order: Meta's (embedded), then the
+		// origin's own, omitted when empty.
+		b = append(b, o.metaJSON[:len(o.metaJSON)-1]...)
+		if o.Entry != nil {
+			b = append(b, `,"entry":`...)
+			b = strconv.AppendInt(b, int64(*o.Entry), 10)
+		}
+		if o.Block != "" {
+			b = append(b, `,"block":`...)
+			b = appendString(b, o.Block)
+		}
+		if o.List != "" {
+			b = append(b, `,"list":`...)
+			b = appendString(b, o.List)
+		}
+		return append(b, '}')
 	}
 	enc, err := json.Marshal(plainOrigin(o))
 	if err != nil { // only strings and ints: cannot fail

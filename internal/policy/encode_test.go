@@ -89,3 +89,35 @@ func FuzzAppendString(f *testing.F) {
 		}
 	})
 }
+
+// TestOriginJSONFromCachedMeta: an origin written from its policy's cached
+// Meta JSON is byte for byte what encoding/json writes for it.
+func TestOriginJSONFromCachedMeta(t *testing.T) {
+	zero, five := 0, 5
+	metas := []Meta{
+		{Type: "MeshTimeout", Mesh: "default", Name: "t", Labels: map[string]string{}},
+		{Type: "MeshTimeout", Mesh: "m<1>", Name: `a"b&c`, Namespace: "ns\u2028x",
+			Labels: map[string]string{"kuma.io/origin": "global", "z": "é<tag>", "a": ""}},
+	}
+	for _, m := range metas {
+		for _, entry := range []*int{nil, &zero, &five} {
+			for _, block := range []string{"", blockOverride} {
+				for _, list := range []string{"", "rules"} {
+					o := Origin{Meta: m, Entry: entry, Block: block, List: list}
+					want, err := json.Marshal(plainOrigin(o))
+					if err != nil {
+						t.Fatal(err)
+					}
+					o.metaJSON = encodeMeta(m)
+					got, err := o.MarshalJSON() // what AppendJSON writes too
+					if err != nil {
+						t.Fatal(err)
+					}
+					if string(got) != string(want) {
+						t.Errorf("origin from cached meta:\n got %s\nwant %s", got, want)
+					}
+				}
+			}
+		}
+	}
+}

@@ -159,24 +159,23 @@ func (b *builder) parsePolicy(r *resource.Resource, d *resource.TypeDescriptor, 
 // and output need of each contribution: the JSON of its origin and its
 // where(); the clones of later snapshots share them.
 func finishContributions(p *policy, shapes *shapeTable) {
+	meta := encodeMeta(p.meta)
 	for _, list := range [][]*entry{p.to, p.from} {
 		for _, e := range list {
-			finishContribution(e.c, shapes)
-			finishContribution(e.o, shapes)
+			finishContribution(e.c, meta, shapes)
+			finishContribution(e.o, meta, shapes)
 		}
 	}
-	finishContribution(p.proxy, shapes)
-	finishContribution(p.proxyOver, shapes)
-	finishContribution(p.legacyConf, shapes)
+	finishContribution(p.proxy, meta, shapes)
+	finishContribution(p.proxyOver, meta, shapes)
+	finishContribution(p.legacyConf, meta, shapes)
 }
 
-func finishContribution(c *contribution, shapes *shapeTable) {
+func finishContribution(c *contribution, meta []byte, shapes *shapeTable) {
 	if c == nil {
 		return
 	}
-	if c.origin.encoded == nil {
-		c.origin = c.origin.withEncoding()
-	}
+	c.origin.metaJSON = meta
 	c.at = c.computeWhere()
 	if c.hasConf && !c.atomic && c.when == nil && len(c.unset) == 0 && c.patch != nil {
 		c.plain = shapes.id(c.patch)
@@ -274,7 +273,6 @@ func (b *builder) entries(p *policy, list string, items []decodedEntry) []*entry
 		e.c.list = list
 		if list == "rules" {
 			e.c.origin.List = list
-			e.c.origin = e.c.origin.withEncoding()
 		}
 		if e.o = overrideContribution(p, i, item.over); e.o != nil {
 			e.o.list = list
