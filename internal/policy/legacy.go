@@ -109,11 +109,11 @@ func legacyForOutbound(t *typeIndex, dp *dataplane, o *outbound) *policy {
 	var w legacyWinner
 	sets := dp.tagSets()
 	for _, p := range t.policies {
-		src, ok := bestMatch(p.sources, sets...)
+		src, ok := bestMatch(p.legacy.sources, sets...)
 		if !ok {
 			continue
 		}
-		if dst, ok := bestMatch(p.destinations, o.tags); ok {
+		if dst, ok := bestMatch(p.legacy.destinations, o.tags); ok {
 			w.offer(p, src.plus(dst))
 		}
 	}
@@ -127,7 +127,7 @@ func legacyForOutbound(t *typeIndex, dp *dataplane, o *outbound) *policy {
 func legacyForInbound(t *typeIndex, in *inbound) *policy {
 	var w legacyWinner
 	for _, p := range t.policies {
-		if r, ok := bestMatch(p.destinations, in.tags); ok {
+		if r, ok := bestMatch(p.legacy.destinations, in.tags); ok {
 			w.offer(p, r)
 		}
 	}
@@ -139,7 +139,7 @@ func legacyForProxy(t *typeIndex, dp *dataplane) *policy {
 	var w legacyWinner
 	sets := dp.tagSets()
 	for _, p := range t.policies {
-		if r, ok := bestMatch(p.selectors, sets...); ok {
+		if r, ok := bestMatch(p.legacy.selectors, sets...); ok {
 			w.offer(p, r)
 		}
 	}
@@ -156,8 +156,8 @@ func legacyApplied(p *policy) Applied {
 // overlap; a '*' value matches any value of the key.
 func legacySourceRules(p *policy) []Rule {
 	ap := legacyApplied(p)
-	rules := make([]Rule, 0, len(p.sources))
-	for _, src := range p.sources {
+	rules := make([]Rule, 0, len(p.legacy.sources))
+	for _, src := range p.legacy.sources {
 		ms := []Matcher{}
 		for _, k := range sortedKeys(src.Match) {
 			ms = append(ms, Matcher{Key: k, Value: src.Match[k]})
@@ -169,6 +169,6 @@ func legacySourceRules(p *policy) []Rule {
 
 // sourcesMatch reports whether a client matches any of p's sources.
 func sourcesMatch(p *policy, client map[string]string) bool {
-	_, ok := bestMatch(p.sources, client)
+	_, ok := bestMatch(p.legacy.sources, client)
 	return ok
 }

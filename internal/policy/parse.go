@@ -71,11 +71,18 @@ type policyDef struct {
 	// topTags are top.Tags as a slice (matching runs per policy per proxy).
 	topTags []tag
 
-	// Legacy shapes.
-	sources, destinations, selectors []selector
+	// legacy is set for legacy-shaped policies only: a pointer, so that the
+	// 100,000 targetRef policies of a large zone do not carry three empty
+	// slices each.
+	legacy *legacyDef
 
 	// name is policyName(p), set when parsing is done.
 	name string
+}
+
+// legacyDef is what a legacy-shaped policy selects.
+type legacyDef struct {
+	sources, destinations, selectors []selector
 }
 
 // entry is one to/from item: its definition, and this snapshot's policy,
@@ -187,7 +194,7 @@ func (b *builder) parseDecoded(r *resource.Resource, d *resource.TypeDescriptor,
 	p.origin, p.zone = b.originOf(r)
 	p.ownNS = b.ownNamespace(r)
 	if d.Shape != resource.ShapeTargetRef {
-		p.sources, p.destinations, p.selectors = dec.sources, dec.destinations, dec.selectors
+		p.legacy = &legacyDef{sources: dec.sources, destinations: dec.destinations, selectors: dec.selectors}
 		p.legacyConf = newContribution(p, -1, blockConf, dec.legacy)
 		return p
 	}
