@@ -25,9 +25,12 @@ type Inputs struct {
 	// it was built from that are among Resources (the same *Resource, as
 	// the zone's view passes them until they change) reuse its parse and
 	// order instead of decoding JSON and sorting again (the bulk of building
-	// a snapshot). Optional; the result is the same either way. It must
-	// have been built with the same Registry, SystemNamespace and Zone,
-	// else it is ignored.
+	// a snapshot), and unchanged policies are shared with it (share.go).
+	// Optional; the result is the same either way. It must have been built
+	// with the same Registry, SystemNamespace and Zone, else it is ignored.
+	// The build takes Previous's parse table: a second snapshot built from
+	// the same Previous parses afresh (still correct, not faster), and Previous
+	// itself answers queries as before.
 	//
 	// Resources: policies of every type, Dataplanes, MeshServices,
 	// MeshExternalServices, MeshMultiZoneServices and MeshGateways of Mesh. Other infrastructure
