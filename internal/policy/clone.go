@@ -6,16 +6,18 @@ import "github.com/meridian-mesh/meridian/internal/resource"
 //
 // A parsed policy is mostly a function of its resource: policyDef,
 // entryDef and contributionDef (decoded confs, effective targetRef, scope,
-// client tags, origins and their encoded metadata) are shared by every snapshot that holds the
-// same version of the resource. A snapshot also keeps its own state:
-// positions in the sorted lists (idx, pos, order), resolved to-targets and
-// the warnings resolving produced. Published snapshots are immutable and
-// queried concurrently, so a rebuild cannot renumber the previous
-// snapshot's structs; it makes small new ones around the shared
-// definitions. That is far cheaper than parsing again (a dozen small
-// objects per policy, which dominated rebuilds at 10,000 policies), and the
-// arena below allocates them in chunks, so a rebuild leaves the garbage
-// collector a few hundred objects instead of tens of thousands.
+// client tags, origins and their encoded metadata) are shared by every
+// snapshot that holds the same version of the resource. A snapshot also
+// keeps its own state: positions in the sorted lists (idx, pos, order),
+// resolved to-targets and the warnings resolving produced. When that state
+// would not change, the next snapshot holds the policy as it is (share.go).
+// Otherwise it cannot renumber the previous snapshot's structs (published
+// snapshots are immutable and queried concurrently); it makes small new
+// ones around the shared definitions. That is far cheaper than parsing
+// again (a dozen small objects per policy, which dominated rebuilds at
+// 10,000 policies), and the arena below allocates them in chunks, so a
+// rebuild leaves the garbage collector a few hundred objects instead of
+// tens of thousands.
 
 // cloneChunk is how many values one arena allocation holds.
 const cloneChunk = 256
