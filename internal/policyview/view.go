@@ -3,8 +3,9 @@
 // policy.MeshSnapshots, rebuilt lazily per mesh when a change touched that
 // mesh. Repeated reads of an unchanged mesh reuse the same snapshot (and its
 // memos); a rebuild starts from the previous snapshot and the changes since
-// (policy.Inputs.Changes), so its cost follows what changed. One background loop keeps policy statuses (for reads and for the
-// zone's report to the global) current after changes settle.
+// (policy.Inputs.Changes), so its cost follows what changed. One background
+// loop keeps policy statuses (for reads and for the zone's report to the
+// global) current after changes settle.
 package policyview
 
 import (
