@@ -449,12 +449,15 @@ func TestPropertyMultiFieldConfs(t *testing.T) {
 
 // TestStatusTraceDecidesAsExplain: over random folds of defaults and
 // overrides (nulls, lists, unsets, atomic blocks), the trace statuses use
-// (no values, no reasons) gives every block the same fate and every field
-// the same winner as the one `_explain` renders.
+// (no values, no reasons; plain blocks judged once per shape) gives every
+// block the same fate and every field the same winner as the one
+// `_explain` renders.
 func TestStatusTraceDecidesAsExplain(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(9, 4))
 	m := newMerger([]string{"list", "a.list"})
+	shapes := newShapeTable()
+	plain := 0
 	for i := 0; i < 5000; i++ {
 		var defaults, overrides []*contribution
 		for j := range 1 + r.IntN(6) {
@@ -465,13 +468,25 @@ func TestStatusTraceDecidesAsExplain(t *testing.T) {
 			if r.IntN(4) == 0 {
 				conf.unset = [][]string{{"a"}, {"b", "list"}}[r.IntN(2):]
 			}
+			block := blockDefault
 			if j%3 == 2 {
-				overrides = append(overrides, newContribution(nil, -1, blockOverride, conf))
+				block = blockOverride
+			}
+			c := newContribution(nil, -1, block, conf)
+			if c.hasConf && !c.atomic && len(c.unset) == 0 {
+				c.plain = shapes.id(c.patch) // as finishContribution does
+				plain++
+			}
+			if block == blockOverride {
+				overrides = append(overrides, c)
 			} else {
-				defaults = append(defaults, newContribution(nil, -1, blockDefault, conf))
+				defaults = append(defaults, c)
 			}
 		}
 		full, status := traceFold(m, defaults, overrides), statusTrace(m, defaults, overrides)
+		if len(full.leaves) != 0 {
+			t.Fatal("the explain trace took the plain blocks' shortcut")
+		}
 		for b, bt := range full.blocks {
 			st := status.blocks[b]
 			if st.fate != bt.fate || len(st.fields) != len(bt.fields) || len(st.unsets) != len(bt.unsets) {
@@ -484,5 +499,8 @@ func TestStatusTraceDecidesAsExplain(t *testing.T) {
 				}
 			}
 		}
+	}
+	if plain == 0 {
+		t.Fatal("no plain block: the status trace's shortcut is untested")
 	}
 }
