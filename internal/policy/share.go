@@ -76,8 +76,10 @@ func (b *builder) sameEnvironment(policies []*resource.Resource) bool {
 
 // unshare clones the shared policies of t whose numbers in this snapshot
 // (position, entry positions, override orders) differ from what they hold,
-// and puts the clones in their places in t's lists. Afterwards every shared
-// policy of t holds exactly the numbers this snapshot gives it.
+// and puts the clones in their places in t's lists. It also sets t's
+// override lists (a clone takes its source's place there: same definition,
+// same position). Afterwards every shared policy of t holds exactly the
+// numbers this snapshot gives it.
 func (b *builder) unshare(t *typeIndex) {
 	own := b.own
 	moved := map[*policy]bool{}
@@ -86,19 +88,23 @@ func (b *builder) unshare(t *typeIndex) {
 			moved[p] = true
 		}
 	}
+	t.overTo, t.overFrom = overrideOrder(t.to), overrideOrder(t.from)
+	t.overProxy = proxyOverrideOrder(t.policies)
 	for _, es := range [][]*entry{t.to, t.from} {
 		for i, e := range es {
 			if e.pol.owner != own && e.pos != i {
 				moved[e.pol] = true
 			}
 		}
-		for k, e := range overrideOrder(es) {
+	}
+	for _, es := range [][]*entry{t.overTo, t.overFrom} {
+		for k, e := range es {
 			if e.pol.owner != own && e.o.order != overrideOrderBase+k {
 				moved[e.pol] = true
 			}
 		}
 	}
-	for k, p := range proxyOverrideOrder(t.policies) {
+	for k, p := range t.overProxy {
 		if p.owner != own && p.proxyOver.order != overrideOrderBase+k {
 			moved[p] = true
 		}
@@ -107,12 +113,14 @@ func (b *builder) unshare(t *typeIndex) {
 		return
 	}
 	clones := make(map[*entry]*entry)
+	policyClones := make(map[*policy]*policy, len(moved))
 	for i, p := range t.policies {
 		if !moved[p] {
 			continue
 		}
 		c := b.cloneResolved(p)
 		t.policies[i] = c
+		policyClones[p] = c
 		k := typedName{p.desc, b.normNS(p.res.Namespace), p.res.Name}
 		b.s.parses.m[k] = parsedPolicy{res: p.res, pol: c} // the next snapshot starts from the clone
 		for j, e := range p.to {
@@ -122,11 +130,16 @@ func (b *builder) unshare(t *typeIndex) {
 			clones[e] = c.from[j]
 		}
 	}
-	for _, es := range [][]*entry{t.to, t.from} {
+	for _, es := range [][]*entry{t.to, t.from, t.overTo, t.overFrom} {
 		for i, e := range es {
 			if c, ok := clones[e]; ok {
 				es[i] = c
 			}
+		}
+	}
+	for i, p := range t.overProxy {
+		if c, ok := policyClones[p]; ok {
+			t.overProxy[i] = c
 		}
 	}
 }

@@ -492,8 +492,7 @@ func (b *builder) finishType(t *typeIndex) {
 			e.pos, e.c.order = i, i
 		}
 	}
-	t.overTo, t.overFrom = overrideOrder(t.to), overrideOrder(t.from)
-	for k, e := range t.overTo {
+	for k, e := range t.overTo { // set by unshare
 		if e.pol.owner == own {
 			e.o.order = overrideOrderBase + k
 		}
@@ -508,7 +507,6 @@ func (b *builder) finishType(t *typeIndex) {
 			p.proxy.order = i
 		}
 	}
-	t.overProxy = proxyOverrideOrder(t.policies)
 	for k, p := range t.overProxy {
 		if p.owner == own {
 			p.proxyOver.order = overrideOrderBase + k
