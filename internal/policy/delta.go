@@ -268,16 +268,15 @@ func (b *builder) spliceType(desc *resource.TypeDescriptor, dels []parsedPolicy,
 		delete(b.s.types, desc.Name)
 		b.perType = map[*resource.TypeDescriptor]int{desc: len(puts)}
 		t := b.typeIndex(desc)
-		var parsed []*policy
 		for _, r := range puts {
-			if p := b.addParsed(t, r, desc); p != nil {
-				parsed = append(parsed, p)
+			if p := b.parsePut(t, r, desc); p != nil {
+				t.policies = append(t.policies, p)
 			}
 		}
-		for _, p := range parsed {
+		for _, p := range t.policies {
 			b.resolve(p)
 		}
-		b.finishType(t)
+		b.finishType(t) // a full sort: the previous snapshot had no such type
 		return
 	}
 	t := &typeIndex{desc: desc, merger: prevT.merger, skipped: maps.Clone(prevT.skipped),
@@ -300,11 +299,10 @@ func (b *builder) spliceType(desc *resource.TypeDescriptor, dels []parsedPolicy,
 	}
 	var fresh []*policy
 	for _, r := range puts {
-		if p := b.addParsed(t, r, desc); p != nil {
+		if p := b.parsePut(t, r, desc); p != nil {
 			fresh = append(fresh, p)
 		}
 	}
-	t.policies, t.sources = nil, nil // addParsed's lists; the splice makes the real ones
 	for _, p := range fresh {
 		b.resolve(p)
 	}
@@ -315,18 +313,17 @@ func (b *builder) spliceType(desc *resource.TypeDescriptor, dels []parsedPolicy,
 	}
 }
 
-// addParsed parses put resource r into t: the policy, or nil when it
-// cannot be evaluated (a warning, and t.skipped).
-func (b *builder) addParsed(t *typeIndex, r *resource.Resource, desc *resource.TypeDescriptor) *policy {
+// parsePut parses put resource r for t: the policy, or nil when it cannot
+// be evaluated (then a warning of t, and in t.skipped). A put resource is
+// new, so it is parsed, never reused.
+func (b *builder) parsePut(t *typeIndex, r *resource.Resource, desc *resource.TypeDescriptor) *policy {
 	k := typedName{desc, b.normNS(r.Namespace), r.Name}
-	p, src, err := b.parsePolicy(r, desc, k)
+	p, _, err := b.parsePolicy(r, desc, k)
 	if err != nil {
 		t.warnings = append(t.warnings, skippedWarning(desc, r, err))
 		t.skipped[nsName{k.ns, k.name}] = true
 		return nil
 	}
-	t.policies = append(t.policies, p)
-	t.sources = append(t.sources, src)
 	return p
 }
 
