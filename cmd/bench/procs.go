@@ -387,9 +387,14 @@ func saveURL(url, path string) error {
 }
 
 // heapProfile writes p's heap profile (in use and allocated, as of its
-// last collection) to dir.
+// last collection) and its /metrics to dir.
 func (e *env) heapProfile(p *plane, dir, tag string) error {
-	return saveURL(p.debug+"/debug/pprof/heap", filepath.Join(dir, p.name+"-"+tag+".heap.pprof"))
+	if err := saveURL(p.debug+"/debug/pprof/heap", filepath.Join(dir, p.name+"-"+tag+".heap.pprof")); err != nil {
+		return err
+	}
+	// The runtime's memory classes (go_memstats_*) beside the profile say
+	// where resident memory the profile does not show goes.
+	return saveURL(p.api+"/metrics", filepath.Join(dir, p.name+"-"+tag+".metrics.txt"))
 }
 
 // commitTotals are the global store's commit counters from its /metrics

@@ -79,7 +79,7 @@ type BlockExplain struct {
 }
 
 func (c *contribution) ref() BlockRef {
-	r := BlockRef{Block: c.block, Entry: c.origin.Entry}
+	r := BlockRef{Block: c.block, Entry: c.entryRef()}
 	if c.pol != nil {
 		r.Policy = c.pol.meta
 	}

@@ -148,7 +148,7 @@ func legacyForProxy(t *typeIndex, dp *dataplane) *policy {
 
 // legacyApplied renders the selected policy: its conf, itself as origin.
 func legacyApplied(p *policy) Applied {
-	return Applied{Conf: canonicalJSON(p.legacyConf.conf), Origin: []Origin{p.legacyConf.origin}}
+	return Applied{Conf: canonicalJSON(p.legacyConf.conf), Origin: []Origin{p.legacyConf.origin()}}
 }
 
 // legacySourceRules shows an inbound policy's sources as rules: one per

@@ -77,7 +77,6 @@ type contributionDef struct {
 	atomic  bool   // strategy atomic (else merge)
 	when    *condition.Expr
 	unset   [][]string // default blocks: paths removed from less specific defaults
-	origin  Origin     // precomputed for output
 	at      string     // where(), set when parsing is done (finishContribution)
 }
 
@@ -88,19 +87,36 @@ func newContribution(pol *policy, entry int, block string, conf confBlock) *cont
 	if block == blockConf {
 		c.conf = conf.value
 	}
-	if pol != nil {
-		c.origin = Origin{Meta: pol.meta}
-		if entry >= 0 {
-			idx := entry
-			c.origin.Entry = &idx
-		}
-		if block == blockOverride {
-			c.origin.Block = blockOverride
-		}
-		// The JSON of the origin is cached by parsePolicy (encodeOrigins),
-		// once per version of the policy.
-	}
 	return c
+}
+
+// origin is the contribution for output. It is made on demand, not kept:
+// a kept Origin (the policy's Meta, its cached JSON, the entry) was 150
+// bytes of every contribution, 17 MB of a zone's heap at 100,000
+// policies, for a struct that costs a few copies to assemble. Entry points
+// at the definition's own index, which is never written once parsed.
+// A contribution of no policy (tests) has the zero Origin.
+func (c *contribution) origin() Origin {
+	if c.pol == nil {
+		return Origin{}
+	}
+	o := Origin{Meta: c.pol.meta, metaJSON: c.pol.metaJSON, Entry: c.entryRef()}
+	if c.block == blockOverride {
+		o.Block = blockOverride
+	}
+	if c.list == "rules" {
+		o.List = "rules"
+	}
+	return o
+}
+
+// entryRef is Origin.Entry: nil for proxy-wide and legacy blocks, and for
+// a contribution of no policy.
+func (c *contribution) entryRef() *int {
+	if c.pol == nil || c.entry < 0 {
+		return nil
+	}
+	return &c.contributionDef.entry
 }
 
 // overrideContribution is nil when the block is absent.
@@ -608,7 +624,7 @@ func (st foldState) origins() []Origin { return originsOf(st.contributions()) }
 func originsOf(cs []*contribution) []Origin {
 	out := make([]Origin, len(cs))
 	for i, c := range cs {
-		out[i] = c.origin
+		out[i] = c.origin()
 	}
 	return out
 }

@@ -53,6 +53,9 @@ type policy struct {
 type policyDef struct {
 	desc *resource.TypeDescriptor
 	meta Meta
+	// metaJSON is meta's JSON, which every origin of the policy writes
+	// (Origin.metaJSON), set when parsing is done.
+	metaJSON []byte
 
 	role string
 	// display is res.DisplayName(), read by every comparison of a sort (a
@@ -163,26 +166,25 @@ func (b *builder) parsePolicy(r *resource.Resource, d *resource.TypeDescriptor, 
 }
 
 // finishContributions caches, once per version of a policy, what messages
-// and output need of each contribution: the JSON of its origin and its
-// where(); the clones of later snapshots share them.
+// and output need: the JSON of its Meta and each contribution's where();
+// the clones of later snapshots share them.
 func finishContributions(p *policy, shapes *shapeTable) {
-	meta := encodeMeta(p.meta)
+	p.metaJSON = encodeMeta(p.meta)
 	for _, list := range [][]*entry{p.to, p.from} {
 		for _, e := range list {
-			finishContribution(e.c, meta, shapes)
-			finishContribution(e.o, meta, shapes)
+			finishContribution(e.c, shapes)
+			finishContribution(e.o, shapes)
 		}
 	}
-	finishContribution(p.proxy, meta, shapes)
-	finishContribution(p.proxyOver, meta, shapes)
-	finishContribution(p.legacyConf, meta, shapes)
+	finishContribution(p.proxy, shapes)
+	finishContribution(p.proxyOver, shapes)
+	finishContribution(p.legacyConf, shapes)
 }
 
-func finishContribution(c *contribution, meta []byte, shapes *shapeTable) {
+func finishContribution(c *contribution, shapes *shapeTable) {
 	if c == nil {
 		return
 	}
-	c.origin.metaJSON = meta
 	c.at = c.computeWhere()
 	if c.hasConf && !c.atomic && c.when == nil && len(c.unset) == 0 && c.patch != nil {
 		c.plain = shapes.id(c.patch)
@@ -278,9 +280,6 @@ func (b *builder) entries(p *policy, list string, items []decodedEntry) []*entry
 		e.kind = kindRank(e.ref.Kind)
 		e.c = newContribution(p, i, blockDefault, item.def)
 		e.c.list = list
-		if list == "rules" {
-			e.c.origin.List = list
-		}
 		if e.o = overrideContribution(p, i, item.over); e.o != nil {
 			e.o.list = list
 		}
