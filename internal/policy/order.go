@@ -79,7 +79,7 @@ func comparePolicyLevel(a, b *policy) int {
 	if c := cmp.Compare(kindRank(a.top.Kind), kindRank(b.top.Kind)); c != 0 {
 		return c
 	}
-	if c := compareDataplaneRefs(&a.top, &b.top); c != 0 {
+	if c := compareDataplaneRefs(a.top, b.top); c != 0 {
 		return c
 	}
 	if c := cmp.Compare(a.origin, b.origin); c != 0 {
@@ -159,7 +159,7 @@ func compareOverrides(a, b *policy, aKind, bKind, aIndex, bIndex int) int {
 	if c := cmp.Compare(kindRank(b.top.Kind), kindRank(a.top.Kind)); c != 0 {
 		return c
 	}
-	if c := compareDataplaneRefs(&b.top, &a.top); c != 0 {
+	if c := compareDataplaneRefs(b.top, a.top); c != 0 {
 		return c
 	}
 	if c := cmp.Compare(bKind, aKind); c != 0 {

@@ -65,8 +65,9 @@ type policyDef struct {
 	ownNS   string // the namespace the policy was written in ("" = system)
 	zone    string // the zone the policy belongs to ("" = global)
 
-	// top is the effective top-level targetRef (seed 004 sugar applied).
-	top targetRef
+	// top is the effective top-level targetRef (seed 004 sugar applied),
+	// shared (refTable): never written.
+	top *targetRef
 	// scope are tags every selected inbound must carry: kuma.io/zone and
 	// k8s.kuma.io/namespace for consumer and workload-owner policies, and
 	// kuma.io/zone for zone-originated non-producer policies.
@@ -104,8 +105,8 @@ type entry struct {
 // entryDef is an entry as parsed; never written once parsed.
 type entryDef struct {
 	index int
-	ref   targetRef // from entries: Mesh when absent
-	kind  int       // rank of ref.Kind
+	ref   *targetRef // shared (refTable), never written; from entries: Mesh when absent
+	kind  int        // rank of ref.Kind
 
 	// from entries: the client subset as tags; never is set when the
 	// targetRef's tags contradict each other (no client can match).
@@ -196,6 +197,7 @@ func (b *builder) parseDecoded(r *resource.Resource, d *resource.TypeDescriptor,
 	p.origin, p.zone = b.originOf(r)
 	p.ownNS = b.ownNamespace(r)
 	if d.Shape != resource.ShapeTargetRef {
+		p.top = b.s.refs.intern(targetRef{}) // selection reads it: none
 		p.legacy = &legacyDef{sources: dec.sources, destinations: dec.destinations, selectors: dec.selectors}
 		p.legacyConf = newContribution(p, -1, blockConf, dec.legacy)
 		return p
@@ -233,25 +235,27 @@ func (b *builder) ownNamespace(r *resource.Resource) string {
 }
 
 // effectiveTop applies seed 004's sugar and SPEC 3.1's implicit scoping.
-func (b *builder) effectiveTop(p *policy, top *targetRef) {
-	if top != nil {
-		p.top = *top
+func (b *builder) effectiveTop(p *policy, decoded *targetRef) {
+	var top targetRef
+	if decoded != nil {
+		top = *decoded
 	}
 	switch {
 	case p.role == resource.RoleConsumer || p.role == resource.RoleWorkloadOwner:
 		scope := map[string]string{resource.LabelZone: p.zone, resource.LabelNamespace: p.ownNS}
 		p.scope = tagList(scope)
-		if p.top.Kind == "" || p.top.Kind == resource.KindMesh {
+		if top.Kind == "" || top.Kind == resource.KindMesh {
 			// Seed 004: "Mesh" (or nothing) in a consumer/workload-owner
 			// policy means MeshSubset{kuma.io/zone, k8s.kuma.io/namespace}.
-			p.top = targetRef{Kind: resource.KindMeshSubset, Tags: scope, ProxyTypes: p.top.ProxyTypes}
+			top = targetRef{Kind: resource.KindMeshSubset, Tags: scope, ProxyTypes: top.ProxyTypes}
 		}
 	case p.origin == originZone && p.role != resource.RoleProducer && p.zone != "":
 		p.scope = []tag{{resource.LabelZone, p.zone}}
 	}
-	if p.top.Kind == "" {
-		p.top.Kind = resource.KindMesh
+	if top.Kind == "" {
+		top.Kind = resource.KindMesh
 	}
+	p.top = b.s.refs.intern(top)
 	p.topTags = tagList(p.top.Tags)
 }
 
@@ -268,15 +272,17 @@ func (b *builder) entries(p *policy, list string, items []decodedEntry) []*entry
 	out := make([]*entry, 0, len(items))
 	for i, item := range items {
 		e := &entry{pol: p, entryDef: &entryDef{index: i}}
+		var ref targetRef
 		if item.ref != nil {
-			e.ref = *item.ref
+			ref = *item.ref
 		}
 		inbound := list == "from" || list == "rules"
-		if e.ref.Kind == "" && inbound {
+		if ref.Kind == "" && inbound {
 			// seed 004: a missing from[].targetRef means Mesh; a rule
 			// applies to all inbound traffic.
-			e.ref.Kind = resource.KindMesh
+			ref.Kind = resource.KindMesh
 		}
+		e.ref = b.s.refs.intern(ref)
 		e.kind = kindRank(e.ref.Kind)
 		e.c = newContribution(p, i, blockDefault, item.def)
 		e.c.list = list
@@ -284,7 +290,7 @@ func (b *builder) entries(p *policy, list string, items []decodedEntry) []*entry
 			e.o.list = list
 		}
 		if inbound {
-			e.tags, e.never = clientTags(e.ref)
+			e.tags, e.never = clientTags(*e.ref)
 		}
 		if len(item.matches) == 0 {
 			out = append(out, e)

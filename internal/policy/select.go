@@ -23,7 +23,7 @@ func (s *MeshSnapshot) selectsSection(p *policy, dp *dataplane, sec *section, de
 			return false
 		}
 	}
-	ref := &p.top
+	ref := p.top
 	proxyType := dp.proxyType()
 	if len(ref.ProxyTypes) > 0 && !slices.Contains(ref.ProxyTypes, proxyType) {
 		return false
@@ -67,7 +67,7 @@ func (s *MeshSnapshot) selectsSection(p *policy, dp *dataplane, sec *section, de
 // on the Dataplane), by name in a namespace (the reference's, else the
 // policy's own, as Kuma resolves it), or, with neither, every Dataplane.
 func (s *MeshSnapshot) selectsDataplane(p *policy, dp *dataplane) bool {
-	ref := &p.top
+	ref := p.top
 	switch {
 	case ref.Labels != nil:
 		for k, v := range ref.Labels {
@@ -184,7 +184,7 @@ const (
 )
 
 func quickSelOf(p *policy) quickSel {
-	ref := &p.top
+	ref := p.top
 	if len(ref.ProxyTypes) > 0 {
 		return quickSel{}
 	}
@@ -267,8 +267,8 @@ func (b *builder) checkTop(p *policy) string {
 			return policyWarning(p, "spec.targetRef: MeshGateway %q not found: the policy selects nothing", p.top.Name)
 		}
 	case resource.KindMeshHTTPRoute:
-		if len(b.s.lookupRoutes(&p.top, p.ownNS)) == 0 {
-			return policyWarning(p, "spec.targetRef: MeshHTTPRoute %q not found: the policy selects nothing", refName(&p.top))
+		if len(b.s.lookupRoutes(p.top, p.ownNS)) == 0 {
+			return policyWarning(p, "spec.targetRef: MeshHTTPRoute %q not found: the policy selects nothing", refName(p.top))
 		}
 	}
 	return ""
@@ -309,7 +309,7 @@ func (m svcMatch) matches(o *outbound) bool {
 
 // resolveTo resolves a to-entry's targetRef (SPEC 3.1).
 func (b *builder) resolveTo(p *policy, e *entry) *toTarget {
-	ref := &e.ref
+	ref := e.ref
 	switch ref.Kind {
 	case resource.KindMesh:
 		return b.everyOutbound()
@@ -334,7 +334,7 @@ func (b *builder) resolveTo(p *policy, e *entry) *toTarget {
 // resources when one exists, so a renamed synced copy is found; otherwise it
 // falls back to the kuma.io/service tag (and namespace) of outbounds.
 func (b *builder) resolveService(p *policy, e *entry) *toTarget {
-	ref := &e.ref
+	ref := e.ref
 	ns := b.normNS(ref.Namespace)
 	if ref.Namespace == "" {
 		ns = p.ownNS // seed 004: empty namespace = the policy's own
@@ -388,7 +388,7 @@ func (b *builder) findServices(ref *targetRef, ns string) []*meshService {
 // stored name, else by display name (a synced copy). Outbounds match by
 // backendRef, or by the service tag carrying the display name.
 func (b *builder) resolveResource(p *policy, e *entry, byKey map[nsName]*resource.Resource, byName map[string][]*resource.Resource) *toTarget {
-	ref := &e.ref
+	ref := e.ref
 	t := &toTarget{}
 	var found []*resource.Resource
 	if ref.Name == "" {

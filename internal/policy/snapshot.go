@@ -93,6 +93,9 @@ type MeshSnapshot struct {
 	// shapes numbers the patch shapes of the contributions parsed here and
 	// in the snapshots this one was built from (shape.go).
 	shapes *shapeTable
+	// refs shares the targetRefs parsed here and in the snapshots this one
+	// was built from (refs.go).
+	refs *refTable
 }
 
 // parsedPolicy is what a snapshot remembers of one policy for the next: the
@@ -268,9 +271,9 @@ func build(in Inputs, sysNS string, prevParses map[typedName]parsedPolicy) (*Mes
 	}
 	b := &builder{s: s, own: new(buildMark), reg: in.Registry, zone: in.Zone, sysNS: sysNS}
 	if p := in.Previous; p != nil && p.reg == in.Registry && p.sysNS == sysNS && p.zone == in.Zone {
-		b.prev, b.prevSnap, b.prevTypes, s.shapes = prevParses, p, p.types, p.shapes
+		b.prev, b.prevSnap, b.prevTypes, s.shapes, s.refs = prevParses, p, p.types, p.shapes, p.refs
 	} else {
-		s.shapes = newShapeTable()
+		s.shapes, s.refs = newShapeTable(), newRefTable()
 	}
 	if err := b.index(in.Resources); err != nil {
 		return nil, err

@@ -326,7 +326,7 @@ func winnersOf(tr *trace, loser *contribution) []string {
 func (s *MeshSnapshot) statusOf(p *policy, a *policyAgg) *PolicyStatus {
 	if !a.selected {
 		return &PolicyStatus{Conditions: []Condition{{Type: CondAccepted, Status: conditionFalse, Reason: ReasonTargetNotFound,
-			Message: fmt.Sprintf("Policy target %s was not found: it selects no Dataplane in zone %q", describeRef(p.top), s.zone)}}}
+			Message: fmt.Sprintf("Policy target %s was not found: it selects no Dataplane in zone %q", describeRef(*p.top), s.zone)}}}
 	}
 	if !a.reached {
 		return &PolicyStatus{Conditions: []Condition{{Type: CondAccepted, Status: conditionFalse, Reason: ReasonTargetNotFound,

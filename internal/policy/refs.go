@@ -1,0 +1,43 @@
+package policy
+
+import "sync"
+
+// refTable shares equal targetRefs between parsed policies. A targetRef is
+// 120 bytes, and each policy kept two or more of them (its top-level one
+// and one per entry) although almost all are one of a few values: {kind:
+// Mesh}, a MeshService by name. Only refs without labels, tags or proxy
+// types are shared (the rest are rare and not comparable cheaply). A
+// snapshot passes its table to the snapshot built from it, like shapes.
+// Safe for concurrent use; the refs it hands out are never written.
+type refTable struct {
+	mu sync.Mutex
+	m  map[refKey]*targetRef
+}
+
+type refKey struct{ kind, name, namespace, mesh, section string }
+
+// maxSharedRefs bounds the table: past it, the table starts afresh (refs
+// handed out stay valid; only later ones stop being shared with them), so
+// names of services long gone do not accumulate over a zone's life.
+const maxSharedRefs = 4096
+
+func newRefTable() *refTable { return &refTable{m: map[refKey]*targetRef{}} }
+
+// intern returns a ref equal to r that the caller must not write.
+func (t *refTable) intern(r targetRef) *targetRef {
+	if r.Labels != nil || r.Tags != nil || r.ProxyTypes != nil {
+		return &r
+	}
+	k := refKey{kind: r.Kind, name: r.Name, namespace: r.Namespace, mesh: r.Mesh, section: r.SectionName}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p, ok := t.m[k]; ok {
+		return p
+	}
+	if len(t.m) >= maxSharedRefs {
+		t.m = make(map[refKey]*targetRef)
+	}
+	p := &r
+	t.m[k] = p
+	return p
+}
