@@ -1,9 +1,12 @@
 package policy
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
@@ -90,34 +93,42 @@ func FuzzAppendString(f *testing.F) {
 	})
 }
 
-// TestOriginJSONFromCachedMeta: an origin written from its policy's cached
-// Meta JSON is byte for byte what encoding/json writes for it.
-func TestOriginJSONFromCachedMeta(t *testing.T) {
+// TestOriginJSON: appendOrigin writes byte for byte what encoding/json
+// writes for an origin (without HTML escaping, as AppendJSON documents).
+func TestOriginJSON(t *testing.T) {
 	zero, five := 0, 5
 	metas := []Meta{
 		{Type: "MeshTimeout", Mesh: "default", Name: "t", Labels: map[string]string{}},
 		{Type: "MeshTimeout", Mesh: "m<1>", Name: `a"b&c`, Namespace: "ns\u2028x",
 			Labels: map[string]string{"kuma.io/origin": "global", "z": "é<tag>", "a": ""}},
+		{Type: "MeshTimeout", Mesh: "default", Name: "many", Labels: manyLabels(40)},
 	}
 	for _, m := range metas {
 		for _, entry := range []*int{nil, &zero, &five} {
 			for _, block := range []string{"", blockOverride} {
 				for _, list := range []string{"", "rules"} {
 					o := Origin{Meta: m, Entry: entry, Block: block, List: list}
-					want, err := json.Marshal(plainOrigin(o))
-					if err != nil {
+					var want bytes.Buffer
+					enc := json.NewEncoder(&want)
+					enc.SetEscapeHTML(false)
+					if err := enc.Encode(o); err != nil {
 						t.Fatal(err)
 					}
-					o.metaJSON = encodeMeta(m)
-					got, err := o.MarshalJSON() // what AppendJSON writes too
-					if err != nil {
-						t.Fatal(err)
-					}
-					if string(got) != string(want) {
-						t.Errorf("origin from cached meta:\n got %s\nwant %s", got, want)
+					got := appendOrigin([]byte("prefix"), o)
+					if string(got) != "prefix"+strings.TrimSuffix(want.String(), "\n") {
+						t.Errorf("origin:\n got %s\nwant prefix%s", got, want.String())
 					}
 				}
 			}
 		}
 	}
+}
+
+// manyLabels has more labels than appendStringMap sorts in place.
+func manyLabels(n int) map[string]string {
+	m := make(map[string]string, n)
+	for i := range n {
+		m[fmt.Sprintf("k%d", (i*7)%n)] = fmt.Sprint(i)
+	}
+	return m
 }

@@ -91,16 +91,16 @@ func newContribution(pol *policy, entry int, block string, conf confBlock) *cont
 }
 
 // origin is the contribution for output. It is made on demand, not kept:
-// a kept Origin (the policy's Meta, its cached JSON, the entry) was 150
-// bytes of every contribution, 17 MB of a zone's heap at 100,000
-// policies, for a struct that costs a few copies to assemble. Entry points
+// a kept Origin (the policy's Meta, the entry) was 150 bytes of every
+// contribution, 17 MB of a zone's heap at 100,000 policies, for a struct
+// that costs a few copies to assemble. Entry points
 // at the definition's own index, which is never written once parsed.
 // A contribution of no policy (tests) has the zero Origin.
 func (c *contribution) origin() Origin {
 	if c.pol == nil {
 		return Origin{}
 	}
-	o := Origin{Meta: c.pol.meta, metaJSON: c.pol.metaJSON, Entry: c.entryRef()}
+	o := Origin{Meta: c.pol.meta, Entry: c.entryRef()}
 	if c.block == blockOverride {
 		o.Block = blockOverride
 	}

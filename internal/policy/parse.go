@@ -53,9 +53,6 @@ type policy struct {
 type policyDef struct {
 	desc *resource.TypeDescriptor
 	meta Meta
-	// metaJSON is meta's JSON, which every origin of the policy writes
-	// (Origin.metaJSON), set when parsing is done.
-	metaJSON []byte
 
 	role string
 	// display is res.DisplayName(), read by every comparison of a sort (a
@@ -167,10 +164,9 @@ func (b *builder) parsePolicy(r *resource.Resource, d *resource.TypeDescriptor, 
 }
 
 // finishContributions caches, once per version of a policy, what messages
-// and output need: the JSON of its Meta and each contribution's where();
-// the clones of later snapshots share them.
+// and output need of each contribution: its where() and its shape; the
+// clones of later snapshots share them.
 func finishContributions(p *policy, shapes *shapeTable) {
-	p.metaJSON = encodeMeta(p.meta)
 	for _, list := range [][]*entry{p.to, p.from} {
 		for _, e := range list {
 			finishContribution(e.c, shapes)

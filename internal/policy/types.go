@@ -34,35 +34,6 @@ type Origin struct {
 	// List is "rules" when Entry indexes spec.rules (Kuma 2.10+ inbound
 	// rules); absent for to/from entries.
 	List string `json:"list,omitempty"`
-
-	// metaJSON caches the JSON of Meta, shared by every origin of one
-	// version of a policy: the same origin appears under every outbound
-	// and rule it reached, and encoding its labels map by reflection each
-	// time dominated large _rules responses. (A whole encoding per origin
-	// was 25 MB of a zone's heap at 100,000 policies.)
-	metaJSON []byte
-}
-
-// plainOrigin is Origin without its MarshalJSON.
-type plainOrigin Origin
-
-// MarshalJSON writes the cached Meta and the origin's own fields, as
-// json.Marshal would write all of them.
-func (o Origin) MarshalJSON() ([]byte, error) {
-	if o.metaJSON != nil {
-		return appendOrigin(nil, o), nil
-	}
-	return json.Marshal(plainOrigin(o))
-}
-
-// encodeMeta is Meta's JSON, for Origin.metaJSON; nil if it cannot be
-// encoded (it always can: strings and a map of strings).
-func encodeMeta(m Meta) []byte {
-	b, err := json.Marshal(m)
-	if err != nil {
-		return nil
-	}
-	return b
 }
 
 // Matcher is one condition on a client's tags: tag Key equals Value, or,
