@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -441,7 +442,7 @@ func (s *MeshSnapshot) GlobalPolicyStatuses() []GlobalPolicyStatus {
 		}
 	}
 	slices.SortFunc(out, func(a, b GlobalPolicyStatus) int {
-		return strings.Compare(a.Type+"\x00"+a.Name, b.Type+"\x00"+b.Name)
+		return cmp.Or(strings.Compare(a.Type, b.Type), strings.Compare(a.Name, b.Name))
 	})
 	return out
 }

@@ -629,10 +629,18 @@ func (v *View) GlobalPolicyStatuses() ([]policy.GlobalPolicyStatus, <-chan struc
 	return v.report, v.reportChanged
 }
 
+// publishReport makes the report of every mesh's statuses. The lists are
+// never written once made, so a report of one mesh is that mesh's list
+// itself (a copy was 7 MB at 100,000 policies).
 func (v *View) publishReport(byMesh map[string][]policy.GlobalPolicyStatus) {
 	all := []policy.GlobalPolicyStatus{} // non-nil: an empty report clears the previous one
-	for _, mesh := range sortedMeshes(byMesh) {
-		all = append(all, byMesh[mesh]...)
+	meshes := sortedMeshes(byMesh)
+	if len(meshes) == 1 && byMesh[meshes[0]] != nil {
+		all = byMesh[meshes[0]]
+	} else {
+		for _, mesh := range meshes {
+			all = append(all, byMesh[mesh]...)
+		}
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
