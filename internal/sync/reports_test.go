@@ -33,6 +33,52 @@ func TestReportsReplacePerZone(t *testing.T) {
 	}
 }
 
+// TestReportsShareEqualConditions: statuses with equal conditions keep one
+// list, and each keeps what its zone reported.
+func TestReportsShareEqualConditions(t *testing.T) {
+	var r reports
+	rep := &syncv1.PolicyStatusReport{}
+	cond := func(typ, reason string) *syncv1.Condition {
+		return &syncv1.Condition{Type: typ, Status: "True", Reason: reason, Message: "m " + reason}
+	}
+	add := func(name string, conds ...*syncv1.Condition) {
+		rep.Statuses = append(rep.Statuses, &syncv1.PolicyStatus{Key: &syncv1.ResourceKey{Type: "MeshTimeout", Mesh: "default", Name: name}, Conditions: conds})
+	}
+	add("a", cond("Accepted", "Accepted"), cond("Enforced", "Enforced"))
+	add("b", cond("Accepted", "Accepted"), cond("Enforced", "Enforced"))
+	add("c", cond("Accepted", "Accepted"), cond("Enforced", "NotEnforced"))
+	add("d", cond("Accepted", "Accepted"))
+	add("e")
+	add("f", cond("A", "1"), cond("B", "2"), cond("C", "3"))
+	add("g", cond("A", "1"), cond("B", "2"), cond("C", "3"))
+	r.set("zone-1", rep)
+	get := func(name string) []ReportCondition {
+		t.Helper()
+		got := r.get("MeshTimeout", "default", name)
+		if len(got) != 1 || got[0].Zone != "zone-1" {
+			t.Fatalf("%s: %+v", name, got)
+		}
+		return got[0].Conditions
+	}
+	for i, st := range rep.Statuses {
+		got := get(st.Key.Name)
+		if len(got) != len(st.Conditions) {
+			t.Fatalf("%s: %d conditions, want %d", st.Key.Name, len(got), len(st.Conditions))
+		}
+		for j, c := range st.Conditions {
+			if want := (ReportCondition{c.Type, c.Status, c.Reason, c.Message}); got[j] != want {
+				t.Errorf("status %d condition %d: %+v, want %+v", i, j, got[j], want)
+			}
+		}
+	}
+	if a, b := get("a"), get("b"); &a[0] != &b[0] {
+		t.Error("a and b report equal conditions but keep two lists")
+	}
+	if a, c := get("a"), get("c"); &a[0] == &c[0] {
+		t.Error("a and c report different conditions but share a list")
+	}
+}
+
 // bigReporter reports n statuses once.
 type bigReporter struct{ n int }
 
