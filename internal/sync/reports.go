@@ -22,43 +22,119 @@ type ReportCondition struct {
 	Message string `json:"message"`
 }
 
-type reportKey struct{ typ, mesh, name string }
-
 // reports keeps the latest policy status report of every zone (SPEC 3.6.4:
 // each global policy's status per zone). A report replaces the zone's
 // previous one; it stays after the zone disconnects (its last word). Safe for
 // concurrent use.
+//
+// The layout is compact because the global holds zones × policies
+// statuses (a million with 100 zones and 10,000 policies), nearly all one
+// of a few condition lists: per zone, the report's distinct lists once,
+// and per policy a map slot of its name and the index of its list; a
+// policy's name is one string shared by every zone reporting it. Kept as
+// decoded, a status was about 330 bytes.
 type reports struct {
 	mu     gosync.Mutex
-	byZone map[string]map[reportKey][]ReportCondition
+	byZone map[string]*zoneReport
+	// names holds one copy of every policy name the reports carry. It may
+	// keep names no report carries any more until it is rebuilt (compact).
+	names map[string]string
 }
 
-// set replaces zone's report. Equal condition lists share one copy, and
-// type and mesh names one string: a zone reports each of the global's
-// policies with one of a few condition lists, and each decoded status
-// carried its own copy of every string. At 100,000 policies that was about
-// 330 bytes per policy and zone on the global (100 MB for 3 zones); what
-// is kept per status now is the key's name and a map slot.
+type typeMesh struct{ typ, mesh string }
+
+// zoneReport is one zone's latest report; never written once made.
+type zoneReport struct {
+	conds  [][]ReportCondition            // distinct condition lists
+	byName map[typeMesh]map[string]uint32 // policy name -> index in conds
+	n      int                            // statuses
+}
+
+// set replaces zone's report with rep (one that arrived whole).
 func (r *reports) set(zone string, rep *syncv1.PolicyStatusReport) {
-	m := make(map[reportKey][]ReportCondition, len(rep.GetStatuses()))
-	in := reportInterner{strs: map[string]string{}, conds: map[conditionsKey][]ReportCondition{}}
-	for _, st := range rep.GetStatuses() {
-		k := st.GetKey()
-		m[reportKey{in.str(k.GetType()), in.str(k.GetMesh()), k.GetName()}] = in.conditions(st.GetConditions())
+	a := r.assemble(zone)
+	a.add(rep.GetStatuses())
+	a.done()
+}
+
+// assemble starts a report of zone, which replaces the zone's previous one
+// once done.
+func (r *reports) assemble(zone string) reportAssembly {
+	return &zoneReportAssembly{r: r, zone: zone,
+		zr: &zoneReport{byName: map[typeMesh]map[string]uint32{}}, lists: map[conditionsKey]uint32{}}
+}
+
+// zoneReportAssembly is a zoneReport being built; owned by one session.
+type zoneReportAssembly struct {
+	r     *reports
+	zone  string
+	zr    *zoneReport
+	lists map[conditionsKey]uint32 // indexes of zr.conds by value
+}
+
+func (a *zoneReportAssembly) add(statuses []*syncv1.PolicyStatus) {
+	r, zr := a.r, a.zr
+	r.mu.Lock() // for names
+	defer r.mu.Unlock()
+	if r.names == nil {
+		r.names = map[string]string{}
 	}
+	for _, st := range statuses {
+		k := st.GetKey()
+		tm := typeMesh{k.GetType(), k.GetMesh()}
+		byName := zr.byName[tm]
+		if byName == nil {
+			byName = make(map[string]uint32)
+			zr.byName[tm] = byName
+		}
+		name := r.name(k.GetName())
+		if _, dup := byName[name]; !dup {
+			zr.n++
+		}
+		byName[name] = zr.list(a.lists, st.GetConditions())
+	}
+}
+
+func (a *zoneReportAssembly) done() {
+	r := a.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.byZone == nil {
-		r.byZone = map[string]map[reportKey][]ReportCondition{}
+		r.byZone = map[string]*zoneReport{}
 	}
-	r.byZone[zone] = m
+	r.byZone[a.zone] = a.zr
+	r.compact()
 }
 
-// reportInterner shares what the statuses of one report repeat. It lives
-// for one report, so it needs no bound beyond the report's own size.
-type reportInterner struct {
-	strs  map[string]string
-	conds map[conditionsKey][]ReportCondition
+// name returns the shared copy of a policy name.
+func (r *reports) name(s string) string {
+	if v, ok := r.names[s]; ok {
+		return v
+	}
+	r.names[s] = s
+	return s
+}
+
+// compact rebuilds names once it holds more than twice the statuses of the
+// largest report (names of policies deleted long ago), so its size stays
+// in proportion to what the reports carry.
+func (r *reports) compact() {
+	most := 0
+	for _, zr := range r.byZone {
+		most = max(most, zr.n)
+	}
+	if len(r.names) <= 2*most+1024 {
+		return
+	}
+	names := make(map[string]string, most)
+	for _, zr := range r.byZone {
+		for _, byName := range zr.byName {
+			for n := range byName {
+				names[n] = n
+			}
+		}
+	}
+	r.names = names
 }
 
 // conditionsKey is a list of at most two conditions (the usual Accepted and
@@ -68,40 +144,37 @@ type conditionsKey struct {
 	list [2]ReportCondition
 }
 
-func (in reportInterner) str(s string) string {
-	if v, ok := in.strs[s]; ok {
-		return v
-	}
-	in.strs[s] = s
-	return s
-}
-
-// conditions returns the report's conditions as kept; callers must not
-// change the list (it may be shared).
-func (in reportInterner) conditions(cs []*syncv1.Condition) []ReportCondition {
+// list returns the index of cs among the report's condition lists, adding
+// it unless an equal one is there.
+func (zr *zoneReport) list(lists map[conditionsKey]uint32, cs []*syncv1.Condition) uint32 {
 	out := make([]ReportCondition, 0, len(cs))
 	for _, c := range cs {
 		out = append(out, ReportCondition{Type: c.GetType(), Status: c.GetStatus(), Reason: c.GetReason(), Message: c.GetMessage()})
 	}
 	if len(out) > 2 {
-		return out
+		zr.conds = append(zr.conds, out)
+		return uint32(len(zr.conds) - 1)
 	}
 	k := conditionsKey{n: len(out)}
 	copy(k.list[:], out)
-	if shared, ok := in.conds[k]; ok {
-		return shared
+	if i, ok := lists[k]; ok {
+		return i
 	}
-	in.conds[k] = out
-	return out
+	zr.conds = append(zr.conds, out)
+	i := uint32(len(zr.conds) - 1)
+	lists[k] = i
+	return i
 }
 
+// get lists every zone's status of one policy. The conditions are shared:
+// callers must not change them.
 func (r *reports) get(typ, mesh, name string) []ZonePolicyStatus {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []ZonePolicyStatus
-	for zone, m := range r.byZone {
-		if conds, ok := m[reportKey{typ, mesh, name}]; ok {
-			out = append(out, ZonePolicyStatus{Zone: zone, Conditions: conds})
+	for zone, zr := range r.byZone {
+		if i, ok := zr.byName[typeMesh{typ, mesh}][name]; ok {
+			out = append(out, ZonePolicyStatus{Zone: zone, Conditions: zr.conds[i]})
 		}
 	}
 	slices.SortFunc(out, func(a, b ZonePolicyStatus) int { return strings.Compare(a.Zone, b.Zone) })

@@ -1,9 +1,11 @@
 package sync
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"google.golang.org/protobuf/proto"
 
@@ -76,6 +78,93 @@ func TestReportsShareEqualConditions(t *testing.T) {
 	}
 	if a, c := get("a"), get("c"); &a[0] == &c[0] {
 		t.Error("a and c report different conditions but share a list")
+	}
+}
+
+// TestReportsShareNamesAcrossZones: every zone reporting a policy refers to
+// one copy of its name, and the copies of names no report carries any more
+// are dropped once they outnumber the reported ones.
+func TestReportsShareNamesAcrossZones(t *testing.T) {
+	var r reports
+	report := func(from, n int) *syncv1.PolicyStatusReport {
+		rep := &syncv1.PolicyStatusReport{}
+		for i := from; i < from+n; i++ {
+			// strings.Clone: every decoded report carries its own copies.
+			rep.Statuses = append(rep.Statuses, &syncv1.PolicyStatus{
+				Key:        &syncv1.ResourceKey{Type: "MeshTimeout", Mesh: "default", Name: strings.Clone("p-" + strconv.Itoa(i))},
+				Conditions: []*syncv1.Condition{{Type: "Accepted", Status: "True"}}})
+		}
+		return rep
+	}
+	r.set("zone-1", report(0, 10))
+	r.set("zone-2", report(0, 10))
+	nameIn := func(zone string) *byte {
+		for n := range r.byZone[zone].byName[typeMesh{"MeshTimeout", "default"}] {
+			if n == "p-3" {
+				return unsafe.StringData(n)
+			}
+		}
+		t.Fatalf("%s: no p-3", zone)
+		return nil
+	}
+	if nameIn("zone-1") != nameIn("zone-2") {
+		t.Error("two zones keep two copies of one policy's name")
+	}
+	for round := range 200 {
+		r.set("zone-1", report(round*100, 100))
+		r.set("zone-2", report(round*100, 100))
+		if len(r.names) > 2*100+1024 {
+			t.Fatalf("round %d: %d names kept for reports of 100", round, len(r.names))
+		}
+	}
+	if got := r.get("MeshTimeout", "default", "p-19950"); len(got) != 2 || got[0].Conditions[0].Type != "Accepted" {
+		t.Fatalf("p-19950: %+v", got)
+	}
+	if got := r.get("MeshTimeout", "default", "p-3"); len(got) != 0 {
+		t.Fatalf("p-3 after reports without it: %+v", got)
+	}
+}
+
+// TestReportTakesEffectWhenDone: a report taken in chunk by chunk replaces
+// the zone's previous one only once done; one left unfinished (the session
+// ended) changes nothing.
+func TestReportTakesEffectWhenDone(t *testing.T) {
+	var r reports
+	statuses := func(reason string, names ...string) []*syncv1.PolicyStatus {
+		var out []*syncv1.PolicyStatus
+		for _, n := range names {
+			out = append(out, &syncv1.PolicyStatus{Key: &syncv1.ResourceKey{Type: "MeshTimeout", Mesh: "default", Name: n},
+				Conditions: []*syncv1.Condition{{Type: "Enforced", Status: "True", Reason: reason}}})
+		}
+		return out
+	}
+	reason := func(name string) string {
+		got := r.get("MeshTimeout", "default", name)
+		if len(got) == 0 {
+			return ""
+		}
+		return got[0].Conditions[0].Reason
+	}
+	first := r.assemble("zone-1")
+	first.add(statuses("one", "a"))
+	first.add(statuses("one", "b"))
+	if reason("a") != "" {
+		t.Fatal("a report shows before its last chunk")
+	}
+	first.done()
+	if reason("a") != "one" || reason("b") != "one" {
+		t.Fatalf("after the first report: a %q, b %q", reason("a"), reason("b"))
+	}
+	unfinished := r.assemble("zone-1")
+	unfinished.add(statuses("two", "a"))
+	if reason("a") != "one" || reason("b") != "one" {
+		t.Fatalf("an unfinished report changed the zone's: a %q, b %q", reason("a"), reason("b"))
+	}
+	second := r.assemble("zone-1")
+	second.add(statuses("three", "b"))
+	second.done()
+	if reason("a") != "" || reason("b") != "three" {
+		t.Fatalf("after the second report: a %q, b %q", reason("a"), reason("b"))
 	}
 }
 
@@ -200,5 +289,31 @@ func TestReportChunksYieldToOtherMessages(t *testing.T) {
 	}
 	if !strings.HasSuffix(got[chunks-2], "/more=false") || s.reportMidway {
 		t.Fatalf("the report under way must end before the next starts: %v (midway %v)", got, s.reportMidway)
+	}
+}
+
+// countingAssembly counts what a session hands it.
+type countingAssembly struct{ added, dones int }
+
+func (c *countingAssembly) add(s []*syncv1.PolicyStatus) { c.added += len(s) }
+func (c *countingAssembly) done()                        { c.dones++ }
+
+// TestReportChunksAreBounded: a zone streaming chunks past
+// maxReportStatuses breaks the protocol before the excess is taken in.
+func TestReportChunksAreBounded(t *testing.T) {
+	a := &countingAssembly{}
+	s := &session{onReport: func() reportAssembly { return a }}
+	half := make([]*syncv1.PolicyStatus, maxReportStatuses/2)
+	for range 2 {
+		if err := s.onReportChunk(&syncv1.PolicyStatusReport{Statuses: half, More: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := s.onReportChunk(&syncv1.PolicyStatusReport{Statuses: half[:1]})
+	if !errors.Is(err, errProtocol) {
+		t.Fatalf("a report of %d statuses: %v, want a protocol error", maxReportStatuses+1, err)
+	}
+	if a.added != maxReportStatuses || a.dones != 0 {
+		t.Fatalf("taken in %d statuses, done %d times", a.added, a.dones)
 	}
 }

@@ -392,7 +392,7 @@ func (s *Server) serve(ctx context.Context, ws wireStream, hs *syncv1.Handshake,
 		recvLog: log.Named("from-zone"), received: z2g, metaKey: MetaKeyZoneRevision(z.Name),
 		storeKey: MetaKeyZoneStoreID(z.Name), peerStore: hs.GetStoreId(), applied: applied,
 		onHeartbeat: func() { s.tracker.heartbeat(z.Name, id) },
-		onReport:    func(r *syncv1.PolicyStatusReport) { s.reports.set(z.Name, r) },
+		onReport:    func() reportAssembly { return s.reports.assemble(z.Name) },
 		drain:       drain,
 	}
 	if s.cfg.Admission != nil {

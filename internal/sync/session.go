@@ -81,8 +81,9 @@ type session struct {
 	// reporter (zone, when the global supports FeaturePolicyStatus) gives
 	// the policy status report to send, again whenever it changes.
 	reporter StatusReporter
-	// onReport (global) receives the zone's policy status reports.
-	onReport func(*syncv1.PolicyStatusReport)
+	// onReport (global) starts taking in one of the zone's policy status
+	// reports, which arrive in chunks.
+	onReport func() reportAssembly
 
 	// drain, when closed, ends the session gracefully (see StreamConfig's
 	// DrainTimeout); drainTimeout bounds the wait for the peer's answers.
@@ -90,9 +91,11 @@ type session struct {
 	drainTimeout time.Duration
 
 	// maxChunk bounds each chunk of a status report (StreamConfig's
-	// MaxBatchBytes); partialReport holds a chunked report being received.
-	maxChunk      int
-	partialReport *syncv1.PolicyStatusReport
+	// MaxBatchBytes); partialReport takes in a chunked report being
+	// received, partialStatuses counts its statuses so far.
+	maxChunk        int
+	partialReport   reportAssembly
+	partialStatuses int
 
 	// queue holds what the loop sends next: batches, answers, heartbeats.
 	// reportQueue holds status report chunks, sent only when queue is
@@ -143,7 +146,7 @@ type sessionParams struct {
 
 	onHeartbeat func()
 	reporter    StatusReporter
-	onReport    func(*syncv1.PolicyStatusReport)
+	onReport    func() reportAssembly
 	drain       <-chan struct{}
 }
 
@@ -388,27 +391,33 @@ func chunkReport(report *syncv1.PolicyStatusReport, limit int) []*syncv1.PolicyS
 // and an unbounded stream of chunks must not grow the global's memory.
 const maxReportStatuses = 1 << 20
 
-// onReportChunk reassembles a chunked report (the global's end) and passes
-// it on once its last chunk arrived.
+// reportAssembly takes in one report, chunk by chunk (the global's end):
+// each chunk is folded in as it arrives, so that the decoded chunks of
+// many zones reporting at once are not all held until their last ones
+// come (100 zones sending 10,000 statuses each held 600 MB). done makes
+// the report the zone's; one never done (the session ended) changes
+// nothing.
+type reportAssembly interface {
+	add(statuses []*syncv1.PolicyStatus)
+	done()
+}
+
+// onReportChunk takes in one chunk of a report.
 func (s *session) onReportChunk(chunk *syncv1.PolicyStatusReport) error {
 	if s.onReport == nil {
 		return fmt.Errorf("%w: a policy status report was not negotiated", errProtocol)
 	}
-	if s.partialReport == nil && !chunk.GetMore() {
-		s.onReport(chunk)
-		return nil
-	}
 	if s.partialReport == nil {
-		s.partialReport = &syncv1.PolicyStatusReport{}
+		s.partialReport, s.partialStatuses = s.onReport(), 0
 	}
-	s.partialReport.Statuses = append(s.partialReport.Statuses, chunk.GetStatuses()...)
-	if len(s.partialReport.Statuses) > maxReportStatuses {
+	if s.partialStatuses += len(chunk.GetStatuses()); s.partialStatuses > maxReportStatuses {
 		return fmt.Errorf("%w: policy status report of more than %d statuses", errProtocol, maxReportStatuses)
 	}
+	s.partialReport.add(chunk.GetStatuses())
 	if !chunk.GetMore() {
-		full := s.partialReport
+		a := s.partialReport
 		s.partialReport = nil
-		s.onReport(full)
+		a.done()
 	}
 	return nil
 }
