@@ -125,8 +125,10 @@ func figures(n, simZones int) []figure {
 		{"zone-1_faults", "zone page faults (whole run)", "", 0, true, ""},
 		{"idle_cpu_pct", "idle CPU, global + 3 zones", "%", 1, true, "SPEC 7"},
 		{"sim_fanout_ms", fmt.Sprintf("last write → %d simulated zones hold all %d", simZones, n), "ms", 2000, true, "issue 10"},
+		{"sim_reports_ms", fmt.Sprintf("new policy → the global holds all %d simulated zones' status reports", simZones), "ms", 0, true, ""},
 		{"sim_change_p99_ms", fmt.Sprintf("one change → all %d simulated zones, p99", simZones), "ms", 50, true, "issue 10"},
-		{"sim_global_rss_mib", fmt.Sprintf("global RSS, %d simulated zones, %d policies", simZones, n), "MiB", 200, true, "issue 10"},
+		{"sim_global_rss_mib", fmt.Sprintf("global RSS, %d simulated zones, %d policies, settled", simZones, n), "MiB", 200, true, "issue 10"},
+		{"sim_global_peak_rss_mib", "global peak RSS (VmHWM), simulated zones scenario", "MiB", 0, true, ""},
 		{"sim_global_cpu_ms_per_zone", "global CPU per simulated zone (writes + fan-out)", "ms", 0, true, ""},
 	}
 }
@@ -138,7 +140,7 @@ func main() {
 	simZones := flag.Int("sim-zones", 100, "simulated zones (0: skip)")
 	skipTen := flag.Bool("skip-ten", false, "skip the ten-zone-process scenario")
 	skipFleet := flag.Bool("skip-fleet", false, "skip the global + zones scenario")
-	profileDir := flag.String("profile", "", "write CPU profiles to this directory: the global and zone-1 during the PUT phase, the global and the cold zone over the cold zone's first 5 s, the global and one of ten zones during the ten-zone PUT phase, every plane during the idle window, zone-2 during the first _rules after a change; and the heap profiles of the global and zone-1 once settled")
+	profileDir := flag.String("profile", "", "write CPU profiles to this directory: the global and zone-1 during the PUT phase, the global and the cold zone over the cold zone's first 5 s, the global and one of ten zones during the ten-zone PUT phase, every plane during the idle window, zone-2 during the first _rules after a change, the global during the simulated zones' changes; and the heap profiles (with /metrics) of the global and zone-1 once settled and of the global after the simulated zones' changes")
 	logDir := flag.String("logs", "", "append each process's log to DIR/<name>.log")
 	logLevel := flag.String("log-level", "warn", "the processes' --log-level (info shows, e.g., when a full snapshot was sent and applied)")
 	simGzip := flag.Bool("sim-gzip", true, "simulated zones ask for gzip as zone-cp does (false: uncompressed streams)")

@@ -302,14 +302,7 @@ func statFields(pid int) []string {
 
 // usage reads a process's RSS (MiB) and CPU seconds (user+system) from /proc.
 func usage(pid int) (rssMiB, cpuSec float64) {
-	if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
-		for _, line := range strings.Split(string(data), "\n") {
-			if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-				kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-				rssMiB = kb / 1024
-			}
-		}
-	}
+	rssMiB = statusMiB(pid)["VmRSS"]
 	if fields := statFields(pid); len(fields) > 12 {
 		ut, _ := strconv.ParseFloat(fields[11], 64)
 		st, _ := strconv.ParseFloat(fields[12], 64)
@@ -318,28 +311,31 @@ func usage(pid int) (rssMiB, cpuSec float64) {
 	return rssMiB, cpuSec
 }
 
+// statusMiB reads the sizes in /proc/PID/status (VmRSS, VmHWM, RssAnon...)
+// in MiB; nil when the process is gone.
+func statusMiB(pid int) map[string]float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return nil
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(data), "\n") {
+		field, rest, ok := strings.Cut(line, ":")
+		if !ok || !strings.HasSuffix(rest, " kB") {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+		out[field] = kb / 1024
+	}
+	return out
+}
+
 // rssParts splits a process's RSS into anonymous memory (the Go heap and
 // runtime) and file-backed pages (mostly the embedded store's memory map,
 // which the kernel can drop and read back).
 func rssParts(pid int) (anonMiB, fileMiB float64) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		field, rest, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-		switch field {
-		case "RssAnon":
-			anonMiB = kb / 1024
-		case "RssFile":
-			fileMiB = kb / 1024
-		}
-	}
-	return anonMiB, fileMiB
+	st := statusMiB(pid)
+	return st["RssAnon"], st["RssFile"]
 }
 
 // onCPU is the time the process's live threads spent on a CPU, to the

@@ -419,6 +419,9 @@ func simulated(bins binariesAndN, zones int, r results) error {
 			defer mu.Unlock()
 			return tokens[zone], nil
 		},
+		// Each zone reports the status of the global's policies it holds,
+		// as a zone-cp does: the global keeps every zone's report.
+		ReportStatuses: true,
 		OnApply: func(zone string, res *resource.Resource, at time.Time) {
 			if res.Labels[resource.LabelDisplayName] != "probe" {
 				return
@@ -463,6 +466,21 @@ func simulated(bins binariesAndN, zones int, r results) error {
 		time.Sleep(2 * time.Millisecond)
 	}
 	r["sim_fanout_ms"] = msOf(time.Since(last))
+
+	// The probe the rounds below update is created now: a new policy makes
+	// every zone send a new status report (all its statuses), which the
+	// rounds, updates that change no status, must not wait behind. Then
+	// every zone's report must be in on the global.
+	if err := e.do("PUT", g.api+"/meshes/default/meshtimeouts/probe", withRound(timeoutBody("probe", 5), 4999), nil); err != nil {
+		return err
+	}
+	reportStart := time.Now()
+	for _, name := range []string{"t-0", "probe"} {
+		if err := awaitZoneReports(e, g, name, zones, reportStart); err != nil {
+			return err
+		}
+	}
+	r["sim_reports_ms"] = msOf(time.Since(reportStart))
 
 	// This process holds every simulated zone's copy (100 × N resources,
 	// about 1.1 GB of heap at 10,000). Left to itself, its collector started
@@ -509,10 +527,46 @@ func simulated(bins binariesAndN, zones int, r results) error {
 	}
 	slices.Sort(lat)
 	r["sim_change_p99_ms"] = msOf(lat[(len(lat)*99+99)/100-1])
-	rss, cpu := usage(g.proc.PID())
+	// RSS once the global has settled, as the fleet scenario measures it
+	// (its memory trimmer hands back the free heap after a burst), and its
+	// peak over the scenario: 100 zones sending their status reports at
+	// once is the global's largest burst.
+	_, cpu := usage(g.proc.PID())
+	quiesce([]*plane{g}, 3*time.Second)
+	rss, _ := usage(g.proc.PID())
 	r["sim_global_rss_mib"] = rss
+	r["sim_global_peak_rss_mib"] = statusMiB(g.proc.PID())["VmHWM"]
+	if bins.profileDir != "" {
+		if err := e.heapProfile(g, bins.profileDir, "sim"); err != nil {
+			return err
+		}
+	}
 	r["sim_global_cpu_ms_per_zone"] = (cpu - cpu0) * 1000 / float64(zones)
 	return nil
+}
+
+// awaitZoneReports waits until the global shows zones' statuses of the
+// MeshTimeout name (status.zones, SPEC 3.6.4), up to 120 s after start.
+func awaitZoneReports(e *env, g *plane, name string, zones int, start time.Time) error {
+	for {
+		var got struct {
+			Status struct {
+				Zones []struct {
+					Zone string `json:"zone"`
+				} `json:"zones"`
+			} `json:"status"`
+		}
+		if err := e.do("GET", g.api+"/meshes/default/meshtimeouts/"+name, "", &got); err != nil {
+			return err
+		}
+		if len(got.Status.Zones) == zones {
+			return nil
+		}
+		if time.Since(start) > 120*time.Second {
+			return fmt.Errorf("the global shows %d of %d zones' statuses of %s after 120 s", len(got.Status.Zones), zones, name)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func ms(d time.Duration, err error) (float64, error) { return msOf(d), err }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -27,6 +28,9 @@ type memStore struct {
 	meta   map[string][]byte
 	// onApply is told about every applied put (outside the lock).
 	onApply func(r *resource.Resource, at time.Time)
+	// onHeld, when set, is told (outside the lock) after an apply that
+	// created or deleted a resource.
+	onHeld func()
 }
 
 func newMemStore(onApply func(*resource.Resource, time.Time)) *memStore {
@@ -115,7 +119,11 @@ func (m *memStore) Apply(_ context.Context, b storage.Batch) (*storage.BatchResu
 	for k, v := range b.Meta {
 		m.meta[k] = v
 	}
+	held := result.Deleted > 0 || slices.Contains(result.Outcomes, storage.Created)
 	m.mu.Unlock()
+	if held && m.onHeld != nil {
+		m.onHeld()
+	}
 	if m.onApply != nil {
 		now := time.Now()
 		for _, r := range result.Stored {
@@ -153,6 +161,15 @@ func (m *memStore) Watch(ctx context.Context, _ uint64) (<-chan storage.Event, e
 
 // count is how many resources of typ the zone holds (the measuring loops
 // poll it for 100 zones at a time: it must not scan).
+// each calls fn with every resource held, under the store's lock.
+func (m *memStore) each(fn func(*resource.Resource)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range m.res {
+		fn(r)
+	}
+}
+
 func (m *memStore) count(typ string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()

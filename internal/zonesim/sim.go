@@ -40,6 +40,11 @@ type Config struct {
 	// OnApply, when set, is called for every resource a zone stores, with
 	// the time it was applied (from many goroutines).
 	OnApply func(zone string, r *resource.Resource, at time.Time)
+	// ReportStatuses makes every zone report a status for each of the
+	// global's policies it holds, as a zone-cp does, once what it holds
+	// has not changed for ReportSettle (default 500 ms).
+	ReportStatuses bool
+	ReportSettle   time.Duration
 }
 
 // Sim is a running fleet of simulated zones.
@@ -49,9 +54,10 @@ type Sim struct {
 }
 
 type zone struct {
-	name   string
-	store  *memStore
-	client *meridiansync.Client
+	name     string
+	store    *memStore
+	client   *meridiansync.Client
+	reporter *reporter // nil unless Config.ReportStatuses
 }
 
 // New builds the zones' clients (nothing connects before Run).
@@ -74,6 +80,9 @@ func New(cfg Config) (*Sim, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
+	if cfg.ReportSettle <= 0 {
+		cfg.ReportSettle = 500 * time.Millisecond
+	}
 	s := &Sim{cfg: cfg}
 	for i := range cfg.Zones {
 		name := cfg.Prefix + strconv.Itoa(i)
@@ -88,12 +97,18 @@ func New(cfg Config) (*Sim, error) {
 		if err != nil {
 			return nil, fmt.Errorf("zonesim: zone %s: %w", name, err)
 		}
-		client, err := meridiansync.NewClient(meridiansync.ClientConfig{
+		ccfg := meridiansync.ClientConfig{
 			Store: z.store, Registry: cfg.Registry, Zone: name, Environment: cfg.Environment, Admission: adm,
 			Token:  func() (string, error) { return cfg.Token(name) },
 			Target: cfg.Target, DialOptions: cfg.DialOptions, SoftwareVersion: "zonesim",
 			Logger: cfg.Logger.Named(name),
-		})
+		}
+		if cfg.ReportStatuses {
+			z.reporter = newReporter(z.store, cfg.Registry, cfg.ReportSettle)
+			z.store.onHeld = z.reporter.held
+			ccfg.StatusReports = z.reporter
+		}
+		client, err := meridiansync.NewClient(ccfg)
 		if err != nil {
 			return nil, fmt.Errorf("zonesim: zone %s: %w", name, err)
 		}
@@ -108,6 +123,9 @@ func (s *Sim) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	errs := make(chan error, len(s.zones))
 	for _, z := range s.zones {
+		if z.reporter != nil {
+			wg.Go(func() { z.reporter.run(ctx) })
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
