@@ -41,7 +41,7 @@ type record struct {
 }
 
 func encodeRecord(lk logKey, r *resource.Resource) []byte {
-	return kv.AppendResource(append(make([]byte, 0, 128+len(r.Spec)+len(r.Status)), lk[:]...), r)
+	return kv.AppendResource(append(make([]byte, 0, len(lk)+kv.ResourceSize(r)), lk[:]...), r)
 }
 
 func decodeRecord(b []byte) (record, error) {

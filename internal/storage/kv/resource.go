@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"time"
 
@@ -33,7 +34,8 @@ func AppendResource(dst []byte, r *resource.Resource) []byte {
 		dst = appendString(dst, s)
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(r.Labels)))
-	keys := make([]string, 0, len(r.Labels))
+	var small [16]string // labels are few: sort their keys without allocating
+	keys := small[:0]
 	for k := range r.Labels {
 		keys = append(keys, k)
 	}
@@ -47,6 +49,25 @@ func AppendResource(dst []byte, r *resource.Resource) []byte {
 	dst = appendTime(dst, r.ModificationTime)
 	return binary.AppendUvarint(dst, r.Version)
 }
+
+// ResourceSize is the length of AppendResource's encoding of r, so a
+// caller can size the buffer once.
+func ResourceSize(r *resource.Resource) int {
+	n := 1 + strSize(r.Type) + strSize(r.Mesh) + strSize(r.Namespace) + strSize(r.Name) + uvarintSize(uint64(len(r.Labels)))
+	for k, v := range r.Labels {
+		n += strSize(k) + strSize(v)
+	}
+	n += uvarintSize(uint64(len(r.Spec))) + len(r.Spec) + uvarintSize(uint64(len(r.Status))) + len(r.Status)
+	for _, t := range []time.Time{r.CreationTime, r.ModificationTime} {
+		sec := t.Unix()
+		n += uvarintSize(uint64(sec<<1)^uint64(sec>>63)) + uvarintSize(uint64(t.Nanosecond())) // varint: zigzag
+	}
+	return n + uvarintSize(r.Version)
+}
+
+func strSize(s string) int { return uvarintSize(uint64(len(s))) + len(s) }
+
+func uvarintSize(x uint64) int { return (bits.Len64(x|1) + 6) / 7 }
 
 func appendString(dst []byte, s string) []byte {
 	return append(binary.AppendUvarint(dst, uint64(len(s))), s...)

@@ -26,6 +26,9 @@ func TestResourceRoundTrip(t *testing.T) {
 		}},
 		{"before 1970", resource.Resource{Type: "Mesh", Name: "old", CreationTime: time.Date(1900, 1, 1, 0, 0, 0, 5, time.UTC)}},
 		{"unicode and long", resource.Resource{Type: "Mesh", Name: "é" + string(make([]byte, 300))}},
+		{"many labels, large spec, far times", resource.Resource{Type: "MeshTimeout", Mesh: "m", Name: "n",
+			Labels: manyLabels(40), Spec: make([]byte, 70000), Version: 127,
+			CreationTime: time.Unix(-1<<40, 999999999), ModificationTime: time.Unix(1<<40, 0)}},
 	}
 	for _, tc := range tests {
 		enc := AppendResource(nil, &tc.in)
@@ -42,6 +45,9 @@ func TestResourceRoundTrip(t *testing.T) {
 		// Equal labels encode equally whatever the map order.
 		if again := AppendResource(nil, got); string(again) != string(enc) {
 			t.Errorf("%s: encoding not deterministic", tc.name)
+		}
+		if n := ResourceSize(&tc.in); n != len(enc) {
+			t.Errorf("%s: ResourceSize %d, encoding %d bytes", tc.name, n, len(enc))
 		}
 	}
 }
@@ -141,8 +147,12 @@ func FuzzDecodeResource(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if _, err := DecodeResource(AppendResource(nil, r)); err != nil {
+		enc := AppendResource(nil, r)
+		if _, err := DecodeResource(enc); err != nil {
 			t.Fatalf("re-encoding a decoded record fails: %v", err)
+		}
+		if n := ResourceSize(r); n != len(enc) {
+			t.Fatalf("ResourceSize %d, encoding %d bytes", n, len(enc))
 		}
 	})
 }
@@ -176,4 +186,12 @@ func TestKeyOrder(t *testing.T) {
 	if err := ValidateKey(resource.Key{Type: "T", Name: "a\x00b"}); !errors.Is(err, storage.ErrInvalid) {
 		t.Errorf("NUL accepted: %v", err)
 	}
+}
+
+func manyLabels(n int) map[string]string {
+	m := map[string]string{}
+	for i := range n {
+		m[string(rune('a'+i%26))+string(make([]byte, i*7))] = string(make([]byte, 200-i))
+	}
+	return m
 }
