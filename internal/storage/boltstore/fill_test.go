@@ -2,7 +2,10 @@ package boltstore
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -39,6 +42,46 @@ func TestPageFill(t *testing.T) {
 	}
 	if fill := leafFill(t, s.db, bucketLog); fill < 0.9 {
 		t.Errorf("log after single puts: leaf pages %.0f%% full, want at least 90%%", fill*100)
+	}
+}
+
+// TestPageFillOfSmallBatches: batches of 100 puts whose names follow one
+// another (t-12300...t-12399 lands in one run among the earlier keys) fill
+// the resources bucket's pages to about bulkFill; batches of names spread
+// at random keep bbolt's half fill, whose room the next keys take (90% fill
+// there left pages half empty: a 90% page split again at once).
+func TestPageFillOfSmallBatches(t *testing.T) {
+	for _, tc := range []struct {
+		order    string
+		min, max float64
+	}{{"sequential", 0.75, 1}, {"random", 0.6, 0.75}} {
+		t.Run(tc.order, func(t *testing.T) {
+			ctx := context.Background()
+			s, err := Open(Config{Path: filepath.Join(t.TempDir(), "f.db")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			const n = 20000
+			names := rand.New(rand.NewPCG(1, 2)).Perm(n)
+			if tc.order == "sequential" {
+				slices.Sort(names)
+			}
+			for i := 0; i < n; i += 100 {
+				var batch storage.Batch
+				for _, j := range names[i : i+100] {
+					r := benchResource(j, 0)
+					r.Name = fmt.Sprintf("t-%d", j) // numbered, not zero-padded: runs land among earlier keys
+					batch.Puts = append(batch.Puts, r)
+				}
+				if _, err := s.Apply(ctx, batch); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if fill := leafFill(t, s.db, bucketResources); fill < tc.min || fill > tc.max {
+				t.Errorf("resources: leaf pages %.0f%% full, want %.0f%% to %.0f%%", fill*100, tc.min*100, tc.max*100)
+			}
+		})
 	}
 }
 

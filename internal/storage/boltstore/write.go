@@ -1,6 +1,7 @@
 package boltstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -35,6 +36,9 @@ type writeTx struct {
 	// owned: the batch being applied handed its resources over
 	// (storage.Batch.Owned).
 	owned bool
+	// created are the keys of the resources this transaction created, for
+	// choosing the page fill (runFill).
+	created [][]byte
 }
 
 func newWriteTx(tx *bolt.Tx, clock Clock) *writeTx {
@@ -70,7 +74,30 @@ func (w *writeTx) finish() error {
 	if w.rev == w.startRev {
 		return nil
 	}
+	w.runFill()
 	return putUint64(w.meta, metaKeyRevision, w.rev)
+}
+
+// runFill fills the resources bucket's split pages to bulkFill when most
+// keys this transaction created are each followed, in the bucket, by
+// another of them (schema.go, "Page fill"). Keys landing among existing
+// ones keep bbolt's half fill, room for their neighbours to come.
+func (w *writeTx) runFill() {
+	if len(w.created) < 2 || w.resources.FillPercent >= bulkFill {
+		return
+	}
+	slices.SortFunc(w.created, bytes.Compare)
+	c := w.resources.Cursor()
+	followed := 0
+	for i, k := range w.created[:len(w.created)-1] {
+		c.Seek(k)
+		if next, _ := c.Next(); bytes.Equal(next, w.created[i+1]) {
+			followed++
+		}
+	}
+	if 2*followed >= len(w.created)-1 {
+		w.resources.FillPercent = bulkFill
+	}
 }
 
 // writeResource applies one create, update or put as change idx of revision
@@ -106,6 +133,9 @@ func (w *writeTx) writeResource(in *resource.Resource, mode kv.PutMode, rev uint
 	}
 	if err := w.put(w.resources, k, encodeRecord(lk, next)); err != nil {
 		return nil, 0, fmt.Errorf("boltstore: write %s: %w", key, err)
+	}
+	if old == nil {
+		w.created = append(w.created, k)
 	}
 	if old != nil {
 		w.changes = append(w.changes, logChange{key: old.log, dropped: true})
