@@ -94,15 +94,25 @@ func (m *memoryTrimmer) run(ctx context.Context) error {
 type trimState struct {
 	last     memSample
 	quietFor time.Duration
+	// burst is what was allocated in busy ticks since the last trim.
+	burst uint64
 }
 
-// observe takes the sample of the next tick and reports whether to trim.
+// observe takes the sample of the next tick and reports whether to trim:
+// once quiet, when the free memory held is worth a collection, or when a
+// burst since the last trim allocated as much. The second case is there
+// because free (memSample) only counts garbage made since the last
+// collection: after a burst whose last collection ran in its midst (100
+// zones' status reports arriving at once), what was live then and is
+// garbage now was not counted, and a 400 MB heap of it stayed resident.
 func (m *memoryTrimmer) observe(st *trimState, s memSample) bool {
-	if s.allocated-st.last.allocated > m.quietAlloc {
+	if a := s.allocated - st.last.allocated; a > m.quietAlloc {
 		st.quietFor = 0
+		st.burst += a
 	} else {
 		st.quietFor += m.tick
 	}
 	st.last = s
-	return st.quietFor >= m.quiet && s.free >= max(m.minFree, s.live/4)
+	worth := max(m.minFree, s.live/4)
+	return st.quietFor >= m.quiet && (s.free >= worth || st.burst >= worth)
 }

@@ -7,9 +7,10 @@ import (
 )
 
 // TestMemoryTrimmerObserve: a trim needs a quiet period (at most quietAlloc
-// allocated per tick) and enough free memory held; allocation restarts the
-// quiet period, and after a trim (which leaves nothing free) an idle process
-// is not trimmed again until it holds free memory anew.
+// allocated per tick) and enough free memory held, or a burst since the
+// last trim that allocated as much; allocation restarts the quiet period,
+// and after a trim (which leaves nothing free) an idle process is not
+// trimmed again until it holds free memory anew.
 func TestMemoryTrimmerObserve(t *testing.T) {
 	const mib = 1 << 20
 	m := &memoryTrimmer{tick: time.Second, quiet: 2 * time.Second, quietAlloc: mib, minFree: 8 * mib}
@@ -28,15 +29,23 @@ func TestMemoryTrimmerObserve(t *testing.T) {
 		{"a burst", 400 * mib, 50 * mib, false},
 		{"one quiet tick", 400 * mib, 50 * mib, false},
 		{"two quiet ticks", 400 * mib, 60 * mib, true},
-		{"a burst", 500 * mib, 30 * mib, false},
-		{"one quiet tick", 500 * mib, 30 * mib, false},
-		{"two quiet ticks, but 40 MiB free of a 200 MiB live heap", 500 * mib, 40 * mib, false},
-		{"quiet, 50 MiB free of a 200 MiB live heap", 500 * mib, 50 * mib, true},
+		{"a burst of 30 MiB", 430 * mib, 30 * mib, false},
+		{"one quiet tick", 430 * mib, 30 * mib, false},
+		{"two quiet ticks, but 40 MiB free of a 200 MiB live heap", 430 * mib, 40 * mib, false},
+		{"quiet, 50 MiB free of a 200 MiB live heap", 430 * mib, 50 * mib, true},
+		{"a trickle, each tick at most quietAlloc", 431 * mib, 10 * mib, false},
+		{"the trickle goes on", 432 * mib, 12 * mib, false},
+		{"quiet for long, little free", 432 * mib, 12 * mib, false},
+		{"a burst of 60 MiB", 492 * mib, 20 * mib, false},
+		{"one quiet tick", 492 * mib, 20 * mib, false},
+		{"two quiet ticks: 20 MiB counted free, a burst of 60 since the trim", 492 * mib, 20 * mib, true},
+		{"after that trim, quiet", 492 * mib, 0, false},
+		{"still quiet", 492 * mib, 0, false},
 	}
 	st := trimState{}
 	for i, s := range steps {
 		sample := memSample{allocated: s.allocated, free: s.free}
-		if s.allocated >= 500*mib {
+		if s.allocated >= 430*mib {
 			sample.live = 200 * mib
 		}
 		got := m.observe(&st, sample)
