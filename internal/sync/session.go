@@ -207,7 +207,7 @@ func (s *session) queueReport(report *syncv1.PolicyStatusReport) {
 	}
 	clear(s.reportQueue[keep:])
 	s.reportQueue = s.reportQueue[:keep]
-	for _, chunk := range chunkReport(report, s.maxChunk) {
+	for _, chunk := range chunkReport(report, min(s.maxChunk, maxReportChunk)) {
 		s.reportQueue = append(s.reportQueue, &syncv1.Message{Kind: &syncv1.Message_PolicyStatusReport{PolicyStatusReport: chunk}})
 	}
 }
@@ -385,6 +385,12 @@ func chunkReport(report *syncv1.PolicyStatusReport, limit int) []*syncv1.PolicyS
 	}
 	return append(chunks, cur)
 }
+
+// maxReportChunk bounds a report chunk below MaxBatchBytes: the global
+// decodes every connected zone's chunks at once when they all report
+// (after a new policy, say), and with 100 zones the decoded chunks in
+// flight made most of its peak memory.
+const maxReportChunk = 256 << 10
 
 // maxReportStatuses bounds a report the global reassembles from chunks: a
 // zone holding more of the global's policies than this is not plausible,
