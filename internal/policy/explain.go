@@ -81,7 +81,7 @@ type BlockExplain struct {
 func (c *contribution) ref() BlockRef {
 	r := BlockRef{Block: c.block, Entry: c.entryRef()}
 	if c.pol != nil {
-		r.Policy = c.pol.meta
+		r.Policy = c.pol.meta()
 	}
 	return r
 }

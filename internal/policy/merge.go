@@ -100,7 +100,7 @@ func (c *contribution) origin() Origin {
 	if c.pol == nil {
 		return Origin{}
 	}
-	o := Origin{Meta: c.pol.meta, Entry: c.entryRef()}
+	o := Origin{Meta: c.pol.meta(), Entry: c.entryRef()}
 	if c.block == blockOverride {
 		o.Block = blockOverride
 	}

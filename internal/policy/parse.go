@@ -52,7 +52,6 @@ type policy struct {
 // top-level targetRef, implicit scope, sort key. Never written once parsed.
 type policyDef struct {
 	desc *resource.TypeDescriptor
-	meta Meta
 
 	role string
 	// display is res.DisplayName(), read by every comparison of a sort (a
@@ -123,6 +122,10 @@ func policyWarning(p *policy, format string, args ...any) string {
 	return p.desc.Name + " " + qualified(p.res.Namespace, p.res.Name) + ": " + fmt.Sprintf(format, args...)
 }
 
+// meta is the policy's Meta for output, made when asked for: kept, it was
+// 72 bytes of every policy's definition, a copy of its resource's fields.
+func (p *policy) meta() Meta { return metaOf(p.res) }
+
 func metaOf(r *resource.Resource) Meta {
 	labels := r.Labels
 	if labels == nil {
@@ -189,7 +192,7 @@ func finishContribution(c *contribution, shapes *shapeTable) {
 }
 
 func (b *builder) parseDecoded(r *resource.Resource, d *resource.TypeDescriptor, dec *decodedPolicy) *policy {
-	p := &policy{res: r, owner: b.own, policyDef: &policyDef{desc: d, meta: metaOf(r), role: dec.role, display: r.DisplayName()}}
+	p := &policy{res: r, owner: b.own, policyDef: &policyDef{desc: d, role: dec.role, display: r.DisplayName()}}
 	p.origin, p.zone = b.originOf(r)
 	p.ownNS = b.ownNamespace(r)
 	if d.Shape != resource.ShapeTargetRef {

@@ -227,7 +227,7 @@ func outboundPolicy(m merger, list []*entry, routed routeEntries) *outboundResul
 		rst := foldEntries(m, mergeByPos(list, routed.entries[i]))
 		res.warns = append(res.warns, rst.warnings()...)
 		if ap, ok := rst.applied(); ok {
-			op.Routes = append(op.Routes, RouteConf{Route: route.meta, Conf: ap.Conf, Origin: ap.Origin})
+			op.Routes = append(op.Routes, RouteConf{Route: route.meta(), Conf: ap.Conf, Origin: ap.Origin})
 		}
 	}
 	if op.Conf != nil || len(op.Routes) > 0 {
