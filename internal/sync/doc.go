@@ -74,7 +74,9 @@
 // ends when its token expires, its signing key retires, or EndStreams is
 // called (revocation, a disabled zone). With the policy-status feature the
 // zone sends PolicyStatusReports (PolicyStatuses on the global), in chunks
-// that leave only when no batch, answer or heartbeat waits. Each sender
+// of at most 256 KiB that leave only when no batch, answer or heartbeat
+// waits; the global folds each chunk in as it arrives and keeps every
+// zone's last report compactly (reports.go). Each sender
 // records what its peer NACKed (Client.Rejected, Server.RejectedBy) until a
 // later batch is accepted. On the global, every batch from a zone applies
 // with the ZoneAdmission precondition in its transaction; on a zone, every

@@ -4,6 +4,8 @@
 // TLS, zone token in the stream metadata, handshake, delta batches, ACKs,
 // heartbeats) with its own in-memory state, so the global serves it exactly
 // as it serves a zone-cp; only the zone's policy engine and API are absent.
+// With Config.ReportStatuses a zone also reports a status for each of the
+// global's policies it holds, as a zone-cp reports its engine's (report.go).
 package zonesim
 
 import (
