@@ -159,8 +159,6 @@ func (m *memStore) Watch(ctx context.Context, _ uint64) (<-chan storage.Event, e
 	return ch, nil
 }
 
-// count is how many resources of typ the zone holds (the measuring loops
-// poll it for 100 zones at a time: it must not scan).
 // each calls fn with every resource held, under the store's lock.
 func (m *memStore) each(fn func(*resource.Resource)) {
 	m.mu.Lock()
@@ -170,6 +168,8 @@ func (m *memStore) each(fn func(*resource.Resource)) {
 	}
 }
 
+// count is how many resources of typ the zone holds (the measuring loops
+// poll it for 100 zones at a time: it must not scan).
 func (m *memStore) count(typ string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -11,15 +11,6 @@ import (
 	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
 
-// The conditions a simulated zone reports for each of the global's
-// policies it holds: those of a zone-cp whose policy applies without a
-// loss (policy.CondAccepted, policy.CondEnforced), so that the global keeps
-// as much per zone as it keeps for a real one.
-var (
-	reportedAccepted = &syncv1.Condition{Type: "Accepted", Status: "True", Reason: "Accepted", Message: "Policy has been accepted"}
-	reportedEnforced = &syncv1.Condition{Type: "Enforced", Status: "True", Reason: "Enforced", Message: "Policy has been successfully enforced"}
-)
-
 // reporter is a simulated zone's sync.StatusReporter. Like a zone-cp's
 // status loop, it reports once its state has stopped changing for settle,
 // and only when the set of the global's policies it holds changed (a zone
@@ -31,6 +22,11 @@ type reporter struct {
 	// kick is signalled (buffer 1) by the store when an apply created or
 	// deleted a resource.
 	kick chan struct{}
+	// conds is what the zone reports for each of the global's policies it
+	// holds: the conditions of a zone-cp whose policy applies without a
+	// loss (policy.CondAccepted, policy.CondEnforced), so that the global
+	// keeps as much per zone as it keeps for a real one. Never written.
+	conds []*syncv1.Condition
 
 	mu      sync.Mutex
 	rep     *syncv1.PolicyStatusReport
@@ -38,7 +34,11 @@ type reporter struct {
 }
 
 func newReporter(store *memStore, reg *resource.Registry, settle time.Duration) *reporter {
-	return &reporter{store: store, reg: reg, settle: settle, kick: make(chan struct{}, 1), changed: make(chan struct{})}
+	return &reporter{store: store, reg: reg, settle: settle, kick: make(chan struct{}, 1), changed: make(chan struct{}),
+		conds: []*syncv1.Condition{
+			{Type: "Accepted", Status: "True", Reason: "Accepted", Message: "Policy has been accepted"},
+			{Type: "Enforced", Status: "True", Reason: "Enforced", Message: "Policy has been successfully enforced"},
+		}}
 }
 
 // PolicyStatusReport implements sync.StatusReporter.
@@ -94,7 +94,7 @@ func (r *reporter) build() *syncv1.PolicyStatusReport {
 	for _, res := range held {
 		rep.Statuses = append(rep.Statuses, &syncv1.PolicyStatus{
 			Key:        &syncv1.ResourceKey{Type: res.Type, Mesh: res.Mesh, Name: res.DisplayName()},
-			Conditions: []*syncv1.Condition{reportedAccepted, reportedEnforced},
+			Conditions: r.conds,
 		})
 	}
 	slices.SortFunc(rep.Statuses, func(a, b *syncv1.PolicyStatus) int {
