@@ -136,8 +136,7 @@ func (w *writeTx) writeResource(in *resource.Resource, mode kv.PutMode, rev uint
 	}
 	if old == nil {
 		w.created = append(w.created, k)
-	}
-	if old != nil {
+	} else {
 		w.changes = append(w.changes, logChange{key: old.log, dropped: true})
 	}
 	w.changes = append(w.changes, logChange{key: lk, ev: storage.Event{Kind: storage.EventPut, Revision: rev, Resource: next}})
