@@ -15,49 +15,20 @@ import "github.com/meridian-mesh/meridian/internal/resource"
 // snapshots are immutable and queried concurrently); it makes small new
 // ones around the shared definitions. That is far cheaper than parsing
 // again (a dozen small objects per policy, which dominated rebuilds at
-// 10,000 policies), and the arena below allocates them in chunks, so a
-// rebuild leaves the garbage collector a few hundred objects instead of
-// tens of thousands.
+// 10,000 policies).
+//
+// A clone's structs are allocated per policy: the policy, and one array
+// each of its entries, their pointers and its contributions, four objects
+// whatever its size. They used to come from chunks of 256 values shared by
+// the policies of one build, which left fewer objects still, but a chunk
+// lives as long as any of its values: once later builds had cloned some of
+// a chunk's policies again, or replaced them, the rest kept it all alive.
+// Over 500 changes that each moved most of 100,000 policies, the heap grew
+// from 166 to 552 MiB (BENCHMARKS.md, session 16); per policy it stays at
+// the size of a fresh build.
 
-// cloneChunk is how many values one arena allocation holds.
-const cloneChunk = 256
-
-// chunks hands out values of T from slices allocated cloneChunk at a time.
-// The values of one chunk live as long as any of them is referenced; they
-// all belong to one snapshot, which is what keeps them.
-type chunks[T any] struct{ free []T }
-
-func (c *chunks[T]) one() *T {
-	if len(c.free) == 0 {
-		c.free = make([]T, cloneChunk)
-	}
-	v := &c.free[0]
-	c.free = c.free[1:]
-	return v
-}
-
-// many returns n zero values as one slice (capacity n: appending copies).
-func (c *chunks[T]) many(n int) []T {
-	if n == 0 {
-		return nil
-	}
-	if n > cloneChunk/4 {
-		return make([]T, n)
-	}
-	if len(c.free) < n {
-		c.free = make([]T, cloneChunk)
-	}
-	s := c.free[:n:n]
-	c.free = c.free[n:]
-	return s
-}
-
-// cloneArena is a builder's allocator for cloned policies.
+// cloneArena clones policies for one build. Owned by the build.
 type cloneArena struct {
-	policies      chunks[policy]
-	entries       chunks[entry]
-	entryPtrs     chunks[*entry]
-	contributions chunks[contribution]
 	// seen maps a contribution of the policy being cloned to its copy:
 	// the entries of one rule's matches share a contribution, and the
 	// copies must share it too.
@@ -70,28 +41,62 @@ type contributionCopy struct{ from, to *contribution }
 // the same spec and labels) for this snapshot: resource r, prev's
 // definitions, and none of prev's snapshot state. Only reads prev.
 func (a *cloneArena) policy(prev *policy, r *resource.Resource) *policy {
-	p := a.policies.one()
-	*p = policy{policyDef: prev.policyDef, res: r}
+	p := &policy{policyDef: prev.policyDef, res: r}
 	a.seen = a.seen[:0]
-	p.to = a.cloneEntries(p, prev.to)
-	p.from = a.cloneEntries(p, prev.from)
-	p.proxy = a.contribution(p, prev.proxy)
-	p.proxyOver = a.contribution(p, prev.proxyOver)
-	p.legacyConf = a.contribution(p, prev.legacyConf)
+	n := len(prev.to) + len(prev.from)
+	ptrs, entries := make([]*entry, n), make([]entry, n)
+	contribs := make([]contribution, a.distinctContributions(prev))
+	p.to = a.cloneEntries(p, prev.to, ptrs[:len(prev.to):len(prev.to)], entries, &contribs)
+	p.from = a.cloneEntries(p, prev.from, ptrs[len(prev.to):], entries[len(prev.to):], &contribs)
+	p.proxy = a.contribution(p, prev.proxy, &contribs)
+	p.proxyOver = a.contribution(p, prev.proxyOver, &contribs)
+	p.legacyConf = a.contribution(p, prev.legacyConf, &contribs)
 	return p
 }
 
-func (a *cloneArena) cloneEntries(p *policy, prev []*entry) []*entry {
-	out := a.entryPtrs.many(len(prev))
+// distinctContributions counts prev's contributions, each shared one once;
+// it leaves seen empty.
+func (a *cloneArena) distinctContributions(prev *policy) int {
+	count := func(c *contribution) {
+		if c == nil {
+			return
+		}
+		for _, cc := range a.seen {
+			if cc.from == c {
+				return
+			}
+		}
+		a.seen = append(a.seen, contributionCopy{from: c})
+	}
+	for _, list := range [][]*entry{prev.to, prev.from} {
+		for _, e := range list {
+			count(e.c)
+			count(e.o)
+		}
+	}
+	count(prev.proxy)
+	count(prev.proxyOver)
+	count(prev.legacyConf)
+	n := len(a.seen)
+	a.seen = a.seen[:0]
+	return n
+}
+
+// cloneEntries clones prev into out, taking the entries from entries and
+// the contributions from the front of *contribs.
+func (a *cloneArena) cloneEntries(p *policy, prev, out []*entry, entries []entry, contribs *[]contribution) []*entry {
+	if len(prev) == 0 {
+		return nil
+	}
 	for i, pe := range prev {
-		e := a.entries.one()
-		*e = entry{entryDef: pe.entryDef, pol: p, c: a.contribution(p, pe.c), o: a.contribution(p, pe.o)}
+		e := &entries[i]
+		*e = entry{entryDef: pe.entryDef, pol: p, c: a.contribution(p, pe.c, contribs), o: a.contribution(p, pe.o, contribs)}
 		out[i] = e
 	}
 	return out
 }
 
-func (a *cloneArena) contribution(p *policy, prev *contribution) *contribution {
+func (a *cloneArena) contribution(p *policy, prev *contribution, contribs *[]contribution) *contribution {
 	if prev == nil {
 		return nil
 	}
@@ -100,7 +105,8 @@ func (a *cloneArena) contribution(p *policy, prev *contribution) *contribution {
 			return cc.to
 		}
 	}
-	c := a.contributions.one()
+	c := &(*contribs)[0]
+	*contribs = (*contribs)[1:]
 	*c = contribution{contributionDef: prev.contributionDef, pol: p, plain: prev.plain}
 	a.seen = append(a.seen, contributionCopy{prev, c})
 	return c
