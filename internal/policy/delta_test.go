@@ -304,18 +304,7 @@ func TestReplacedSnapshotsAreCollected(t *testing.T) {
 		t.Fatal(err)
 	}
 	first, second = nil, nil
-	for range 20 {
-		runtime.GC()
-		select {
-		case <-collected:
-			if _, err := third.Rules("dp", ""); err != nil {
-				t.Fatal(err)
-			}
-			return
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	t.Fatal("the first snapshot is still reachable from the ones built after it")
+	awaitCollected(t, collected, third, "the first snapshot is still reachable from the ones built after it")
 }
 
 // TestEqualStatusesAreShared: policies with the same status share one
@@ -411,16 +400,23 @@ func TestReplacedClonesAreCollected(t *testing.T) {
 		t.Fatal(err)
 	}
 	first, second, clone = nil, nil, nil
+	awaitCollected(t, collected, third, "a replaced clone is still reachable through the clones made beside it")
+}
+
+// awaitCollected collects until collected is closed, then checks that
+// held, still in use, answers; it fails with msg after 20 collections.
+func awaitCollected(t *testing.T, collected <-chan struct{}, held *MeshSnapshot, msg string) {
+	t.Helper()
 	for range 20 {
 		runtime.GC()
 		select {
 		case <-collected:
-			if _, err := third.Rules("dp", ""); err != nil {
+			if _, err := held.Rules("dp", ""); err != nil {
 				t.Fatal(err)
 			}
 			return
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	t.Fatal("a replaced clone is still reachable through the clones made beside it")
+	t.Fatal(msg)
 }
