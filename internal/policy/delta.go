@@ -213,7 +213,7 @@ func (d *delta) build() *MeshSnapshot {
 		services: prev.services, svcByName: prev.svcByName, externals: prev.externals, extByName: prev.extByName,
 		multis: prev.multis, multiByName: prev.multiByName, gateways: prev.gateways,
 		routes: prev.routes, routeByName: prev.routeByName, infra: prev.infra,
-		reg: prev.reg, shapes: prev.shapes, refs: prev.refs, parses: parseTable{m: d.parses},
+		reg: prev.reg, shapes: prev.shapes, refs: prev.refs, defs: prev.defs, parses: parseTable{m: d.parses},
 	}
 	b := &builder{s: s, own: new(buildMark), reg: prev.reg, zone: prev.zone, sysNS: prev.sysNS, prev: d.parses,
 		prevSnap: prev, prevTypes: prev.types, share: true}

@@ -161,6 +161,7 @@ func (b *builder) parsePolicy(r *resource.Resource, d *resource.TypeDescriptor, 
 	}
 	p = b.parseDecoded(r, d, dec)
 	finishContributions(p, b.s.shapes)
+	b.s.defs.shareDefs(p)
 	p.name = policyName(p)
 	b.s.parses.m[k] = parsedPolicy{res: r, pol: p}
 	return p, nil, nil

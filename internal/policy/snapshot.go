@@ -96,6 +96,8 @@ type MeshSnapshot struct {
 	// refs shares the targetRefs parsed here and in the snapshots this one
 	// was built from (refs.go).
 	refs *refTable
+	// defs shares contribution and entry definitions the same way (defs.go).
+	defs *defTable
 }
 
 // parsedPolicy is what a snapshot remembers of one policy for the next: the
@@ -271,9 +273,9 @@ func build(in Inputs, sysNS string, prevParses map[typedName]parsedPolicy) (*Mes
 	}
 	b := &builder{s: s, own: new(buildMark), reg: in.Registry, zone: in.Zone, sysNS: sysNS}
 	if p := in.Previous; p != nil && p.reg == in.Registry && p.sysNS == sysNS && p.zone == in.Zone {
-		b.prev, b.prevSnap, b.prevTypes, s.shapes, s.refs = prevParses, p, p.types, p.shapes, p.refs
+		b.prev, b.prevSnap, b.prevTypes, s.shapes, s.refs, s.defs = prevParses, p, p.types, p.shapes, p.refs, p.defs
 	} else {
-		s.shapes, s.refs = newShapeTable(), newRefTable()
+		s.shapes, s.refs, s.defs = newShapeTable(), newRefTable(), newDefTable()
 	}
 	if err := b.index(in.Resources); err != nil {
 		return nil, err
