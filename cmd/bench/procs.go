@@ -383,14 +383,23 @@ func saveURL(url, path string) error {
 }
 
 // heapProfile writes p's heap profile (in use and allocated, as of its
-// last collection) and its /metrics to dir.
+// last collection), its /metrics and its /proc smaps to dir.
 func (e *env) heapProfile(p *plane, dir, tag string) error {
 	if err := saveURL(p.debug+"/debug/pprof/heap", filepath.Join(dir, p.name+"-"+tag+".heap.pprof")); err != nil {
 		return err
 	}
 	// The runtime's memory classes (go_memstats_*) beside the profile say
 	// where resident memory the profile does not show goes.
-	return saveURL(p.api+"/metrics", filepath.Join(dir, p.name+"-"+tag+".metrics.txt"))
+	if err := saveURL(p.api+"/metrics", filepath.Join(dir, p.name+"-"+tag+".metrics.txt")); err != nil {
+		return err
+	}
+	// smaps says which mappings the resident file-backed pages belong to
+	// (the store's file, the binary).
+	smaps, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", p.proc.PID()))
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, p.name+"-"+tag+".smaps.txt"), smaps, 0o644)
 }
 
 // commitTotals are the global store's commit counters from its /metrics
