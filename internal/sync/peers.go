@@ -131,6 +131,7 @@ func (s globalSink) upsert(ctx context.Context, w *syncv1.Resource) (*resource.R
 	if err != nil {
 		return nil, err
 	}
+	r.Type = d.Name // the registry's string, not the decoder's copy
 	zoneOpts := resource.ValidateOptions{Mode: resource.ModeZone, Environment: s.zone.Environment, SystemNamespace: s.zone.SystemNS()}
 	if err := s.reg.Validate(r, zoneOpts); err != nil {
 		return nil, err
@@ -221,6 +222,7 @@ func (s zoneSink) upsert(ctx context.Context, w *syncv1.Resource) (*resource.Res
 	if err != nil {
 		return nil, err
 	}
+	r.Type = d.Name // the registry's string, not the decoder's copy
 	if !mapping.IsGlobalOrigin(r) && r.Labels[resource.LabelZone] == s.zone.Name {
 		return nil, fmt.Errorf("%w: the global sent zone %s its own resource", mapping.ErrForeign, s.zone.Name)
 	}
