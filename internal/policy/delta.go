@@ -76,7 +76,7 @@ func fromChanges(in Inputs, sysNS string) (*MeshSnapshot, error) {
 
 // resourcesAfter lists prev's resources (parses: its parse table) with the
 // changes applied.
-func (prev *MeshSnapshot) resourcesAfter(parses map[typedName]parsedPolicy, ch *Changes) ([]*resource.Resource, error) {
+func (prev *MeshSnapshot) resourcesAfter(parses *parseMap, ch *Changes) ([]*resource.Resource, error) {
 	gone := make(map[*resource.Resource]bool, len(ch.Deleted))
 	for i, r := range ch.Deleted {
 		if r == nil {
@@ -84,7 +84,7 @@ func (prev *MeshSnapshot) resourcesAfter(parses map[typedName]parsedPolicy, ch *
 		}
 		gone[r] = true
 	}
-	rs := make([]*resource.Resource, 0, len(parses)+len(prev.dpList)+len(prev.infra)+len(ch.Put))
+	rs := make([]*resource.Resource, 0, parses.len()+len(prev.dpList)+len(prev.infra)+len(ch.Put))
 	keep := func(r *resource.Resource) {
 		if gone[r] {
 			delete(gone, r)
@@ -92,9 +92,7 @@ func (prev *MeshSnapshot) resourcesAfter(parses map[typedName]parsedPolicy, ch *
 		}
 		rs = append(rs, r)
 	}
-	for _, pp := range parses {
-		keep(pp.res)
-	}
+	parses.resources(keep)
 	for _, dp := range prev.dpList {
 		keep(dp.res)
 	}
@@ -112,7 +110,7 @@ func (prev *MeshSnapshot) resourcesAfter(parses map[typedName]parsedPolicy, ch *
 type delta struct {
 	in         Inputs
 	prev       *MeshSnapshot
-	parses     map[typedName]parsedPolicy
+	parses     *parseMap
 	applicable bool // only policies (no MeshHTTPRoute) and Dataplanes changed
 
 	// By type: the previous snapshot's parses of deleted policies, and the
@@ -127,7 +125,7 @@ type delta struct {
 // newDelta checks the changes against prev: every deleted resource is one
 // of prev's, no put resource has the name of one that stays, nothing is
 // put twice. applicable is false when the changes need a full build.
-func newDelta(in Inputs, prev *MeshSnapshot, parses map[typedName]parsedPolicy) (*delta, error) {
+func newDelta(in Inputs, prev *MeshSnapshot, parses *parseMap) (*delta, error) {
 	d := &delta{in: in, prev: prev, parses: parses, applicable: true,
 		deleted: map[*resource.TypeDescriptor][]parsedPolicy{}, put: map[*resource.TypeDescriptor][]*resource.Resource{},
 		dpGone: map[nsName]bool{}}
@@ -139,7 +137,7 @@ func newDelta(in Inputs, prev *MeshSnapshot, parses map[typedName]parsedPolicy) 
 		}
 		switch {
 		case desc.IsPolicy():
-			pp, ok := parses[k]
+			pp, ok := parses.get(k)
 			if !ok || pp.res != r {
 				return nil, fmt.Errorf("changes: deleted %s is not a resource of the previous snapshot", r.Key())
 			}
@@ -170,7 +168,7 @@ func newDelta(in Inputs, prev *MeshSnapshot, parses map[typedName]parsedPolicy) 
 		stays := false
 		switch {
 		case desc.IsPolicy():
-			_, stays = parses[k]
+			_, stays = parses.get(k)
 			d.put[desc] = append(d.put[desc], r)
 		case r.Type == "Dataplane":
 			stays = prev.dataplanes[nsName{k.ns, k.name}] != nil
@@ -222,7 +220,7 @@ func (d *delta) build() *MeshSnapshot {
 	}
 	for desc, pps := range d.deleted {
 		for _, pp := range pps {
-			delete(d.parses, typedName{desc, b.normNS(pp.res.Namespace), pp.res.Name})
+			d.parses.remove(typedName{desc, b.normNS(pp.res.Namespace), pp.res.Name})
 		}
 	}
 	touched := map[*resource.TypeDescriptor]bool{}
@@ -413,7 +411,7 @@ func (b *builder) splicePolicies(t, prevT *typeIndex, removed, fresh []*policy) 
 		overToAt, overFromAt, overProxyAt := indexOf(prevT.overTo), indexOf(prevT.overFrom), indexOf(prevT.overProxy)
 		for p := range moved {
 			c := b.cloneResolved(p)
-			b.s.parses.m[typedName{p.desc, b.normNS(p.res.Namespace), p.res.Name}] = parsedPolicy{res: p.res, pol: c}
+			b.s.parses.m.set(typedName{p.desc, b.normNS(p.res.Namespace), p.res.Name}, parsedPolicy{res: p.res, pol: c})
 			n.policies = append(n.policies, placed[*policy]{spP.newIndex(p.idx), c})
 			for j, e := range p.to {
 				n.to = append(n.to, placed[*entry]{spTo.newIndex(e.pos), c.to[j]})

@@ -317,7 +317,7 @@ func TestPreviousSnapshotReuse(t *testing.T) {
 		t.Fatal(err)
 	}
 	in.Previous = first
-	before := maps.Clone(first.parses.m) // the rebuild takes it
+	before := first.parses.m.all() // the rebuild takes it
 	reused, err := NewMeshSnapshot(in)
 	if err != nil {
 		t.Fatal(err)
@@ -332,7 +332,7 @@ func TestPreviousSnapshotReuse(t *testing.T) {
 	if first.parses.m != nil {
 		t.Error("the rebuild did not take the previous snapshot's parse table")
 	}
-	for name, c := range reused.parses.m {
+	for name, c := range reused.parses.m.all() {
 		k := c.res.Key()
 		prev := before[name]
 		if prev.res == nil {
@@ -350,6 +350,16 @@ func TestPreviousSnapshotReuse(t *testing.T) {
 	if !strings.Contains(compact(must(reused.Config("other-1", "other-ns"))), `"requestTimeout":"11s"`) {
 		t.Errorf("the changed policy is not applied")
 	}
+}
+
+// all is a copy of m's parses, each whole.
+func (m *parseMap) all() map[typedName]parsedPolicy {
+	out := map[typedName]parsedPolicy{}
+	for k := range m.pols {
+		out[k], _ = m.get(k)
+	}
+	maps.Copy(out, m.failed)
+	return out
 }
 
 func must[T any](v T, err error) T {
@@ -512,7 +522,7 @@ func TestRebuildKeepsOrder(t *testing.T) {
 		built := make(chan struct{})
 		var before map[typedName]parsedPolicy
 		if prev != nil {
-			before = maps.Clone(prev.parses.m)
+			before = prev.parses.m.all()
 			before := orderOf(prev)
 			reading.Go(func() {
 				for {
@@ -538,7 +548,7 @@ func TestRebuildKeepsOrder(t *testing.T) {
 			t.Fatalf("round %d: rebuilt order\n%s\nfresh order\n%s", round, got, want)
 		}
 		if prev != nil {
-			for k, parse := range rebuilt.parses.m {
+			for k, parse := range rebuilt.parses.m.all() {
 				if old, ok := before[k]; ok && old.pol != nil && old.res == parse.res {
 					if parse.pol == old.pol {
 						shared++
@@ -575,4 +585,40 @@ func orderOf(s *MeshSnapshot) string {
 		}
 	}
 	return b.String()
+}
+
+// TestParseMapKeepsOneParsePerName: a name's parse moves between the
+// policies and the failures as it is parsed again, and a policy's parse
+// reads its resource from the policy.
+func TestParseMapKeepsOneParsePerName(t *testing.T) {
+	r1, r2 := res("MeshTimeout", "a", "{}"), res("MeshTimeout", "a", "{}")
+	k := typedName{name: "a"}
+	m := newParseMap(0)
+	steps := []struct {
+		name string
+		set  parsedPolicy
+		want parsedPolicy
+	}{
+		{"failed", parsedPolicy{res: r1, err: errors.New("bad")}, parsedPolicy{res: r1, err: errors.New("bad")}},
+		{"parsed", parsedPolicy{res: r2, pol: &policy{res: r2}}, parsedPolicy{res: r2}},
+		{"failed again", parsedPolicy{res: r1, err: errors.New("worse")}, parsedPolicy{res: r1, err: errors.New("worse")}},
+	}
+	for _, s := range steps {
+		m.set(k, s.set)
+		got, ok := m.get(k)
+		if !ok || got.res != s.want.res || (got.pol == nil) != (s.set.pol == nil) || fmt.Sprint(got.err) != fmt.Sprint(s.want.err) {
+			t.Fatalf("%s: got %+v, want %+v", s.name, got, s.want)
+		}
+		if m.len() != 1 {
+			t.Fatalf("%s: %d parses for one name", s.name, m.len())
+		}
+	}
+	m.remove(k)
+	if _, ok := m.get(k); ok || m.len() != 0 {
+		t.Fatal("a removed parse is still there")
+	}
+	var none *parseMap
+	if _, ok := none.get(k); ok {
+		t.Fatal("a nil map has a parse")
+	}
 }

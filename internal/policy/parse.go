@@ -138,7 +138,7 @@ func metaOf(r *resource.Resource) Meta {
 // error means the policy cannot be evaluated at all; the snapshot reports it
 // as a warning on every Dataplane.
 func (b *builder) parsePolicy(r *resource.Resource, d *resource.TypeDescriptor, k typedName) (p, src *policy, err error) {
-	if prev, ok := b.prev[k]; ok && prev.res == r {
+	if prev, ok := b.prev.get(k); ok && prev.res == r {
 		// The very resource the previous snapshot parsed (resources are
 		// immutable, and the zone's view hands out the same object until
 		// it changes): that parse holds, apart from the state each
@@ -151,19 +151,19 @@ func (b *builder) parsePolicy(r *resource.Resource, d *resource.TypeDescriptor, 
 			p = b.clones.policy(prev.pol, r)
 			p.owner = b.own
 		}
-		b.s.parses.m[k] = parsedPolicy{res: r, pol: p, err: prev.err}
+		b.s.parses.m.set(k, parsedPolicy{res: r, pol: p, err: prev.err})
 		return p, prev.pol, prev.err
 	}
 	dec, err := decodePolicy(r, d, b.sysNS, b.reg.Conditions())
 	if err != nil {
-		b.s.parses.m[k] = parsedPolicy{res: r, err: err}
+		b.s.parses.m.set(k, parsedPolicy{res: r, err: err})
 		return nil, nil, err
 	}
 	p = b.parseDecoded(r, d, dec)
 	finishContributions(p, b.s.shapes)
 	b.s.defs.shareDefs(p)
 	p.name = policyName(p)
-	b.s.parses.m[k] = parsedPolicy{res: r, pol: p}
+	b.s.parses.m.set(k, parsedPolicy{res: r, pol: p})
 	return p, nil, nil
 }
 

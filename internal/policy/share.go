@@ -63,7 +63,7 @@ func (b *builder) sameEnvironment(policies []*resource.Resource) bool {
 			continue
 		}
 		d, _ := b.reg.Lookup(r.Type)
-		if prev, ok := b.prev[typedName{d, b.normNS(r.Namespace), r.Name}]; !ok || prev.res != r {
+		if prev, ok := b.prev.get(typedName{d, b.normNS(r.Namespace), r.Name}); !ok || prev.res != r {
 			return false
 		}
 		routes++
@@ -122,7 +122,7 @@ func (b *builder) unshare(t *typeIndex) {
 		t.policies[i] = c
 		policyClones[p] = c
 		k := typedName{p.desc, b.normNS(p.res.Namespace), p.res.Name}
-		b.s.parses.m[k] = parsedPolicy{res: p.res, pol: c} // the next snapshot starts from the clone
+		b.s.parses.m.set(k, parsedPolicy{res: p.res, pol: c}) // the next snapshot starts from the clone
 		for j, e := range p.to {
 			clones[e] = c.to[j]
 		}
