@@ -35,7 +35,7 @@ type rawBlocks struct {
 // rawEntry is one to/from/rules item as written.
 type rawEntry struct {
 	rawBlocks
-	TargetRef *targetRef      `json:"targetRef"`
+	TargetRef targetRef       `json:"targetRef"` // absent: zero, read as none
 	Rules     json.RawMessage `json:"rules"`
 	Hostnames json.RawMessage `json:"hostnames"`
 	// Matches (spec.rules items): the clients the rule applies to, by
@@ -56,7 +56,7 @@ type selector struct {
 // shapes. Fields a shape does not use stay empty.
 type rawSpec struct {
 	rawBlocks
-	TargetRef *targetRef `json:"targetRef"`
+	TargetRef targetRef  `json:"targetRef"` // absent: zero, read as none
 	To        []rawEntry `json:"to"`
 	From      []rawEntry `json:"from"`
 	Rules     []rawEntry `json:"rules"` // inbound rules (Kuma 2.10+); to[].rules are routes'
@@ -67,11 +67,12 @@ type rawSpec struct {
 	Conf         json.RawMessage `json:"conf"`
 }
 
-// confBlock is a decoded conf and its compiled patch, with its seed 002
-// qualifiers. A nil value means the entry carries no such block.
+// confBlock is a decoded conf with its seed 002 qualifiers. A nil value
+// means the entry carries no such block. The conf is compiled (patch) when
+// its contribution's definition is made, unless an equal one is shared
+// (defs.go).
 type confBlock struct {
 	value  any
-	patch  *patch
 	atomic bool
 	when   *condition.Expr
 	// unset (default blocks only): conf paths removed from less specific
@@ -79,7 +80,7 @@ type confBlock struct {
 	unset [][]string
 }
 
-func compileConf(v any) confBlock { return confBlock{value: v, patch: compilePatch(v)} }
+func compileConf(v any) confBlock { return confBlock{value: v} }
 
 // blocks are the default and override blocks of one entry or proxy-wide spec.
 type blocks struct {
@@ -129,7 +130,7 @@ func compileWhen(cond *condition.Env, src string) (*condition.Expr, error) {
 // immutable, so snapshots can share it.
 type decodedPolicy struct {
 	role     string
-	top      *targetRef
+	top      targetRef // zero when absent
 	to, from []decodedEntry
 	// rules are spec.rules items (Kuma 2.10+): defaults for all inbound
 	// traffic, merged like from entries of kind Mesh.
@@ -141,7 +142,7 @@ type decodedPolicy struct {
 }
 
 type decodedEntry struct {
-	ref *targetRef
+	ref targetRef // zero when absent
 	blocks
 	// matches of a rules item, as client tags (spiffeIDTag); each is an
 	// alternative (Kuma expands a rule into one rule per match).

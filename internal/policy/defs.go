@@ -2,7 +2,7 @@ package policy
 
 import (
 	"encoding/json"
-	"sort"
+	"slices"
 	"strconv"
 	"sync"
 )
@@ -12,15 +12,17 @@ import (
 // confs ({idleTimeout: 5s}, {action: Allow}) across thousands of
 // resources; each parsed copy was a contributionDef and its compiled patch
 // (about 220 bytes) and an entryDef (64), 30 MB of a zone holding 100,000
-// MeshTimeouts. Definitions are never written once their policy is parsed,
-// so sharing them changes nothing but memory; nothing compares them by
-// identity. A snapshot passes its table to the snapshot built from it.
-// Safe for concurrent use.
+// MeshTimeouts. A definition is looked up before it is made: one made and
+// then dropped for a shared one was garbage in the size classes of the
+// structs a build keeps, and left them in half-empty spans.
+//
+// Definitions are never written once made, so sharing them changes nothing
+// but memory; nothing compares them by identity. A snapshot passes its
+// table to the snapshot built from it. Safe for concurrent use.
 type defTable struct {
 	mu       sync.Mutex
 	contribs map[string]*contributionDef
 	entries  map[entryKey]*entryDef
-	buf      []byte // the contribution key being built; under mu
 }
 
 // entryKey is an entryDef's content (kind follows from ref). ref is
@@ -42,24 +44,11 @@ func newDefTable() *defTable {
 	return &defTable{contribs: map[string]*contributionDef{}, entries: map[entryKey]*entryDef{}}
 }
 
-// shareDefs replaces p's definitions with equal shared ones. It runs once
-// per parsed policy, after finishContributions.
-func (t *defTable) shareDefs(p *policy) {
-	for _, list := range [][]*entry{p.to, p.from} {
-		for _, e := range list {
-			e.entryDef = t.entry(e.entryDef)
-			t.contribution(e.c)
-			t.contribution(e.o)
-		}
-	}
-	t.contribution(p.proxy)
-	t.contribution(p.proxyOver)
-}
-
-// entry returns a definition equal to d that the caller must not write.
-func (t *defTable) entry(d *entryDef) *entryDef {
-	if r := d.ref; r.Labels != nil || r.Tags != nil || r.ProxyTypes != nil {
-		return d
+// entryDef returns a definition equal to d that the caller must not write.
+// A nil table shares nothing.
+func (t *defTable) entryDef(d entryDef) *entryDef {
+	if r := d.ref; t == nil || r.Labels != nil || r.Tags != nil || r.ProxyTypes != nil {
+		return &d
 	}
 	k := entryKey{index: d.index, ref: d.ref, never: d.never}
 	if len(d.tags) > 0 {
@@ -77,72 +66,67 @@ func (t *defTable) entry(d *entryDef) *entryDef {
 	if len(t.entries) >= maxSharedDefs {
 		t.entries = make(map[entryKey]*entryDef)
 	}
-	t.entries[k] = d
-	return d
+	p := &d
+	t.entries[k] = p
+	return p
 }
 
-// contribution points c at a shared definition equal to its own. Legacy
-// confs (kept decoded) and blocks with a `when` (a compiled program) are
-// not shared.
-func (t *defTable) contribution(c *contribution) {
-	if c == nil || c.conf != nil || c.when != nil {
-		return
+// contributionDef returns a definition of conf as block of entry in list
+// that the caller must not write: a shared one when an equal one was made,
+// else a new one. Legacy confs (kept decoded) and blocks with a `when` (a
+// compiled program) are not shared; nor is anything by a nil table.
+func (t *defTable) contributionDef(entry int, list, block string, conf confBlock) *contributionDef {
+	if t == nil || block == blockConf || conf.when != nil {
+		return newContributionDef(entry, list, block, conf)
+	}
+	var buf [256]byte
+	key, ok := appendContributionKey(buf[:0], entry, list, block, conf)
+	if !ok {
+		return newContributionDef(entry, list, block, conf)
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	b, ok := appendContributionKey(t.buf[:0], c.contributionDef)
-	t.buf = b
-	if !ok {
-		return
+	s, found := t.contribs[string(key)]
+	t.mu.Unlock()
+	if found {
+		return s
 	}
-	if s, ok := t.contribs[string(b)]; ok {
-		c.contributionDef = s
-		return
+	d := newContributionDef(entry, list, block, conf) // compiled outside the lock
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s, found := t.contribs[string(key)]; found {
+		return s // made meanwhile by another parse
 	}
 	if len(t.contribs) >= maxSharedDefs {
 		t.contribs = make(map[string]*contributionDef)
 	}
-	t.contribs[string(b)] = c.contributionDef
+	t.contribs[string(key)] = d
+	return d
 }
 
-// appendContributionKey writes every field of d that output or a fold
-// reads; ok is false when the patch holds a value it cannot write.
-func appendContributionKey(b []byte, d *contributionDef) ([]byte, bool) {
-	b = strconv.AppendInt(b, int64(d.entry), 10)
-	b = appendKeyString(b, d.list)
-	b = appendKeyString(b, d.block)
-	b = appendKeyString(b, d.at)
-	b = strconv.AppendBool(b, d.hasConf)
-	b = strconv.AppendBool(b, d.atomic)
-	b = strconv.AppendInt(b, int64(len(d.unset)), 10)
-	for _, path := range d.unset {
+// appendContributionKey writes everything a definition is made of (its
+// where() follows from entry, list and block, its patch from the value);
+// ok is false when the value holds something it cannot write.
+func appendContributionKey(b []byte, entry int, list, block string, conf confBlock) ([]byte, bool) {
+	b = strconv.AppendInt(b, int64(entry), 10)
+	b = appendKeyString(b, list)
+	b = appendKeyString(b, block)
+	b = strconv.AppendBool(b, conf.atomic)
+	b = strconv.AppendInt(b, int64(len(conf.unset)), 10)
+	for _, path := range conf.unset {
 		b = strconv.AppendInt(b, int64(len(path)), 10)
 		for _, s := range path {
 			b = appendKeyString(b, s)
 		}
 	}
-	return appendPatchKey(b, d.patch)
-}
-
-func appendPatchKey(b []byte, p *patch) ([]byte, bool) {
-	if p == nil {
-		return append(b, '0'), true
+	if conf.value == nil {
+		return append(b, '-'), true // no conf (hasConf false), not JSON null
 	}
-	if !p.isObj {
-		return appendValueKey(append(b, 'v'), p.value)
-	}
-	b = append(b, '{')
-	for _, f := range p.fields {
-		var ok bool
-		if b, ok = appendPatchKey(appendKeyString(b, f.key), f.patch); !ok {
-			return b, false
-		}
-	}
-	return append(b, '}'), true
+	return appendValueKey(b, conf.value)
 }
 
 // appendValueKey writes a decoded JSON value, tagged by its Go type (a
-// json.Number and a string of the same text differ).
+// json.Number and a string of the same text differ), an object's keys
+// sorted.
 func appendValueKey(b []byte, v any) ([]byte, bool) {
 	switch v := v.(type) {
 	case nil:
@@ -166,19 +150,20 @@ func appendValueKey(b []byte, v any) ([]byte, bool) {
 		}
 		return append(b, ']'), true
 	case map[string]any:
-		keys := make([]string, 0, len(v))
+		var arr [16]string
+		keys := arr[:0]
 		for k := range v {
 			keys = append(keys, k)
 		}
-		sort.Strings(keys)
-		b = append(b, '(')
+		slices.Sort(keys)
+		b = append(b, '{')
 		for _, k := range keys {
 			var ok bool
 			if b, ok = appendValueKey(appendKeyString(b, k), v[k]); !ok {
 				return b, false
 			}
 		}
-		return append(b, ')'), true
+		return append(b, '}'), true
 	}
 	return b, false
 }

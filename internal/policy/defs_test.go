@@ -18,8 +18,9 @@ func TestDefTableSharesOnlyEqualDefinitions(t *testing.T) {
 		a, b                       string // the first to item of each
 		shareContrib, shareEntry   bool
 		specA, specB, typeA, typeB string // whole specs, when set
-		// second compares b's second to item with a's first.
-		second bool
+		// second compares b's second to item with a's first, fromB b's
+		// first from item.
+		second, fromB bool
 	}{
 		{name: "equal", a: `{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"5s"}}`, b: `{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"5s"}}`, shareContrib: true, shareEntry: true},
 		{name: "equal, keys in another order", a: `{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"5s","connectionTimeout":"1s"}}`, b: `{"targetRef":{"kind":"Mesh"},"default":{"connectionTimeout":"1s","idleTimeout":"5s"}}`, shareContrib: true, shareEntry: true},
@@ -30,7 +31,10 @@ func TestDefTableSharesOnlyEqualDefinitions(t *testing.T) {
 		{name: "with and without override", a: `{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"5s"}}`, b: `{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"5s"},"override":{"idleTimeout":"7s"}}`, shareContrib: true, shareEntry: true},
 		{name: "strategy", a: `{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"5s"}}`, b: `{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"5s"},"strategy":{"default":"atomic"}}`, shareEntry: true},
 		{name: "unset", a: `{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"5s"}}`, b: `{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"5s"},"unset":["connectionTimeout"]}`, shareEntry: true},
-		{name: "other unset path", a: `{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"5s"},"unset":["connectionTimeout"]}`, b: `{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"5s"},"unset":["http.requestTimeout"]}`, shareEntry: true},
+		{name: "other unset path", a: `{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"5s"},"unset":["connectionTimeout"]}`, b: `{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"5s"},"unset":["idleTimeout"]}`, shareEntry: true},
+		{name: "to and from", typeA: "MeshTimeout", typeB: "MeshTimeout",
+			specA: `{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"5s"}}]}`,
+			specB: `{"targetRef":{"kind":"Mesh"},"from":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"5s"}}]}`, fromB: true, shareEntry: true},
 		{name: "when is never shared", a: `{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"5s"},"when":{"default":"true"}}`, b: `{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"5s"},"when":{"default":"true"}}`, shareEntry: true},
 		{name: "list values", typeA: "MeshRetry", typeB: "MeshRetry",
 			specA: `{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"http":{"numRetries":3,"retryOn":["5xx","Reset"]}}}]}`,
@@ -52,9 +56,15 @@ func TestDefTableSharesOnlyEqualDefinitions(t *testing.T) {
 			}
 			s := mustSnapshot(t, "zone-1", []*resource.Resource{res(typeA, "a", specA), res(typeB, "b", specB)})
 			pa, pb := parsedPolicyNamed(t, s, typeA, "a"), parsedPolicyNamed(t, s, typeB, "b")
-			ea, eb := pa.to[0], pb.to[0]
-			if tt.second {
+			ea := pa.to[0]
+			var eb *entry
+			switch {
+			case tt.second:
 				eb = pb.to[1]
+			case tt.fromB:
+				eb = pb.from[0]
+			default:
+				eb = pb.to[0]
 			}
 			if got := ea.c.contributionDef == eb.c.contributionDef; got != tt.shareContrib {
 				t.Errorf("default blocks shared = %v, want %v", got, tt.shareContrib)
@@ -68,7 +78,11 @@ func TestDefTableSharesOnlyEqualDefinitions(t *testing.T) {
 				if i == 1 && tt.second {
 					want = 1
 				}
-				if e.c.where() != fmt.Sprintf("to[%d].default", want) || e.index != want || *e.c.origin().Entry != want {
+				list := "to"
+				if i == 1 && tt.fromB {
+					list = "from"
+				}
+				if e.c.where() != fmt.Sprintf("%s[%d].default", list, want) || e.index != want || *e.c.origin().Entry != want {
 					t.Errorf("%s: where %q, index %d, origin entry %d", e.pol.res.Name, e.c.where(), e.index, *e.c.origin().Entry)
 				}
 			}
@@ -92,15 +106,17 @@ func parsedPolicyNamed(t *testing.T, s *MeshSnapshot, typ, name string) *policy 
 
 func TestDefTableIsBounded(t *testing.T) {
 	defs := newDefTable()
-	first := &contribution{contributionDef: &contributionDef{entry: 0, list: "to", block: blockDefault, hasConf: true, patch: compilePatch("first")}}
-	defs.contribution(first)
+	first := defs.contributionDef(0, "to", blockDefault, compileConf("first"))
 	for i := range maxSharedDefs + 10 {
-		defs.contribution(&contribution{contributionDef: &contributionDef{entry: 0, list: "to", block: blockDefault, hasConf: true, patch: compilePatch(fmt.Sprint(i))}})
+		defs.contributionDef(0, "to", blockDefault, compileConf(fmt.Sprint(i)))
 	}
 	if n := len(defs.contribs); n > maxSharedDefs {
 		t.Fatalf("table holds %d definitions, more than %d", n, maxSharedDefs)
 	}
 	if first.patch.value != "first" {
 		t.Fatalf("a definition handed out before the table started afresh changed: %v", first.patch.value)
+	}
+	if again := defs.contributionDef(0, "to", blockDefault, compileConf(fmt.Sprint(maxSharedDefs+9))); again.patch.value != fmt.Sprint(maxSharedDefs+9) {
+		t.Fatalf("a recent definition came back as %v", again.patch.value)
 	}
 }

@@ -80,14 +80,22 @@ type contributionDef struct {
 	at      string     // where(), set when parsing is done (finishContribution)
 }
 
-// newContribution makes a contribution of pol (nil in tests).
-func newContribution(pol *policy, entry int, block string, conf confBlock) *contribution {
-	c := &contribution{pol: pol, contributionDef: &contributionDef{entry: entry, block: block, hasConf: conf.value != nil,
-		patch: conf.patch, atomic: conf.atomic, when: conf.when, unset: conf.unset}}
+// newContribution makes a contribution of pol (nil in tests) to entry of
+// list ("to", "from", "rules"; "" for proxy-wide and legacy blocks), with a
+// definition from defs (nil: a definition of its own).
+func newContribution(pol *policy, defs *defTable, entry int, list, block string, conf confBlock) *contribution {
+	return &contribution{pol: pol, contributionDef: defs.contributionDef(entry, list, block, conf)}
+}
+
+// newContributionDef compiles conf into a definition.
+func newContributionDef(entry int, list, block string, conf confBlock) *contributionDef {
+	d := &contributionDef{entry: entry, list: list, block: block, hasConf: conf.value != nil,
+		patch: compilePatch(conf.value), atomic: conf.atomic, when: conf.when, unset: conf.unset}
 	if block == blockConf {
-		c.conf = conf.value
+		d.conf = conf.value
 	}
-	return c
+	d.at = d.computeWhere()
+	return d
 }
 
 // origin is the contribution for output. It is made on demand, not kept:
@@ -120,11 +128,11 @@ func (c *contribution) entryRef() *int {
 }
 
 // overrideContribution is nil when the block is absent.
-func overrideContribution(pol *policy, entry int, conf confBlock) *contribution {
+func overrideContribution(pol *policy, defs *defTable, entry int, list string, conf confBlock) *contribution {
 	if conf.value == nil {
 		return nil
 	}
-	return newContribution(pol, entry, blockOverride, conf)
+	return newContribution(pol, defs, entry, list, blockOverride, conf)
 }
 
 // active reports whether the contribution can change a fold at all.

@@ -161,15 +161,14 @@ func (b *builder) parsePolicy(r *resource.Resource, d *resource.TypeDescriptor, 
 	}
 	p = b.parseDecoded(r, d, dec)
 	finishContributions(p, b.s.shapes)
-	b.s.defs.shareDefs(p)
 	p.name = policyName(p)
 	b.s.parses.m.set(k, parsedPolicy{res: r, pol: p})
 	return p, nil, nil
 }
 
-// finishContributions caches, once per version of a policy, what messages
-// and output need of each contribution: its where() and its shape; the
-// clones of later snapshots share them.
+// finishContributions caches, once per version of a policy, what a fold
+// needs of each contribution: its shape (its where() comes with its
+// definition); the clones of later snapshots share them.
 func finishContributions(p *policy, shapes *shapeTable) {
 	for _, list := range [][]*entry{p.to, p.from} {
 		for _, e := range list {
@@ -186,7 +185,6 @@ func finishContribution(c *contribution, shapes *shapeTable) {
 	if c == nil {
 		return
 	}
-	c.at = c.computeWhere()
 	if c.hasConf && !c.atomic && c.when == nil && len(c.unset) == 0 && c.patch != nil {
 		c.plain = shapes.id(c.patch)
 	}
@@ -199,15 +197,15 @@ func (b *builder) parseDecoded(r *resource.Resource, d *resource.TypeDescriptor,
 	if d.Shape != resource.ShapeTargetRef {
 		p.top = b.s.refs.intern(targetRef{}) // selection reads it: none
 		p.legacy = &legacyDef{sources: dec.sources, destinations: dec.destinations, selectors: dec.selectors}
-		p.legacyConf = newContribution(p, -1, blockConf, dec.legacy)
+		p.legacyConf = newContribution(p, nil, -1, "", blockConf, dec.legacy)
 		return p
 	}
 	b.effectiveTop(p, dec.top)
 	p.to = b.entries(p, "to", dec.to)
 	p.from = append(b.entries(p, "from", dec.from), b.entries(p, "rules", dec.rules)...)
 	if d.ProxyWide {
-		p.proxy = newContribution(p, -1, blockDefault, dec.proxy.def)
-		p.proxyOver = overrideContribution(p, -1, dec.proxy.over)
+		p.proxy = newContribution(p, b.s.defs, -1, "", blockDefault, dec.proxy.def)
+		p.proxyOver = overrideContribution(p, b.s.defs, -1, "", dec.proxy.over)
 	}
 	return p
 }
@@ -235,11 +233,7 @@ func (b *builder) ownNamespace(r *resource.Resource) string {
 }
 
 // effectiveTop applies seed 004's sugar and SPEC 3.1's implicit scoping.
-func (b *builder) effectiveTop(p *policy, decoded *targetRef) {
-	var top targetRef
-	if decoded != nil {
-		top = *decoded
-	}
+func (b *builder) effectiveTop(p *policy, top targetRef) {
 	switch {
 	case p.role == resource.RoleConsumer || p.role == resource.RoleWorkloadOwner:
 		scope := map[string]string{resource.LabelZone: p.zone, resource.LabelNamespace: p.ownNS}
@@ -271,38 +265,32 @@ func tagList(m map[string]string) []tag {
 func (b *builder) entries(p *policy, list string, items []decodedEntry) []*entry {
 	out := make([]*entry, 0, len(items))
 	for i, item := range items {
-		e := &entry{pol: p, entryDef: &entryDef{index: i}}
-		var ref targetRef
-		if item.ref != nil {
-			ref = *item.ref
-		}
+		ref := item.ref
 		inbound := list == "from" || list == "rules"
 		if ref.Kind == "" && inbound {
 			// seed 004: a missing from[].targetRef means Mesh; a rule
 			// applies to all inbound traffic.
 			ref.Kind = resource.KindMesh
 		}
-		e.ref = b.s.refs.intern(ref)
-		e.kind = kindRank(e.ref.Kind)
-		e.c = newContribution(p, i, blockDefault, item.def)
-		e.c.list = list
-		if e.o = overrideContribution(p, i, item.over); e.o != nil {
-			e.o.list = list
-		}
+		def := entryDef{index: i, ref: b.s.refs.intern(ref)}
+		def.kind = kindRank(def.ref.Kind)
 		if inbound {
-			e.tags, e.never = clientTags(*e.ref)
+			def.tags, def.never = clientTags(*def.ref)
 		}
+		e := &entry{pol: p}
+		e.c = newContribution(p, b.s.defs, i, list, blockDefault, item.def)
+		e.o = overrideContribution(p, b.s.defs, i, list, item.over)
 		if len(item.matches) == 0 {
+			e.entryDef = b.s.defs.entryDef(def)
 			out = append(out, e)
 			continue
 		}
 		// A rule with matches applies to the clients of each match: one
 		// entry per match, sharing the rule's contribution.
 		for _, m := range item.matches {
-			def := *e.entryDef
 			def.tags = []tag{m}
 			em := *e
-			em.entryDef = &def
+			em.entryDef = b.s.defs.entryDef(def)
 			out = append(out, &em)
 		}
 	}

@@ -99,7 +99,7 @@ func TestFoldEqualsForwardMergePatch(t *testing.T) {
 		confOf := map[*contribution]any{} // the fold keeps patches, not the confs
 		for j := range confs {
 			confs[j] = randomPatch(r, 0)
-			cs[j] = newContribution(nil, -1, "default", compileConf(confs[j]))
+			cs[j] = newContribution(nil, nil, -1, "", "default", compileConf(confs[j]))
 			confOf[cs[j]] = confs[j]
 			c := *cs[j]
 			c.plain = shapes.id(c.patch)
@@ -472,7 +472,7 @@ func TestStatusTraceDecidesAsExplain(t *testing.T) {
 			if j%3 == 2 {
 				block = blockOverride
 			}
-			c := newContribution(nil, -1, block, conf)
+			c := newContribution(nil, nil, -1, "", block, conf)
 			if c.hasConf && !c.atomic && len(c.unset) == 0 {
 				c.plain = shapes.id(c.patch) // as finishContribution does
 				plain++
