@@ -144,6 +144,19 @@ func fleet(bins binariesAndN, r results) error {
 	}
 	r["rules_warm_ms"] = msOf(time.Since(t0))
 
+	// The inspected zone's footprint (issue 10's zone RSS target is "after
+	// inspecting a proxy"): zone-2 holds the snapshot _rules was computed
+	// from and the proxy's memoized rules; zone-1, measured below, never
+	// computed a proxy's rules. Read once every plane is quiet, as below.
+	quiesce([]*plane{g, z1, z2, z3}, 3*time.Second)
+	r["inspected_rss_mib"], _ = usage(z2.proc.PID())
+	r["inspected_rss_anon_mib"], r["inspected_rss_file_mib"] = rssParts(z2.proc.PID())
+	if bins.profileDir != "" {
+		if err := e.heapProfile(z2, bins.profileDir, "inspected"); err != nil {
+			return err
+		}
+	}
+
 	// Reconnect with no changes: what the global resends, and how long
 	// until the zone is connected and synced again.
 	before, err := sentTo(e, g, "zone-2")
