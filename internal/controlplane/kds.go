@@ -84,7 +84,6 @@ func startGlobalKDS(cfg Config, reg *resource.Registry, store storage.Store, met
 	}
 	g := grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(tlsMat.Config)),
-		grpc.ForceServerCodecV2(srv.Codec()),
 		grpc.MaxRecvMsgSize(maxKDSMessageBytes),
 		// Metadata (zone name and token) is all an unauthenticated peer
 		// gets read.

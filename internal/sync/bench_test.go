@@ -74,7 +74,7 @@ func BenchmarkFanOutOneChange(b *testing.B) {
 				r.Version = version // a new version: the first session maps it
 				for _, o := range outs {
 					send, _ := o.src.put(r)
-					o.pending.add(o.putEntry(r.Key(), send))
+					o.pending.add(putEntry(r.Key(), send))
 					_ = o.pending.build() // the batch a session sends for one change
 				}
 			}

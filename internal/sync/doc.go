@@ -104,8 +104,8 @@
 //	tlsMat, _ := auth.LoadOrCreateServerTLS(auth.ServerTLSConfig{DataDir: dataDir, CertFile: cert, KeyFile: key})
 //	srv, _ := sync.NewServer(sync.ServerConfig{Store: store, Registry: reg, Authenticator: access,
 //		Admission: adm, Logger: log.Named("kds"), SoftwareVersion: version.Version, Metrics: promRegistry})
-//	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsMat.Config)), grpc.MaxRecvMsgSize(6<<20),
-//		grpc.ForceServerCodecV2(srv.Codec())) // upserts marshaled once for every zone (codec.go)
+//	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsMat.Config)), grpc.MaxRecvMsgSize(6<<20))
+//	// upserts are encoded once for every zone (zonecache.go): the proto codec copies their bytes
 //	syncv1.RegisterSyncServiceServer(gs, srv)
 //	// gzip: encoding.RegisterCompressor(sync.NewGzipCompressor(sync.DefaultDeflateFrom)) before any stream
 //	// (controlplane.RegisterSyncGzip): stored blocks under 4 KiB, level 1 above; any gzip peer reads both.

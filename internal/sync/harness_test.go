@@ -331,7 +331,7 @@ func newCluster(t testing.TB, o clusterOpts) *cluster {
 		t.Fatal(err)
 	}
 	c.lis = bufconn.Listen(1 << 20)
-	c.grpcSrv = grpc.NewServer(grpc.ForceServerCodecV2(c.server.Codec())) // as the control plane serves it
+	c.grpcSrv = grpc.NewServer()
 	syncv1.RegisterSyncServiceServer(c.grpcSrv, c.server)
 	go func() { _ = c.grpcSrv.Serve(c.lis) }()
 	t.Cleanup(func() {
@@ -356,7 +356,7 @@ func (c *cluster) serveAgain(name string) {
 	c.lisMu.Lock()
 	c.lis = lis
 	c.lisMu.Unlock()
-	c.grpcSrv = grpc.NewServer(grpc.ForceServerCodecV2(srv.Codec()))
+	c.grpcSrv = grpc.NewServer()
 	syncv1.RegisterSyncServiceServer(c.grpcSrv, srv)
 	go func() { _ = c.grpcSrv.Serve(lis) }()
 	c.t.Cleanup(func() { srv.Shutdown(); c.grpcSrv.Stop() })

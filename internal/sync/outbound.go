@@ -20,8 +20,9 @@ import (
 // its store's resources (global -> one zone, or zone -> global).
 type source interface {
 	// put maps a stored resource to the copy to send, or to the key the
-	// peer must remove, or to neither (skip).
-	put(r *resource.Resource) (send *resource.Resource, remove *resource.Key)
+	// peer must remove, or to neither (skip). A copy may be shared with
+	// other sessions: it is never written.
+	put(r *resource.Resource) (send *wireCopy, remove *resource.Key)
 	// remove maps a deletion (the tombstone keeps key and last labels) to
 	// the key the peer must remove, or nil.
 	remove(tomb *resource.Resource) *resource.Key
@@ -273,7 +274,7 @@ func (o *outbound) nextChunk(it *snapshotIter) (*syncv1.DeltaBatch, []entry) {
 		if send == nil {
 			continue
 		}
-		e := o.putEntry(r.Key(), send)
+		e := putEntry(r.Key(), send)
 		if b.len() > 0 && b.size+e.size > o.chunkLimit(it.index) {
 			break
 		}
@@ -400,7 +401,7 @@ func (o *outbound) mapEvent(ev storage.Event) (entry, bool) {
 			if o.relayed != nil && o.src.(relayTracker).relayedFromZone(ev.Resource) {
 				o.relayed[key] = true
 			}
-			return o.putEntry(key, send), true
+			return putEntry(key, send), true
 		case remove != nil:
 			if o.relayed != nil && o.src.(relayTracker).relayedFromZone(ev.Resource) {
 				held := o.relayed[key]
@@ -643,21 +644,29 @@ type entry struct {
 // entryOverhead approximates the field tag and length prefix of an entry.
 const entryOverhead = 8
 
-// putEntry is the entry sending send, encoded once for all sessions when
-// the source shares its copies (the global's).
-func (o *outbound) putEntry(local resource.Key, send *resource.Resource) entry {
-	if wc, ok := o.src.(wireCacher); ok {
-		if up, size := wc.wire(send); up != nil {
-			return entry{wireKey: send.Key(), local: local, up: up, size: size}
-		}
-	}
-	return newEntry(local, send, nil)
+// wireCopy is a resource as the peer receives it: the key it stores it
+// under, its wire form and that form's size in a batch. The global's are
+// shared by every session (zoneCopies) and never written.
+type wireCopy struct {
+	key  resource.Key
+	up   *syncv1.Resource
+	size int
 }
 
-func newEntry(local resource.Key, send *resource.Resource, remove *resource.Key) entry {
+func newWireCopy(send *resource.Resource) *wireCopy {
+	up := toWire(send)
+	return &wireCopy{key: send.Key(), up: up, size: proto.Size(up) + entryOverhead}
+}
+
+// putEntry is the entry sending send.
+func putEntry(local resource.Key, send *wireCopy) entry {
+	return entry{wireKey: send.key, local: local, up: send.up, size: send.size}
+}
+
+// newEntry is the entry sending send, or else removing remove.
+func newEntry(local resource.Key, send *wireCopy, remove *resource.Key) entry {
 	if send != nil {
-		w := toWire(send)
-		return entry{wireKey: send.Key(), local: local, up: w, size: proto.Size(w) + entryOverhead}
+		return putEntry(local, send)
 	}
 	k := keyToWire(*remove)
 	return entry{wireKey: *remove, local: local, rm: k, size: proto.Size(k) + entryOverhead}

@@ -33,27 +33,19 @@ type globalSource struct {
 	copies *zoneCopies
 }
 
-func (s globalSource) put(r *resource.Resource) (*resource.Resource, *resource.Key) {
+func (s globalSource) put(r *resource.Resource) (*wireCopy, *resource.Key) {
 	d, _ := s.reg.Lookup(r.Type)
 	switch mapping.GlobalToZone(d, r, s.zone) {
 	case mapping.Send:
 		if s.copies != nil {
 			return s.copies.toZone(d, r), nil
 		}
-		return mapping.ToZone(d, r), nil
+		return newWireCopy(mapping.ToZone(d, r)), nil
 	case mapping.Remove:
 		k := resource.Key{Type: r.Type, Mesh: r.Mesh, Name: mapping.ZoneName(d, r.Key(), r.Labels)}
 		return nil, &k
 	}
 	return nil, nil
-}
-
-// wire implements wireCacher.
-func (s globalSource) wire(send *resource.Resource) (*syncv1.Resource, int) {
-	if s.copies == nil {
-		return nil, 0
-	}
-	return s.copies.wire(send)
 }
 
 func (s globalSource) remove(tomb *resource.Resource) *resource.Key {
@@ -89,11 +81,11 @@ type zoneSource struct {
 	zone string
 }
 
-func (s zoneSource) put(r *resource.Resource) (*resource.Resource, *resource.Key) {
+func (s zoneSource) put(r *resource.Resource) (*wireCopy, *resource.Key) {
 	d, _ := s.reg.Lookup(r.Type)
 	switch mapping.ZoneToGlobal(d, r, s.zone) {
 	case mapping.Send:
-		return r, nil
+		return newWireCopy(r), nil
 	case mapping.Remove:
 		k := r.Key()
 		return nil, &k

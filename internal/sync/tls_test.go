@@ -43,7 +43,7 @@ func TestOverTLSWithGzip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS.Config)), grpc.ForceServerCodecV2(srv.Codec()))
+	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS.Config)))
 	syncv1.RegisterSyncServiceServer(gs, srv)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
