@@ -436,12 +436,12 @@ func simulated(bins binariesAndN, zones int, r results) error {
 		// as a zone-cp does: the global keeps every zone's report.
 		ReportStatuses: true,
 		OnApply: func(zone string, res *resource.Resource, at time.Time) {
-			if res.Labels[resource.LabelDisplayName] != "probe" {
+			if res.Labels.Get(resource.LabelDisplayName) != "probe" {
 				return
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			marker := "round:" + res.Labels[roundLabel]
+			marker := "round:" + res.Labels.Get(roundLabel)
 			if arrived[marker] == nil {
 				arrived[marker] = map[string]time.Time{}
 			}

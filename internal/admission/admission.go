@@ -122,18 +122,15 @@ func (c *Controller) Prepare(res *resource.Resource) error {
 // systemLabels sets origin, zone, namespace and policy role (SPEC 2).
 func (c *Controller) systemLabels(res *resource.Resource, d *resource.TypeDescriptor) error {
 	origin := c.origin()
-	if claimed := res.Labels[resource.LabelOrigin]; claimed != "" && claimed != origin {
+	if claimed := res.Labels.Get(resource.LabelOrigin); claimed != "" && claimed != origin {
 		return fmt.Errorf("%w: the %s control plane accepts only resources of origin %q, not %q (label %s)",
 			ErrForbidden, c.cfg.Mode, origin, claimed, resource.LabelOrigin)
 	}
-	if res.Labels == nil {
-		res.Labels = map[string]string{}
-	}
-	res.Labels[resource.LabelOrigin] = origin
-	if res.Labels[resource.LabelNamespace] == c.cfg.SystemNamespace {
+	res.Labels.Set(resource.LabelOrigin, origin)
+	if res.Labels.Get(resource.LabelNamespace) == c.cfg.SystemNamespace {
 		// The system namespace is no namespace: Kuma accepts the label with
 		// that value everywhere; it means what its absence means.
-		delete(res.Labels, resource.LabelNamespace)
+		res.Labels.Delete(resource.LabelNamespace)
 	}
 	switch c.cfg.Mode {
 	case Global:
@@ -141,26 +138,26 @@ func (c *Controller) systemLabels(res *resource.Resource, d *resource.TypeDescri
 		// here claiming a zone or a namespace would replace that zone's
 		// synced copies in other zones.
 		for _, l := range []string{resource.LabelZone, resource.LabelNamespace} {
-			if v, ok := res.Labels[l]; ok {
+			if v, ok := res.Labels.Lookup(l); ok {
 				return fmt.Errorf("%w: label %s=%q is set by the control plane on resources synced from zones; "+
 					"the global does not accept it on its own resources", ErrForbidden, l, v)
 			}
 		}
 	case Zone:
-		if z := res.Labels[resource.LabelZone]; z != "" && z != c.cfg.Zone {
+		if z := res.Labels.Get(resource.LabelZone); z != "" && z != c.cfg.Zone {
 			return fmt.Errorf("%w: zone %q cannot write resources of zone %q (label %s)", ErrForbidden, c.cfg.Zone, z, resource.LabelZone)
 		}
-		res.Labels[resource.LabelZone] = c.cfg.Zone
+		res.Labels.Set(resource.LabelZone, c.cfg.Zone)
 		ns := res.Namespace
 		if ns == c.cfg.SystemNamespace {
 			ns = ""
 		}
-		if v, ok := res.Labels[resource.LabelNamespace]; ok && v != ns {
+		if v, ok := res.Labels.Lookup(resource.LabelNamespace); ok && v != ns {
 			return fmt.Errorf("%w: label %s=%q does not match the resource's namespace %q; the control plane sets it",
 				ErrForbidden, resource.LabelNamespace, v, res.Namespace)
 		}
 		if ns != "" {
-			res.Labels[resource.LabelNamespace] = ns
+			res.Labels.Set(resource.LabelNamespace, ns)
 		}
 	}
 	if d.Shape == resource.ShapeTargetRef {
@@ -168,7 +165,7 @@ func (c *Controller) systemLabels(res *resource.Resource, d *resource.TypeDescri
 		if err != nil {
 			return err
 		}
-		res.Labels[resource.LabelPolicyRole] = role
+		res.Labels.Set(resource.LabelPolicyRole, role)
 	}
 	return nil
 }
@@ -256,8 +253,8 @@ func (c *Controller) DeleteMesh(name string, version uint64) storage.Batch {
 				return nil, err
 			}
 			for _, r := range list.Items {
-				if c.cfg.Mode == Global && r.Labels[resource.LabelOrigin] == resource.OriginZone {
-					zoneOwned = append(zoneOwned, fmt.Sprintf("%s %s (zone %s)", r.Type, r.Name, r.Labels[resource.LabelZone]))
+				if c.cfg.Mode == Global && r.Labels.Get(resource.LabelOrigin) == resource.OriginZone {
+					zoneOwned = append(zoneOwned, fmt.Sprintf("%s %s (zone %s)", r.Type, r.Name, r.Labels.Get(resource.LabelZone)))
 				}
 				deletes = append(deletes, r.Key())
 			}
@@ -293,18 +290,18 @@ func (c *Controller) owns(key resource.Key, existing *resource.Resource) error {
 	if existing == nil {
 		return nil
 	}
-	origin := existing.Labels[resource.LabelOrigin]
+	origin := existing.Labels.Get(resource.LabelOrigin)
 	if c.cfg.Mode == Global {
 		if origin == resource.OriginZone {
 			return fmt.Errorf("%w: %s has origin %q (zone %q): change it in that zone, not on the global",
-				ErrOwned, key, origin, existing.Labels[resource.LabelZone])
+				ErrOwned, key, origin, existing.Labels.Get(resource.LabelZone))
 		}
 		return nil
 	}
 	if origin != "" && origin != resource.OriginZone {
 		return fmt.Errorf("%w: %s has origin %q: change it on the global control plane, not in zone %q", ErrOwned, key, origin, c.cfg.Zone)
 	}
-	if z := existing.Labels[resource.LabelZone]; z != "" && z != c.cfg.Zone {
+	if z := existing.Labels.Get(resource.LabelZone); z != "" && z != c.cfg.Zone {
 		return fmt.Errorf("%w: %s belongs to zone %q, not %q", ErrOwned, key, z, c.cfg.Zone)
 	}
 	return nil
@@ -361,9 +358,9 @@ func (c *Controller) FromZone(zone string, puts []*resource.Resource, deletes []
 			if err != nil || existing == nil {
 				return err
 			}
-			if existing.Labels[resource.LabelOrigin] != resource.OriginZone || existing.Labels[resource.LabelZone] != zone {
+			if existing.Labels.Get(resource.LabelOrigin) != resource.OriginZone || existing.Labels.Get(resource.LabelZone) != zone {
 				return fmt.Errorf("%w: %s exists on the global with origin %q and zone %q", ErrOwned, key,
-					existing.Labels[resource.LabelOrigin], existing.Labels[resource.LabelZone])
+					existing.Labels.Get(resource.LabelOrigin), existing.Labels.Get(resource.LabelZone))
 			}
 			return nil
 		}

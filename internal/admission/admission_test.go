@@ -40,7 +40,7 @@ func controller(t *testing.T, mode admission.Mode, federated bool) *admission.Co
 }
 
 func timeout(mesh, name string, labels map[string]string) *resource.Resource {
-	return &resource.Resource{Type: "MeshTimeout", Mesh: mesh, Name: name, Labels: labels,
+	return &resource.Resource{Type: "MeshTimeout", Mesh: mesh, Name: name, Labels: resource.NewLabels(labels),
 		Spec: []byte(`{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"1s"}}]}`)}
 }
 
@@ -61,7 +61,7 @@ func seed(t *testing.T, s storage.Store, rs ...*resource.Resource) {
 }
 
 func mesh(name string, labels map[string]string) *resource.Resource {
-	return &resource.Resource{Type: "Mesh", Name: name, Labels: labels, Spec: []byte(`{}`)}
+	return &resource.Resource{Type: "Mesh", Name: name, Labels: resource.NewLabels(labels), Spec: []byte(`{}`)}
 }
 
 func TestPrepareAndPut(t *testing.T) {

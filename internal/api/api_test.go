@@ -263,7 +263,7 @@ func TestZoneRefusesEditsOfGlobalResources(t *testing.T) {
 	// What sync would have written: a policy from the global.
 	_, err := f.store.Create(context.Background(), &resource.Resource{
 		Type: "MeshTimeout", Mesh: "default", Name: "from-global",
-		Labels: map[string]string{resource.LabelOrigin: "global"},
+		Labels: resource.NewLabels(map[string]string{resource.LabelOrigin: "global"}),
 		Spec:   []byte(`{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"1h"}}]}`),
 	})
 	if err != nil {

@@ -61,7 +61,7 @@ func TestKumaLabelValidation(t *testing.T) {
 				cfg = api.Config{Mode: api.ModeZone, Zone: "kuma-1", Environment: resource.EnvKubernetes, Federated: true, MaxBodyBytes: 1 << 20, LocalhostIsAdmin: true}
 			}
 			srv, store := serveAPI(t, cfg)
-			m := &resource.Resource{Type: "Mesh", Name: mesh, Spec: []byte(`{}`), Labels: map[string]string{resource.LabelOrigin: resource.OriginGlobal}}
+			m := &resource.Resource{Type: "Mesh", Name: mesh, Spec: []byte(`{}`), Labels: resource.NewLabels(map[string]string{resource.LabelOrigin: resource.OriginGlobal})}
 			if _, err := store.Create(context.Background(), m); err != nil {
 				t.Fatal(err)
 			}

@@ -93,7 +93,7 @@ func (src statusSource) attach(res *resource.Resource) *resource.Resource {
 // attachZones shows, on the global, each zone's status of a global policy
 // under status.zones (as the zones last reported it, SPEC 3.6.4).
 func (src statusSource) attachZones(res *resource.Resource) *resource.Resource {
-	if res.Labels[resource.LabelOrigin] != resource.OriginGlobal {
+	if res.Labels.Get(resource.LabelOrigin) != resource.OriginGlobal {
 		return res
 	}
 	out := *res

@@ -182,7 +182,7 @@ func describe(v any) string {
 	if b == nil {
 		return "—"
 	}
-	m := meta{Type: b.Policy.Type, Mesh: b.Policy.Mesh, Name: b.Policy.Name, Namespace: b.Policy.Namespace, Labels: b.Policy.Labels}
+	m := meta{Type: b.Policy.Type, Mesh: b.Policy.Mesh, Name: b.Policy.Name, Namespace: b.Policy.Namespace, Labels: b.Policy.Labels.Map()}
 	s := m.Ref()
 	if p := m.Provenance(); p != "" {
 		s += " [" + p + "]"

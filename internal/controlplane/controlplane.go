@@ -385,7 +385,7 @@ func ensureDefaultMesh(ctx context.Context, cfg Config, reg *resource.Registry, 
 	if cfg.Mode == api.ModeZone {
 		labels = map[string]string{resource.LabelOrigin: resource.OriginZone, resource.LabelZone: cfg.Zone}
 	}
-	_, err := store.Create(ctx, &resource.Resource{Type: "Mesh", Name: "default", Labels: labels, Spec: []byte("{}")})
+	_, err := store.Create(ctx, &resource.Resource{Type: "Mesh", Name: "default", Labels: resource.NewLabels(labels), Spec: []byte("{}")})
 	if err != nil && !errors.Is(err, storage.ErrAlreadyExists) {
 		return fmt.Errorf("create default mesh: %w", err)
 	}

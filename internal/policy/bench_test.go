@@ -324,7 +324,7 @@ func tenThousandWithOverrides() []*resource.Resource {
 		rs[i] = res("MeshTimeout", rs[i].Name, fmt.Sprintf(`{"targetRef":{"kind":"Mesh"},`+
 			`"to":[{"targetRef":{"kind":"Mesh"},"default":{"connectionTimeout":"%ds"},"override":{"idleTimeout":"%ds"}%s}],`+
 			`"from":[{"targetRef":{"kind":"Mesh"},"override":{"http":{"requestTimeout":"%ds"}}}]}`, i%60+1, i%30+1, when, i%90+1))
-		rs[i].Labels = map[string]string{resource.LabelOrigin: resource.OriginGlobal}
+		rs[i].Labels = resource.NewLabels(map[string]string{resource.LabelOrigin: resource.OriginGlobal})
 	}
 	return rs
 }

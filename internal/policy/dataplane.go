@@ -228,12 +228,12 @@ func (b *builder) backendService(kind, name, ns string) string {
 	return name
 }
 
-func hasLabels(have, want map[string]string) bool {
+func hasLabels(have resource.Labels, want map[string]string) bool {
 	if len(want) == 0 {
 		return false
 	}
 	for k, v := range want {
-		if have[k] != v {
+		if have.Get(k) != v {
 			return false
 		}
 	}

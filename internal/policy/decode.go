@@ -207,9 +207,9 @@ func decodePolicy(r *resource.Resource, d *resource.TypeDescriptor, sysNS string
 // namespace in k8s.kuma.io/namespace).
 func roleOf(r *resource.Resource, d *resource.TypeDescriptor, sysNS string) (string, error) {
 	if r.Namespace == "" || r.Namespace == sysNS {
-		switch l := r.Labels[resource.LabelPolicyRole]; l {
+		switch l := r.Labels.Get(resource.LabelPolicyRole); l {
 		case resource.RoleProducer, resource.RoleConsumer, resource.RoleWorkloadOwner:
-			if r.Labels[resource.LabelNamespace] != "" {
+			if r.Labels.Get(resource.LabelNamespace) != "" {
 				return l, nil
 			}
 		}

@@ -174,9 +174,9 @@ func timeoutVersion(name, ns string, v int) *resource.Resource {
 	r := &resource.Resource{Type: "MeshTimeout", Mesh: "default", Name: name, Namespace: ns, Spec: json.RawMessage(spec)}
 	switch v % 4 {
 	case 0:
-		r.Labels = map[string]string{resource.LabelOrigin: resource.OriginGlobal}
+		r.Labels = resource.NewLabels(map[string]string{resource.LabelOrigin: resource.OriginGlobal})
 	case 1:
-		r.Labels = map[string]string{resource.LabelOrigin: resource.OriginZone, resource.LabelZone: "zone-2"}
+		r.Labels = resource.NewLabels(map[string]string{resource.LabelOrigin: resource.OriginZone, resource.LabelZone: "zone-2"})
 	}
 	return r
 }
@@ -191,7 +191,7 @@ func randomTrace(rng *rand.Rand) *resource.Resource {
 	}
 	r := res("MeshTrace", fmt.Sprintf("trace-%d", v%4), fmt.Sprintf(`{"targetRef":{"kind":"Mesh"},%q:{"sampling":{"overall":%d}}}`, block, v))
 	if v%3 == 0 {
-		r.Labels = map[string]string{resource.LabelOrigin: resource.OriginGlobal}
+		r.Labels = resource.NewLabels(map[string]string{resource.LabelOrigin: resource.OriginGlobal})
 	}
 	return r
 }

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
 // AppendJSON appends r encoded as JSON, equivalent to json.Marshal(r). It
@@ -146,7 +148,7 @@ func appendMeta(b []byte, m Meta) []byte {
 	b = append(b, `,"namespace":`...)
 	b = appendString(b, m.Namespace)
 	b = append(b, `,"labels":`...)
-	b = appendStringMap(b, m.Labels)
+	b = appendLabels(b, m.Labels)
 	return append(b, '}')
 }
 
@@ -163,6 +165,22 @@ func appendList[T any](b []byte, items []T, each func([]byte, T) []byte) []byte 
 		b = each(b, it)
 	}
 	return append(b, ']')
+}
+
+// appendLabels writes labels as an object (in their key order).
+func appendLabels(b []byte, l resource.Labels) []byte {
+	b = append(b, '{')
+	i := 0
+	for k, v := range l.All() {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		i++
+		b = appendString(b, k)
+		b = append(b, ':')
+		b = appendString(b, v)
+	}
+	return append(b, '}')
 }
 
 // appendStringMap writes an object with sorted keys, or null for nil.

@@ -174,7 +174,7 @@ func doCase(r *rand.Rand, list string) ([]*resource.Resource, []*doEntry) {
 			origin = resource.OriginGlobal
 		}
 		rs = append(rs, &resource.Resource{Type: "MeshTimeout", Mesh: "default", Name: name, Spec: spec,
-			Labels: map[string]string{resource.LabelOrigin: origin}})
+			Labels: resource.NewLabels(map[string]string{resource.LabelOrigin: origin})})
 	}
 	// SPEC 3.2 apply order, computed here: top-level kind, origin (global
 	// first), entry kind, name (smaller later), index.
@@ -284,7 +284,7 @@ func doSnapshot(t *testing.T, reg *resource.Registry, rs []*resource.Resource) *
 func specsOf(rs []*resource.Resource) string {
 	var out []string
 	for _, r := range rs {
-		out = append(out, r.Name+" "+r.Labels[resource.LabelOrigin]+": "+string(r.Spec))
+		out = append(out, r.Name+" "+r.Labels.Get(resource.LabelOrigin)+": "+string(r.Spec))
 	}
 	return strings.Join(out, "\n")
 }

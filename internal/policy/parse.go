@@ -127,11 +127,7 @@ func policyWarning(p *policy, format string, args ...any) string {
 func (p *policy) meta() Meta { return metaOf(p.res) }
 
 func metaOf(r *resource.Resource) Meta {
-	labels := r.Labels
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	return Meta{Type: r.Type, Mesh: r.Mesh, Name: r.Name, Namespace: r.Namespace, Labels: labels}
+	return Meta{Type: r.Type, Mesh: r.Mesh, Name: r.Name, Namespace: r.Namespace, Labels: r.Labels}
 }
 
 // parsePolicy builds a policy of this snapshot from its decoded form. An
@@ -214,10 +210,10 @@ func (b *builder) parseDecoded(r *resource.Resource, d *resource.TypeDescriptor,
 // locally: it sorts as zone-originated (as Kuma does) and belongs to this
 // zone. A global policy belongs to no zone.
 func (b *builder) originOf(r *resource.Resource) (origin int, zone string) {
-	if r.Labels[resource.LabelOrigin] == resource.OriginGlobal {
+	if r.Labels.Get(resource.LabelOrigin) == resource.OriginGlobal {
 		return originGlobal, ""
 	}
-	if z := r.Labels[resource.LabelZone]; z != "" {
+	if z := r.Labels.Get(resource.LabelZone); z != "" {
 		return originZone, z
 	}
 	return originZone, b.zone
@@ -226,7 +222,7 @@ func (b *builder) originOf(r *resource.Resource) (origin int, zone string) {
 // ownNamespace is the namespace the policy was written in: the
 // k8s.kuma.io/namespace label of a synced copy, else its namespace.
 func (b *builder) ownNamespace(r *resource.Resource) string {
-	if ns := r.Labels[resource.LabelNamespace]; ns != "" && b.normNS(r.Namespace) == "" {
+	if ns := r.Labels.Get(resource.LabelNamespace); ns != "" && b.normNS(r.Namespace) == "" {
 		return b.normNS(ns)
 	}
 	return b.normNS(r.Namespace)

@@ -71,7 +71,7 @@ func (s *MeshSnapshot) selectsDataplane(p *policy, dp *dataplane) bool {
 	switch {
 	case ref.Labels != nil:
 		for k, v := range ref.Labels {
-			if got, ok := dp.res.Labels[k]; !ok || got != v {
+			if got, ok := dp.res.Labels.Lookup(k); !ok || got != v {
 				return false
 			}
 		}
@@ -376,7 +376,7 @@ func (b *builder) findServices(ref *targetRef, ns string) []*meshService {
 		return []*meshService{ms}
 	}
 	for _, ms := range b.s.svcByName[ref.Name] {
-		if ms.origNS == ns || (ns == "" && ms.res.Labels[resource.LabelDisplayName] != "") {
+		if ms.origNS == ns || (ns == "" && ms.res.Labels.Get(resource.LabelDisplayName) != "") {
 			out = append(out, ms)
 		}
 	}

@@ -411,7 +411,7 @@ func (b *builder) addInfra(r *resource.Resource) {
 	b.s.infra = append(b.s.infra, r)
 	switch r.Type {
 	case "MeshService":
-		ms := &meshService{res: r, display: r.DisplayName(), origNS: b.ownNamespace(r), zone: r.Labels[resource.LabelZone]}
+		ms := &meshService{res: r, display: r.DisplayName(), origNS: b.ownNamespace(r), zone: r.Labels.Get(resource.LabelZone)}
 		b.s.services[key] = ms
 		b.s.svcByName[ms.display] = append(b.s.svcByName[ms.display], ms)
 	case "MeshExternalService":

@@ -3,6 +3,8 @@ package policy
 import (
 	"encoding/json"
 	"errors"
+
+	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
 // ErrNotFound is returned (wrapped) when a query names a Dataplane, an
@@ -14,11 +16,11 @@ var ErrNotFound = errors.New("not found")
 // present so that the shape never changes: Namespace is "" for the system
 // namespace and Labels is {} when there are none.
 type Meta struct {
-	Type      string            `json:"type"`
-	Mesh      string            `json:"mesh"`
-	Name      string            `json:"name"`
-	Namespace string            `json:"namespace"`
-	Labels    map[string]string `json:"labels"`
+	Type      string          `json:"type"`
+	Mesh      string          `json:"mesh"`
+	Name      string          `json:"name"`
+	Namespace string          `json:"namespace"`
+	Labels    resource.Labels `json:"labels"`
 }
 
 // Origin is one contribution to a merged conf: the policy, plus the index of

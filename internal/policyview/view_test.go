@@ -25,7 +25,7 @@ func dataplane(name, service string) *resource.Resource {
 
 func timeout(name, idle string) *resource.Resource {
 	return &resource.Resource{Type: "MeshTimeout", Mesh: "default", Name: name,
-		Labels: map[string]string{resource.LabelOrigin: "zone", resource.LabelPolicyRole: "system"},
+		Labels: resource.NewLabels(map[string]string{resource.LabelOrigin: "zone", resource.LabelPolicyRole: "system"}),
 		Spec:   []byte(`{"targetRef":{"kind":"Mesh"},"from":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"` + idle + `"}}]}`)}
 }
 
@@ -276,7 +276,7 @@ func TestPollingDoesNotHoldStatusesBack(t *testing.T) {
 // global is a MeshTimeout synced from the global.
 func global(name, idle string) *resource.Resource {
 	r := timeout(name, idle)
-	r.Labels = map[string]string{resource.LabelOrigin: resource.OriginGlobal}
+	r.Labels = resource.NewLabels(map[string]string{resource.LabelOrigin: resource.OriginGlobal})
 	return r
 }
 

@@ -323,7 +323,7 @@ func (reg *Registry) decodeKubernetes(obj map[string]any) (*Resource, error) {
 	}
 	if r.Mesh == "" && d.Scope == ScopeMesh {
 		// Mesh as a label (seed 003), else Kuma's webhook default.
-		r.Mesh = r.Labels[LabelMesh]
+		r.Mesh = r.Labels.Get(LabelMesh)
 		if r.Mesh == "" {
 			r.Mesh = "default"
 		}
@@ -374,25 +374,25 @@ func stringField(path string, v any, errs *ValidationError) string {
 	return s
 }
 
-func labelsField(path string, v any, errs *ValidationError) map[string]string {
+func labelsField(path string, v any, errs *ValidationError) Labels {
 	if v == nil {
-		return nil
+		return Labels{}
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
 		errs.Add(path, "must be a map of strings, got %s", jsonType(v))
-		return nil
+		return Labels{}
 	}
-	labels := make(map[string]string, len(m))
+	kv := make([]string, 0, 2*len(m))
 	for _, k := range sortedKeys(m) {
 		s, ok := m[k].(string)
 		if !ok {
 			errs.Add(path+"["+strconv.Quote(k)+"]", "must be a string, got %s", jsonType(m[k]))
 			continue
 		}
-		labels[k] = s
+		kv = append(kv, k, s)
 	}
-	return labels
+	return LabelsFromPairs(kv)
 }
 
 // objectField stores a decoded object as canonical JSON; null is absent.
@@ -486,7 +486,7 @@ func (reg *Registry) universalMembers(r *Resource, raw bool) ([]member, error) {
 	ms = appendIf(ms, r.Mesh != "", "mesh", r.Mesh)
 	ms = append(ms, member{"name", r.Name})
 	ms = appendIf(ms, r.Namespace != "", "namespace", r.Namespace)
-	ms = appendIf(ms, len(r.Labels) > 0, "labels", labelsValue(r.Labels))
+	ms = appendIf(ms, r.Labels.Len() > 0, "labels", labelsValue(r.Labels))
 	ms = append(ms, reg.specMembers(r.Type, spec)...)
 	ms = appendIf(ms, !r.CreationTime.IsZero(), "creationTime", r.CreationTime.Format(time.RFC3339Nano))
 	ms = appendIf(ms, !r.ModificationTime.IsZero(), "modificationTime", r.ModificationTime.Format(time.RFC3339Nano))
@@ -502,9 +502,9 @@ func appendIf(ms []member, cond bool, key string, value any) []member {
 	return append(ms, member{key, value})
 }
 
-func labelsValue(labels map[string]string) map[string]any {
-	m := make(map[string]any, len(labels))
-	for k, v := range labels {
+func labelsValue(labels Labels) map[string]any {
+	m := make(map[string]any, labels.Len())
+	for k, v := range labels.All() {
 		m[k] = v
 	}
 	return m

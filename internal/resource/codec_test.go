@@ -81,7 +81,7 @@ version: 7
 status: {ready: true}
 `)
 	want := &Resource{
-		Type: "Dataplane", Mesh: "default", Name: "web-1", Namespace: "web-ns", Labels: map[string]string{"team": "a"},
+		Type: "Dataplane", Mesh: "default", Name: "web-1", Namespace: "web-ns", Labels: NewLabels(map[string]string{"team": "a"}),
 		Spec:         json.RawMessage(`{"networking":{"address":"10.0.0.1","inbound":[{"port":80,"tags":{"kuma.io/service":"web"}}]}}`),
 		Status:       json.RawMessage(`{"ready":true}`),
 		CreationTime: time.Date(2024, 1, 2, 15, 4, 5, 0, time.UTC), Version: 7,

@@ -81,7 +81,7 @@ func FuzzValidate(f *testing.F) {
 	f.Fuzz(func(t *testing.T, typeIndex uint8, name, mesh, namespace string, spec []byte) {
 		r := &Resource{
 			Type: names[int(typeIndex)%len(names)], Name: name, Mesh: mesh, Namespace: namespace,
-			Labels: map[string]string{LabelDisplayName: name}, Spec: bytes.Clone(spec),
+			Labels: NewLabels(map[string]string{LabelDisplayName: name}), Spec: bytes.Clone(spec),
 		}
 		d, _ := reg.Lookup(r.Type)
 		for _, opts := range fuzzOptions() {

@@ -69,7 +69,7 @@ func TestDisplayName(t *testing.T) {
 	if r.DisplayName() != "x-123" {
 		t.Error(r.DisplayName())
 	}
-	r.Labels = map[string]string{LabelDisplayName: "x"}
+	r.Labels = NewLabels(map[string]string{LabelDisplayName: "x"})
 	if r.DisplayName() != "x" {
 		t.Error(r.DisplayName())
 	}

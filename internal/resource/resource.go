@@ -53,13 +53,13 @@ func (k Key) String() string {
 // A Resource is treated as immutable once handed to another package: copy it
 // (Clone) before changing it.
 type Resource struct {
-	Type      string            `json:"type"`
-	Mesh      string            `json:"mesh,omitempty"`
-	Name      string            `json:"name"`
-	Namespace string            `json:"namespace,omitempty"`
-	Labels    map[string]string `json:"labels,omitempty"`
-	Spec      json.RawMessage   `json:"spec,omitempty"`
-	Status    json.RawMessage   `json:"status,omitempty"`
+	Type      string          `json:"type"`
+	Mesh      string          `json:"mesh,omitempty"`
+	Name      string          `json:"name"`
+	Namespace string          `json:"namespace,omitempty"`
+	Labels    Labels          `json:"labels,omitzero"`
+	Spec      json.RawMessage `json:"spec,omitempty"`
+	Status    json.RawMessage `json:"status,omitempty"`
 
 	// Read-only, set by the store.
 	CreationTime     time.Time `json:"creationTime"`
@@ -76,13 +76,7 @@ func (r *Resource) Key() Key {
 
 // Clone returns a deep copy.
 func (r *Resource) Clone() *Resource {
-	c := *r
-	if r.Labels != nil {
-		c.Labels = make(map[string]string, len(r.Labels))
-		for k, v := range r.Labels {
-			c.Labels[k] = v
-		}
-	}
+	c := *r // Labels are never written in place: the copy may share them
 	if r.Spec != nil {
 		c.Spec = append(json.RawMessage(nil), r.Spec...)
 	}
@@ -94,7 +88,7 @@ func (r *Resource) Clone() *Resource {
 
 // DisplayName is the kuma.io/display-name label, else the name.
 func (r *Resource) DisplayName() string {
-	if d := r.Labels[LabelDisplayName]; d != "" {
+	if d := r.Labels.Get(LabelDisplayName); d != "" {
 		return d
 	}
 	return r.Name

@@ -62,7 +62,7 @@ func (reg *Registry) Validate(r *Resource, opts ValidateOptions) error {
 		return errs.OrNil()
 	}
 	validateMesh(d, r.Mesh, errs)
-	if m, ok := r.Labels[LabelMesh]; ok && d.Scope == ScopeMesh && m != r.Mesh {
+	if m, ok := r.Labels.Lookup(LabelMesh); ok && d.Scope == ScopeMesh && m != r.Mesh {
 		errs.Add("labels["+strconv.Quote(LabelMesh)+"]", "%q does not match the resource's mesh %q", m, r.Mesh)
 	}
 	validateNamespace(d, r.Namespace, opts, errs)
@@ -90,19 +90,19 @@ func validateMesh(d *TypeDescriptor, mesh string, errs *ValidationError) {
 	}
 }
 
-func validateLabels(labels map[string]string, errs *ValidationError) {
-	for _, k := range sortedKeys(labels) {
+func validateLabels(labels Labels, errs *ValidationError) {
+	for k, v := range labels.All() {
 		// The field name is made only for a problem: every resource a
 		// zone receives passes through here with its labels.
 		field := func() string { return "labels[" + strconv.Quote(k) + "]" }
 		if msg := labelKeyProblem(k); msg != "" {
 			errs.Add(field(), "%s", msg)
 		}
-		if msg := labelValueProblem(k, labels[k]); msg != "" {
+		if msg := labelValueProblem(k, v); msg != "" {
 			errs.Add(field(), "%s", msg)
 		}
-		if allowed := knownLabelValues(k); allowed != nil && !contains(allowed, labels[k]) {
-			errs.Add(field(), "invalid value %q: must be one of %s", labels[k], strings.Join(allowed, ", "))
+		if allowed := knownLabelValues(k); allowed != nil && !contains(allowed, v) {
+			errs.Add(field(), "invalid value %q: must be one of %s", v, strings.Join(allowed, ", "))
 		}
 	}
 }
@@ -203,8 +203,8 @@ func (reg *Registry) Normalize(r *Resource, systemNamespace string) {
 	}
 	r.Spec = reg.canonicalOrSame(r.Spec)
 	r.Status = reg.canonicalOrSame(r.Status)
-	if len(r.Labels) == 0 {
-		r.Labels = nil
+	if r.Labels.Len() == 0 {
+		r.Labels = Labels{}
 	}
 }
 

@@ -33,14 +33,14 @@ func TestValidateEnvelope(t *testing.T) {
 		{"mesh forbidden", Resource{Type: "Zone", Mesh: "default", Name: "z"}, global, []string{"mesh: must not be set for type Zone"}},
 		{"bad mesh", Resource{Type: "MeshTimeout", Mesh: "my.mesh", Name: "t", Spec: json.RawMessage(timeout)}, global,
 			[]string{`mesh: invalid mesh name "my.mesh": must be a lowercase RFC 1123 label of at most 63 characters`}},
-		{"labels", Resource{Type: "Mesh", Name: "m", Labels: map[string]string{
+		{"labels", Resource{Type: "Mesh", Name: "m", Labels: NewLabels(map[string]string{
 			"team": "payments", "kuma.io/zone": "zone-1", "example.com/a_b.c": "A-1_b.2", "empty": "",
 			LabelDisplayName: strings.Repeat("n", 200),
-		}}, global, nil},
-		{"bad labels", Resource{Type: "Mesh", Name: "m", Labels: map[string]string{
+		})}, global, nil},
+		{"bad labels", Resource{Type: "Mesh", Name: "m", Labels: NewLabels(map[string]string{
 			"kuma.io/": "x", "-team": "x", "Bad_Prefix/x": "x", "ok": strings.Repeat("v", 64), "sp": "a b",
 			LabelOrigin: "mars", LabelPolicyRole: "owner",
-		}}, global, []string{
+		})}, global, []string{
 			`labels["-team"]: key name must be at most 63 characters of [A-Za-z0-9_.-], starting and ending with an alphanumeric`,
 			`labels["Bad_Prefix/x"]: key prefix must be a lowercase RFC 1123 subdomain of at most 253 characters`,
 			`labels["kuma.io/"]: key name must be at most 63 characters of [A-Za-z0-9_.-], starting and ending with an alphanumeric`,
@@ -65,7 +65,7 @@ func TestValidateEnvelope(t *testing.T) {
 			[]string{`namespace: MeshGateway must be in the system namespace "kuma-system"`}},
 		{"bad namespace", Resource{Type: "Dataplane", Mesh: "default", Name: "dp", Namespace: "Team_A", Spec: json.RawMessage(dataplane)}, k8s,
 			[]string{`namespace: invalid namespace "Team_A": must be a lowercase RFC 1123 label of at most 63 characters`}},
-		{"every problem at once", Resource{Type: "MeshTimeout", Name: "T", Namespace: "x", Labels: map[string]string{"a": "-"},
+		{"every problem at once", Resource{Type: "MeshTimeout", Name: "T", Namespace: "x", Labels: NewLabels(map[string]string{"a": "-"}),
 			Spec: json.RawMessage(`{"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"soon"}}]}`)}, global, []string{
 			`name: invalid name "T": must be a lowercase RFC 1123 subdomain of at most 253 characters`,
 			`labels["a"]: value must be at most 63 characters of [A-Za-z0-9_.-], starting and ending with an alphanumeric`,
@@ -171,11 +171,11 @@ func TestValidateLegacySpecs(t *testing.T) {
 
 func TestNormalize(t *testing.T) {
 	reg := NewDefaultRegistry()
-	r := &Resource{Type: "MeshTimeout", Namespace: "mesh-system", Labels: map[string]string{},
+	r := &Resource{Type: "MeshTimeout", Namespace: "mesh-system", Labels: NewLabels(map[string]string{}),
 		Spec:   json.RawMessage("{ \"to\" : [ {\"default\":{\"b\":1, \"a\":\"<&>\"}} ] }"),
 		Status: json.RawMessage(" null ")}
 	reg.Normalize(r, "mesh-system")
-	if r.Namespace != "" || r.Labels != nil || r.Status != nil {
+	if r.Namespace != "" || r.Labels.Len() > 0 || r.Status != nil {
 		t.Errorf("envelope not normalized: %+v", r)
 	}
 	if want := `{"to":[{"default":{"a":"<&>","b":1}}]}`; string(r.Spec) != want {

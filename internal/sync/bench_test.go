@@ -18,7 +18,7 @@ func BenchmarkZoneSinkUpsert(b *testing.B) {
 	defer st.Close()
 	sink := zoneSink{reg: testRegistry, store: st, zone: mapping.Zone{Name: "zone-1", Environment: resource.EnvKubernetes}}
 	r := timeout("default-timeout-global", "", "")
-	r.Labels = map[string]string{resource.LabelOrigin: "global", resource.LabelPolicyRole: "system"}
+	r.Labels = resource.NewLabels(map[string]string{resource.LabelOrigin: "global", resource.LabelPolicyRole: "system"})
 	d, _ := testRegistry.Lookup("MeshTimeout")
 	w := toWire(mapping.ToZone(d, r))
 	ctx := context.Background()
@@ -54,7 +54,7 @@ func BenchmarkGet(b *testing.B) {
 // once for all of them (zoneCopies).
 func BenchmarkFanOutOneChange(b *testing.B) {
 	r := timeout("default-timeout-global", "", "")
-	r.Labels = map[string]string{resource.LabelOrigin: "global", resource.LabelPolicyRole: "system"}
+	r.Labels = resource.NewLabels(map[string]string{resource.LabelOrigin: "global", resource.LabelPolicyRole: "system"})
 	for _, shared := range []bool{false, true} {
 		name := "per-session"
 		var copies *zoneCopies

@@ -34,13 +34,13 @@ func TestGlobalResourcesReachZone(t *testing.T) {
 
 	eventually(t, wait, "mesh in zone", func() bool { return exists(z.store, "Mesh", "", "default") })
 	m, _ := get(z.store, "Mesh", "", "default")
-	if m.Labels[resource.LabelOrigin] != resource.OriginGlobal {
+	if m.Labels.Get(resource.LabelOrigin) != resource.OriginGlobal {
 		t.Errorf("mesh labels %v", m.Labels)
 	}
 	const synced = "default-timeout-global-54dbd4c66zwbcf9c"
 	eventually(t, wait, "policy in zone", func() bool { return exists(z.store, "MeshTimeout", "default", synced) })
 	got, _ := get(z.store, "MeshTimeout", "default", synced)
-	if got.Labels[resource.LabelOrigin] != "global" || got.Labels[resource.LabelDisplayName] != "default-timeout-global" ||
+	if got.Labels.Get(resource.LabelOrigin) != "global" || got.Labels.Get(resource.LabelDisplayName) != "default-timeout-global" ||
 		got.Status != nil || got.Namespace != "" {
 		t.Errorf("zone copy: labels %v status %s namespace %q", got.Labels, got.Status, got.Namespace)
 	}
@@ -80,8 +80,8 @@ func TestZonePolicyReachesGlobalOnly(t *testing.T) {
 	want := map[string]string{resource.LabelOrigin: "zone", resource.LabelZone: "zone-1",
 		resource.LabelDisplayName: "default-timeout-zone-1", resource.LabelPolicyRole: "system"}
 	for k, v := range want {
-		if got.Labels[k] != v {
-			t.Errorf("label %s = %q, want %q (all: %v)", k, got.Labels[k], v, got.Labels)
+		if got.Labels.Get(k) != v {
+			t.Errorf("label %s = %q, want %q (all: %v)", k, got.Labels.Get(k), v, got.Labels)
 		}
 	}
 	z1.waitSettled()
@@ -102,7 +102,7 @@ func TestKDSSyncDisabled(t *testing.T) {
 	c := newCluster(t, clusterOpts{})
 	z := c.zone("zone-1", zoneOpts{}).start()
 	disabled := func(r *resource.Resource) *resource.Resource {
-		r.Labels = map[string]string{resource.LabelKDSSync: "disabled"}
+		r.Labels = resource.NewLabels(map[string]string{resource.LabelKDSSync: "disabled"})
 		return r
 	}
 	writeGlobal(t, c.global, disabled(timeout("global-local", "", "")))
@@ -141,8 +141,8 @@ func TestMeshServiceRelayedWithoutStatus(t *testing.T) {
 	const name = "redis-zone-1-2v6wfvvcvbc9f55d"
 	eventually(t, wait, "MeshService in zone-2", func() bool { return exists(z2.store, "MeshService", "default", name) })
 	got, _ := get(z2.store, "MeshService", "default", name)
-	if got.Status != nil || got.Labels[resource.LabelZone] != "zone-1" || got.Labels[resource.LabelOrigin] != "zone" ||
-		got.Labels[resource.LabelDisplayName] != "redis-zone-1" {
+	if got.Status != nil || got.Labels.Get(resource.LabelZone) != "zone-1" || got.Labels.Get(resource.LabelOrigin) != "zone" ||
+		got.Labels.Get(resource.LabelDisplayName) != "redis-zone-1" {
 		t.Errorf("zone-2 copy: status %s labels %v", got.Status, got.Labels)
 	}
 	onGlobal, err := get(c.global, "MeshService", "default", name)
@@ -194,7 +194,7 @@ func TestProducerPolicyRelayed(t *testing.T) {
 	if ref["name"] != svcName || ref["namespace"] != resource.DefaultSystemNamespace {
 		t.Errorf("reference in zone-2 = %v, want %s in %s", ref, svcName, resource.DefaultSystemNamespace)
 	}
-	if prod.Labels[resource.LabelPolicyRole] != "producer" || prod.Labels[resource.LabelNamespace] != "backend-ns" {
+	if prod.Labels.Get(resource.LabelPolicyRole) != "producer" || prod.Labels.Get(resource.LabelNamespace) != "backend-ns" {
 		t.Errorf("producer labels %v", prod.Labels)
 	}
 }
@@ -310,7 +310,7 @@ func TestSnapshotNackNamesTheGlobalKey(t *testing.T) {
 	z := c.zone("zone-1", zoneOpts{})
 	clash := mapping.HashedName("default", "clash")
 	local := timeout(clash, "", "")
-	local.Labels = map[string]string{resource.LabelKDSSync: "disabled"}
+	local.Labels = resource.NewLabels(map[string]string{resource.LabelKDSSync: "disabled"})
 	writeZone(t, z.store, "zone-1", local)
 	writeGlobal(t, c.global, timeout("clash", "", ""))
 	writeGlobal(t, c.global, timeout("fine", "", ""))
@@ -334,7 +334,7 @@ func TestNackShowsInStatusAndRetries(t *testing.T) {
 	// the zone refuses to let the global overwrite it.
 	clash := mapping.HashedName("default", "clash")
 	local := timeout(clash, "", "")
-	local.Labels = map[string]string{resource.LabelKDSSync: "disabled"}
+	local.Labels = resource.NewLabels(map[string]string{resource.LabelKDSSync: "disabled"})
 	writeZone(t, z.store, "zone-1", local)
 	writeGlobal(t, c.global, timeout("clash", "", ""))
 	eventually(t, wait, "NACK in status", func() bool {
@@ -347,7 +347,7 @@ func TestNackShowsInStatusAndRetries(t *testing.T) {
 		t.Errorf("status after NACK: %+v", st.GlobalToZone)
 	}
 	r, _ := get(z.store, "MeshTimeout", "default", clash)
-	if r.Labels[resource.LabelOrigin] != "zone" {
+	if r.Labels.Get(resource.LabelOrigin) != "zone" {
 		t.Fatalf("the global overwrote the zone's resource: %v", r.Labels)
 	}
 	// The rejection is recorded on the global's resource, per zone.
@@ -360,7 +360,7 @@ func TestNackShowsInStatusAndRetries(t *testing.T) {
 	del(t, z.store, resource.Key{Type: "MeshTimeout", Mesh: "default", Name: clash})
 	eventually(t, wait, "retried copy", func() bool {
 		r, err := get(z.store, "MeshTimeout", "default", clash)
-		return err == nil && r.Labels[resource.LabelOrigin] == "global"
+		return err == nil && r.Labels.Get(resource.LabelOrigin) == "global"
 	})
 	eventually(t, wait, "rejection cleared", func() bool { return len(c.server.RejectedBy(globalKey)) == 0 })
 }
@@ -490,7 +490,7 @@ func TestZoneCannotOverwriteOthers(t *testing.T) {
 	}
 	claim := func(name string, labels map[string]string) *syncv1.Resource {
 		r := timeout(name, "", "")
-		r.Labels = labels
+		r.Labels = resource.NewLabels(labels)
 		return toWire(r)
 	}
 	// A mesh the global does not have: only the in-transaction admission
@@ -536,7 +536,7 @@ func TestZoneCannotOverwriteOthers(t *testing.T) {
 	if rejected["ok"] || !exists(c.global, "MeshTimeout", "default", mapping.HashedName("default", "ok", "zone-1")) {
 		t.Error("the valid resource of the batch was not applied")
 	}
-	if r, err := get(c.global, "MeshTimeout", "default", squat); err != nil || r.Labels[resource.LabelOrigin] != "global" {
+	if r, err := get(c.global, "MeshTimeout", "default", squat); err != nil || r.Labels.Get(resource.LabelOrigin) != "global" {
 		t.Errorf("global resource overwritten or removed: %v %v", r, err)
 	}
 	if !exists(c.global, "MeshTimeout", "default", z2name) {
@@ -575,7 +575,7 @@ func TestTinyBatchesConverge(t *testing.T) {
 	var b storage.Batch
 	for i := range 60 {
 		r := timeout("bulk-"+itoa(i), "", "")
-		r.Labels = map[string]string{resource.LabelOrigin: "global", resource.LabelPolicyRole: "system"}
+		r.Labels = resource.NewLabels(map[string]string{resource.LabelOrigin: "global", resource.LabelPolicyRole: "system"})
 		b.Puts = append(b.Puts, r)
 	}
 	if _, err := c.global.Apply(context.Background(), b); err != nil {
@@ -847,7 +847,7 @@ func onlyNamed(st storage.Store, n int, prefix string) bool {
 		return false
 	}
 	for _, r := range list.Items {
-		if !strings.HasPrefix(r.Labels[resource.LabelDisplayName], prefix) {
+		if !strings.HasPrefix(r.Labels.Get(resource.LabelDisplayName), prefix) {
 			return false
 		}
 	}

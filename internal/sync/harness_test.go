@@ -159,10 +159,10 @@ func openStore(t testing.TB, path string, o storeOpts) *boltstore.Store {
 func writeGlobal(t testing.TB, st storage.Store, r *resource.Resource) {
 	t.Helper()
 	r = r.Clone()
-	if r.Labels == nil {
-		r.Labels = map[string]string{}
+	if r.Labels.Len() == 0 {
+		r.Labels = resource.NewLabels(map[string]string{})
 	}
-	r.Labels[resource.LabelOrigin] = resource.OriginGlobal
+	r.Labels.Set(resource.LabelOrigin, resource.OriginGlobal)
 	setRole(t, r, "")
 	put(t, st, r)
 }
@@ -171,13 +171,13 @@ func writeGlobal(t testing.TB, st storage.Store, r *resource.Resource) {
 func writeZone(t testing.TB, st storage.Store, zone string, r *resource.Resource) {
 	t.Helper()
 	r = r.Clone()
-	if r.Labels == nil {
-		r.Labels = map[string]string{}
+	if r.Labels.Len() == 0 {
+		r.Labels = resource.NewLabels(map[string]string{})
 	}
-	r.Labels[resource.LabelOrigin] = resource.OriginZone
-	r.Labels[resource.LabelZone] = zone
+	r.Labels.Set(resource.LabelOrigin, resource.OriginZone)
+	r.Labels.Set(resource.LabelZone, zone)
 	if r.Namespace != "" {
-		r.Labels[resource.LabelNamespace] = r.Namespace
+		r.Labels.Set(resource.LabelNamespace, r.Namespace)
 	}
 	setRole(t, r, "")
 	put(t, st, r)
@@ -195,7 +195,7 @@ func setRole(t testing.TB, r *resource.Resource, sysNS string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Labels[resource.LabelPolicyRole] = role
+	r.Labels.Set(resource.LabelPolicyRole, role)
 }
 
 func put(t testing.TB, st storage.Store, r *resource.Resource) {

@@ -216,7 +216,7 @@ func TestLoopWindowAndConfirmation(t *testing.T) {
 	var b storage.Batch
 	for i := range 30 {
 		r := timeout("p-"+itoa(i), "", "")
-		r.Labels = map[string]string{resource.LabelOrigin: "global"}
+		r.Labels = resource.NewLabels(map[string]string{resource.LabelOrigin: "global"})
 		b.Puts = append(b.Puts, r)
 	}
 	res, err := store.Apply(context.Background(), b)
@@ -254,7 +254,7 @@ func TestLoopWindowAndConfirmation(t *testing.T) {
 	// zone-1's own resource is not sent back to it: its revision is stamped
 	// by an empty marker after the delay.
 	own := timeout("own", "", "")
-	own.Labels = map[string]string{resource.LabelOrigin: "zone", resource.LabelZone: "zone-1"}
+	own.Labels = resource.NewLabels(map[string]string{resource.LabelOrigin: "zone", resource.LabelZone: "zone-1"})
 	if _, _, err := store.Put(context.Background(), own); err != nil {
 		t.Fatal(err)
 	}

@@ -165,9 +165,9 @@ func (s globalSink) checkOwner(ctx context.Context, key resource.Key) error {
 	case err != nil:
 		return fmt.Errorf("read %s: %w", key, err)
 	}
-	if existing.Labels[resource.LabelOrigin] != resource.OriginZone || existing.Labels[resource.LabelZone] != s.zone.Name {
+	if existing.Labels.Get(resource.LabelOrigin) != resource.OriginZone || existing.Labels.Get(resource.LabelZone) != s.zone.Name {
 		return fmt.Errorf("%w: %s exists on the global with origin %q and zone %q", mapping.ErrForeign, key,
-			existing.Labels[resource.LabelOrigin], existing.Labels[resource.LabelZone])
+			existing.Labels.Get(resource.LabelOrigin), existing.Labels.Get(resource.LabelZone))
 	}
 	return nil
 }
@@ -215,7 +215,7 @@ func (s zoneSink) upsert(ctx context.Context, w *syncv1.Resource) (*resource.Res
 		return nil, err
 	}
 	r.Type = d.Name // the registry's string, not the decoder's copy
-	if !mapping.IsGlobalOrigin(r) && r.Labels[resource.LabelZone] == s.zone.Name {
+	if !mapping.IsGlobalOrigin(r) && r.Labels.Get(resource.LabelZone) == s.zone.Name {
 		return nil, fmt.Errorf("%w: the global sent zone %s its own resource", mapping.ErrForeign, s.zone.Name)
 	}
 	c, err := mapping.FromGlobal(d, r, s.zone)

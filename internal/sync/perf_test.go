@@ -82,7 +82,7 @@ func writeMany(t *testing.T, st storage.Store, prefix string, n, w int) {
 			defer wg.Done()
 			for i := k; i < n; i += w {
 				r := timeout(prefix+itoa(i), "", "")
-				r.Labels = map[string]string{resource.LabelOrigin: "global", resource.LabelPolicyRole: "system"}
+				r.Labels = resource.NewLabels(map[string]string{resource.LabelOrigin: "global", resource.LabelPolicyRole: "system"})
 				if _, _, err := st.Put(context.Background(), r); err != nil {
 					t.Error(err)
 					return

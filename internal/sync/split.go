@@ -62,7 +62,7 @@ func splitBatch(b storage.Batch, l storage.Limits) []storage.Batch {
 // key and encoded resource), labels, spec, status and framing.
 func putCost(r *resource.Resource) int {
 	n := 2*(len(r.Type)+len(r.Mesh)+len(r.Namespace)+len(r.Name)) + len(r.Spec) + len(r.Status) + 128
-	for k, v := range r.Labels {
+	for k, v := range r.Labels.All() {
 		n += len(k) + len(v) + 4
 	}
 	return n

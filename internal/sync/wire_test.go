@@ -32,11 +32,11 @@ func TestFromWireSharesSystemLabelStrings(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := fromWire(&w)
-	if !maps.Equal(r.Labels, labels) {
+	if !maps.Equal(r.Labels.Map(), labels) {
 		t.Fatalf("labels %v, want %v", r.Labels, labels)
 	}
 	same := func(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
-	for k, v := range r.Labels {
+	for k, v := range r.Labels.All() {
 		switch k {
 		case resource.LabelOrigin, resource.LabelPolicyRole, resource.LabelDisplayName, resource.LabelZone:
 			if c := systemLabel(k); !same(k, c) {

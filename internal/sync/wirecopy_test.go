@@ -17,7 +17,7 @@ import (
 // stored is r as the global's store returns it (a version and times).
 func stored(r *resource.Resource, version uint64) *resource.Resource {
 	c := r.Clone()
-	c.Labels = map[string]string{resource.LabelOrigin: resource.OriginGlobal, "team": "a"}
+	c.Labels = resource.NewLabels(map[string]string{resource.LabelOrigin: resource.OriginGlobal, "team": "a"})
 	c.Version, c.CreationTime, c.ModificationTime = version, time.Unix(1700000000, 0).UTC(), time.Unix(1700000000+int64(version), 0).UTC()
 	return c
 }
@@ -31,7 +31,7 @@ func TestEncodedCopy(t *testing.T) {
 	}
 	d, _ := testRegistry.Lookup("MeshTimeout")
 	r := stored(timeout("t-1", "", ""), 3)
-	r.Labels[resource.LabelDisplayName] = "shown"
+	r.Labels.Set(resource.LabelDisplayName, "shown")
 	full := toWire(mapping.ToZone(d, r))
 	enc := encodedCopy(full)
 	if enc.GetType() != "MeshTimeout" || enc.GetName() != "" || enc.GetLabels() != nil || enc.GetSpec() != nil {
@@ -144,7 +144,7 @@ func BenchmarkReceiveBatch100(b *testing.B) {
 			b.Fatal(err)
 		}
 		for _, up := range got.GetMessage().GetDeltaBatch().GetUpserts() {
-			if r := fromWire(up); len(r.Labels) == 0 {
+			if r := fromWire(up); r.Labels.Len() == 0 {
 				b.Fatal("no labels")
 			}
 		}

@@ -12,7 +12,7 @@ import (
 // labels a policy written on the global carries.
 func storedGlobal(i int) *resource.Resource {
 	r := stored(timeout(fmt.Sprintf("t-%06d", i), "", ""), 1)
-	r.Labels = map[string]string{resource.LabelOrigin: resource.OriginGlobal, resource.LabelPolicyRole: resource.RoleSystem}
+	r.Labels = resource.NewLabels(map[string]string{resource.LabelOrigin: resource.OriginGlobal, resource.LabelPolicyRole: resource.RoleSystem})
 	return r
 }
 

@@ -70,7 +70,7 @@ func (m *memStore) listLocked(opts storage.ListOptions) *storage.ListResult {
 		}
 		match := true
 		for lk, lv := range opts.Labels {
-			if r.Labels[lk] != lv {
+			if r.Labels.Get(lk) != lv {
 				match = false
 				break
 			}

@@ -86,7 +86,7 @@ func (r *reporter) run(ctx context.Context) {
 func (r *reporter) build() *syncv1.PolicyStatusReport {
 	var held []*resource.Resource
 	r.store.each(func(res *resource.Resource) {
-		if d, ok := r.reg.Lookup(res.Type); ok && d.IsPolicy() && res.Labels[resource.LabelOrigin] == resource.OriginGlobal {
+		if d, ok := r.reg.Lookup(res.Type); ok && d.IsPolicy() && res.Labels.Get(resource.LabelOrigin) == resource.OriginGlobal {
 			held = append(held, res)
 		}
 	})

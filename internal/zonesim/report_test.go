@@ -15,7 +15,7 @@ func timeout(name, display, origin string) *resource.Resource {
 	if origin != "" {
 		labels[resource.LabelOrigin] = origin
 	}
-	return &resource.Resource{Type: "MeshTimeout", Mesh: "default", Name: name, Labels: labels,
+	return &resource.Resource{Type: "MeshTimeout", Mesh: "default", Name: name, Labels: resource.NewLabels(labels),
 		Spec: []byte(`{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"1s"}}]}`)}
 }
 
@@ -61,7 +61,7 @@ func TestReporterReportsHeldGlobalPolicies(t *testing.T) {
 		timeout("b-hash", "b", resource.OriginGlobal),
 		timeout("a-hash", "a", resource.OriginGlobal),
 		timeout("own", "own", ""), // the zone's own: not reported
-		{Type: "Mesh", Name: "default", Labels: map[string]string{resource.LabelOrigin: resource.OriginGlobal}},
+		{Type: "Mesh", Name: "default", Labels: resource.NewLabels(map[string]string{resource.LabelOrigin: resource.OriginGlobal})},
 	}})
 	got := next(changed)
 	if want := []string{"MeshTimeout/default/a", "MeshTimeout/default/b"}; !slices.Equal(got, want) {

@@ -28,7 +28,7 @@ func benchStore(b *testing.B) *Store {
 func benchResource(name int, seq int) *resource.Resource {
 	return &resource.Resource{
 		Type: "MeshTimeout", Mesh: "default", Name: fmt.Sprintf("timeout-%05d", name),
-		Labels: map[string]string{resource.LabelOrigin: resource.OriginGlobal, "team": "payments"},
+		Labels: resource.NewLabels(map[string]string{resource.LabelOrigin: resource.OriginGlobal, "team": "payments"}),
 		Spec: fmt.Appendf(nil, `{"targetRef":{"kind":"MeshService","name":"backend-%d"},"to":[{"targetRef":{"kind":"Mesh"},`+
 			`"default":{"connectionTimeout":"5s","idleTimeout":"1h","http":{"requestTimeout":"15s","streamIdleTimeout":"30m",`+
 			`"maxStreamDuration":"0s","maxConnectionDuration":"0s"}}}],"seq":%d}`, name, seq),

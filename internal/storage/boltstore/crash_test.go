@@ -301,7 +301,7 @@ func crashBatcher(ctx context.Context, s *Store, ack ackFunc, fail func(error)) 
 
 func crashDeleter(ctx context.Context, s *Store, ack ackFunc, fail func(error)) {
 	for i := 0; ; i++ {
-		r := &resource.Resource{Type: "MeshTimeout", Mesh: "default", Name: fmt.Sprintf("d-%d", i), Labels: map[string]string{"gone": "yes"}}
+		r := &resource.Resource{Type: "MeshTimeout", Mesh: "default", Name: fmt.Sprintf("d-%d", i), Labels: resource.NewLabels(map[string]string{"gone": "yes"})}
 		if _, err := s.Create(ctx, r); err != nil {
 			fail(err)
 		}

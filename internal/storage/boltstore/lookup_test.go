@@ -86,7 +86,7 @@ func TestOwnedBatchKeepsTheCallersData(t *testing.T) {
 			t.Fatalf("owned %v: the stored spec shares the caller's: %v", owned, sharesSpec)
 		}
 		got, err := s.Get(ctx, in.Key())
-		if err != nil || string(got.Spec) != string(in.Spec) || got.Labels["team"] != "payments" {
+		if err != nil || string(got.Spec) != string(in.Spec) || got.Labels.Get("team") != "payments" {
 			t.Fatalf("owned %v: read back %+v, %v", owned, got, err)
 		}
 	}

@@ -94,7 +94,7 @@ func writeMixedHistory(t *testing.T, s *Store) {
 	t.Helper()
 	ctx := context.Background()
 	res := func(name, spec string) *resource.Resource {
-		return &resource.Resource{Type: "Mesh", Name: name, Labels: map[string]string{"k": spec}, Spec: []byte(`{"v":"` + spec + `"}`)}
+		return &resource.Resource{Type: "Mesh", Name: name, Labels: resource.NewLabels(map[string]string{"k": spec}), Spec: []byte(`{"v":"` + spec + `"}`)}
 	}
 	for i := range 12 {
 		if _, _, err := s.Put(ctx, res(fmt.Sprintf("m%d", i), "a")); err != nil {
@@ -211,13 +211,13 @@ func BenchmarkWatchersReadACommit(b *testing.B) {
 					ws[i], next[i] = &watcher{}, makeLogKey(1, 0)
 				}
 				ctx := context.Background()
-				r := &resource.Resource{Type: "Mesh", Name: "default", Labels: map[string]string{"team": "a"},
+				r := &resource.Resource{Type: "Mesh", Name: "default", Labels: resource.NewLabels(map[string]string{"team": "a"}),
 					Spec: []byte(`{"mtls":{"enabledBackend":"ca-1","backends":[{"name":"ca-1","type":"builtin"}]}}`)}
 				b.ReportAllocs()
 				b.ResetTimer()
 				for i := range b.N {
 					b.StopTimer()
-					r.Labels = map[string]string{"n": fmt.Sprint(i)}
+					r.Labels = resource.NewLabels(map[string]string{"n": fmt.Sprint(i)})
 					if _, _, err := s.Put(ctx, r); err != nil {
 						b.Fatal(err)
 					}

@@ -117,7 +117,7 @@ func NamespaceIs(k []byte, ns string) bool {
 
 func HasLabels(r *resource.Resource, want map[string]string) bool {
 	for k, v := range want {
-		if got, ok := r.Labels[k]; !ok || got != v {
+		if got, ok := r.Labels.Lookup(k); !ok || got != v {
 			return false
 		}
 	}

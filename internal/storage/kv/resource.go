@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
-	"slices"
 	"time"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
@@ -33,15 +32,9 @@ func AppendResource(dst []byte, r *resource.Resource) []byte {
 	for _, s := range []string{r.Type, r.Mesh, r.Namespace, r.Name} {
 		dst = appendString(dst, s)
 	}
-	dst = binary.AppendUvarint(dst, uint64(len(r.Labels)))
-	var small [16]string // labels are few: sort their keys without allocating
-	keys := small[:0]
-	for k := range r.Labels {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		dst = appendString(appendString(dst, k), r.Labels[k])
+	dst = binary.AppendUvarint(dst, uint64(r.Labels.Len()))
+	for k, v := range r.Labels.All() { // in key order
+		dst = appendString(appendString(dst, k), v)
 	}
 	dst = appendBytes(dst, r.Spec)
 	dst = appendBytes(dst, r.Status)
@@ -53,8 +46,8 @@ func AppendResource(dst []byte, r *resource.Resource) []byte {
 // ResourceSize is the length of AppendResource's encoding of r, so a
 // caller can size the buffer once.
 func ResourceSize(r *resource.Resource) int {
-	n := 1 + strSize(r.Type) + strSize(r.Mesh) + strSize(r.Namespace) + strSize(r.Name) + uvarintSize(uint64(len(r.Labels)))
-	for k, v := range r.Labels {
+	n := 1 + strSize(r.Type) + strSize(r.Mesh) + strSize(r.Namespace) + strSize(r.Name) + uvarintSize(uint64(r.Labels.Len()))
+	for k, v := range r.Labels.All() {
 		n += strSize(k) + strSize(v)
 	}
 	n += uvarintSize(uint64(len(r.Spec))) + len(r.Spec) + uvarintSize(uint64(len(r.Status))) + len(r.Status)
@@ -93,11 +86,11 @@ func DecodeResource(b []byte) (*resource.Resource, error) {
 		if n > uint64(len(d.buf)) {
 			return nil, fmt.Errorf("%w: %d labels in %d bytes", ErrCorrupt, n, len(d.buf))
 		}
-		r.Labels = make(map[string]string, n)
+		kv := make([]string, 0, 2*n)
 		for range n {
-			k := d.string()
-			r.Labels[k] = d.string()
+			kv = append(kv, d.string(), d.string())
 		}
+		r.Labels = resource.LabelsFromPairs(kv) // written in key order: kept as it is
 	}
 	r.Spec = d.bytes()
 	r.Status = d.bytes()

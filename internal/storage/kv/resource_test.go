@@ -2,7 +2,6 @@ package kv
 
 import (
 	"errors"
-	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -20,14 +19,14 @@ func TestResourceRoundTrip(t *testing.T) {
 		{"minimal", resource.Resource{Type: "Mesh", Name: "default"}},
 		{"full", resource.Resource{
 			Type: "MeshTimeout", Mesh: "default", Namespace: "ns", Name: "t",
-			Labels: map[string]string{"b": "2", "a": "1", "": "empty key"},
+			Labels: resource.NewLabels(map[string]string{"b": "2", "a": "1", "": "empty key"}),
 			Spec:   []byte(`{"to":[]}`), Status: []byte(`{"ok":true}`),
 			CreationTime: t0, ModificationTime: t0.Add(time.Hour), Version: 1 << 40,
 		}},
 		{"before 1970", resource.Resource{Type: "Mesh", Name: "old", CreationTime: time.Date(1900, 1, 1, 0, 0, 0, 5, time.UTC)}},
 		{"unicode and long", resource.Resource{Type: "Mesh", Name: "é" + string(make([]byte, 300))}},
 		{"many labels, large spec, far times", resource.Resource{Type: "MeshTimeout", Mesh: "m", Name: "n",
-			Labels: manyLabels(40), Spec: make([]byte, 70000), Version: 127,
+			Labels: resource.NewLabels(manyLabels(40)), Spec: make([]byte, 70000), Version: 127,
 			CreationTime: time.Unix(-1<<40, 999999999), ModificationTime: time.Unix(1<<40, 0)}},
 	}
 	for _, tc := range tests {
@@ -37,7 +36,7 @@ func TestResourceRoundTrip(t *testing.T) {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		want := tc.in
-		if got.Key() != want.Key() || !maps.Equal(got.Labels, want.Labels) || string(got.Spec) != string(want.Spec) ||
+		if got.Key() != want.Key() || !got.Labels.Equal(want.Labels) || string(got.Spec) != string(want.Spec) ||
 			string(got.Status) != string(want.Status) || !got.CreationTime.Equal(want.CreationTime) ||
 			!got.ModificationTime.Equal(want.ModificationTime) || got.Version != want.Version {
 			t.Errorf("%s: round trip gave %+v, want %+v", tc.name, got, want)
@@ -55,7 +54,7 @@ func TestResourceRoundTrip(t *testing.T) {
 // TestDecodeCorrupt: every truncation and a few bit flips of a valid record
 // give an error, never a panic.
 func TestDecodeCorrupt(t *testing.T) {
-	r := &resource.Resource{Type: "MeshTimeout", Mesh: "m", Name: "n", Labels: map[string]string{"k": "v"},
+	r := &resource.Resource{Type: "MeshTimeout", Mesh: "m", Name: "n", Labels: resource.NewLabels(map[string]string{"k": "v"}),
 		Spec: []byte(`{}`), CreationTime: time.Unix(1, 2), Version: 3}
 	enc := AppendResource(nil, r)
 	for n := range len(enc) {
@@ -77,7 +76,7 @@ func TestDecodeCorrupt(t *testing.T) {
 // and a record cut inside its labels is an error.
 func TestRecordHasLabels(t *testing.T) {
 	rec := AppendResource(nil, &resource.Resource{Type: "MeshTimeout", Mesh: "m", Name: "n",
-		Labels: map[string]string{"kuma.io/origin": "zone", "kuma.io/zone": "zone-1", "": "empty key"}, Spec: []byte(`{}`),
+		Labels: resource.NewLabels(map[string]string{"kuma.io/origin": "zone", "kuma.io/zone": "zone-1", "": "empty key"}), Spec: []byte(`{}`),
 		CreationTime: time.Unix(0, 0), ModificationTime: time.Unix(0, 0)})
 	noLabels := AppendResource(nil, &resource.Resource{Type: "MeshTimeout", Mesh: "m", Name: "n"})
 	tests := []struct {
@@ -136,7 +135,7 @@ func TestRecordHasLabels(t *testing.T) {
 }
 
 func FuzzDecodeResource(f *testing.F) {
-	f.Add(AppendResource(nil, &resource.Resource{Type: "Mesh", Name: "x", Labels: map[string]string{"a": "b"}, Spec: []byte("{}")}))
+	f.Add(AppendResource(nil, &resource.Resource{Type: "Mesh", Name: "x", Labels: resource.NewLabels(map[string]string{"a": "b"}), Spec: []byte("{}")}))
 	f.Add([]byte{ResourceFormat, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := DecodeResource(b)

@@ -3,7 +3,6 @@ package kv
 import (
 	"bytes"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -49,7 +48,7 @@ func CheckWrite(key resource.Key, old *resource.Resource, version uint64, mode P
 
 // SameContent compares what a Put may change; nil and empty are equal.
 func SameContent(a, b *resource.Resource) bool {
-	return maps.Equal(a.Labels, b.Labels) && bytes.Equal(a.Spec, b.Spec) && bytes.Equal(a.Status, b.Status)
+	return a.Labels.Equal(b.Labels) && bytes.Equal(a.Spec, b.Spec) && bytes.Equal(a.Status, b.Status)
 }
 
 // NextVersion builds the resource to store from the caller's: a copy of
@@ -67,8 +66,8 @@ func NextVersion(in *resource.Resource, old *resource.Resource, now time.Time, o
 	} else {
 		next = in.Clone()
 	}
-	if len(next.Labels) == 0 {
-		next.Labels = nil
+	if next.Labels.Len() == 0 {
+		next.Labels = resource.Labels{}
 	}
 	if len(next.Spec) == 0 {
 		next.Spec = nil

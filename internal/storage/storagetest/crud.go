@@ -229,15 +229,15 @@ func testIsolation(t *testing.T, f Factory) {
 	h := newHarness(t, f)
 	in := mk("MeshRetry/default//a", `{"v":1}`, "team", "a")
 	out := h.create(in)
-	in.Labels["team"] = "changed"
+	in.Labels.Set("team", "changed")
 	in.Spec[2] = 'X'
-	out.Labels["team"] = "changed too"
+	out.Labels.Set("team", "changed too")
 	out.Spec[2] = 'Y'
 	got := h.get(key("MeshRetry/default//a"))
 	checkRes(t, "after mutating input and output", got, stamped(mk("MeshRetry/default//a", `{"v":1}`, "team", "a"), 1, h.clock.Now(), h.clock.Now()))
-	got.Labels["team"] = "x"
+	got.Labels.Set("team", "x")
 	items := h.list(storage.ListOptions{Type: "MeshRetry"}).Items
-	if len(items) != 1 || items[0].Labels["team"] != "a" {
+	if len(items) != 1 || items[0].Labels.Get("team") != "a" {
 		t.Errorf("mutating a Get result changed the store: %+v", items)
 	}
 }

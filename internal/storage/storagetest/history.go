@@ -17,7 +17,7 @@ type history []storage.Event
 func tombstone(old *resource.Resource) *resource.Resource {
 	return &resource.Resource{
 		Type: old.Type, Mesh: old.Mesh, Namespace: old.Namespace, Name: old.Name,
-		Labels: maps.Clone(old.Labels), Version: old.Version,
+		Labels: old.Labels, Version: old.Version,
 	}
 }
 
@@ -89,7 +89,7 @@ func checkEvent(t *testing.T, what string, got, want storage.Event) {
 		checkRes(t, what, got.Resource, want.Resource)
 		return
 	}
-	if !maps.Equal(got.Resource.Labels, want.Resource.Labels) || got.Resource.Spec != nil {
+	if !got.Resource.Labels.Equal(want.Resource.Labels) || got.Resource.Spec != nil {
 		t.Errorf("%s: delete of %s carries labels %v spec %s, want labels %v and no spec",
 			what, got.Resource.Key(), got.Resource.Labels, got.Resource.Spec, want.Resource.Labels)
 	}

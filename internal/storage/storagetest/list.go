@@ -95,7 +95,7 @@ func testListPagination(t *testing.T, f Factory) {
 	}
 	var even []string
 	for _, p := range all {
-		if h.get(key(p)).Labels["even"] == "true" {
+		if h.get(key(p)).Labels.Get("even") == "true" {
 			even = append(even, p)
 		}
 	}

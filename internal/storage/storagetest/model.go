@@ -64,7 +64,7 @@ func (tx *modelTx) write(in *resource.Resource, mode writeMode) (*resource.Resou
 	case mode != writeCreate && in.Version != 0 && (old == nil || old.Version != in.Version):
 		return nil, 0, storage.ErrConflict
 	}
-	if mode == writePut && old != nil && maps.Equal(old.Labels, in.Labels) &&
+	if mode == writePut && old != nil && old.Labels.Equal(in.Labels) &&
 		bytes.Equal(old.Spec, in.Spec) && bytes.Equal(old.Status, in.Status) {
 		return old, storage.Unchanged, nil
 	}
@@ -133,7 +133,7 @@ func (m *model) list(opts storage.ListOptions) *storage.ListResult {
 		case k.Type != opts.Type,
 			opts.Mesh != "" && k.Mesh != opts.Mesh,
 			opts.Namespace != nil && k.Namespace != *opts.Namespace,
-			!hasLabels(r.Labels, opts.Labels):
+			!r.Labels.Contains(opts.Labels):
 			continue
 		}
 		match = append(match, r)
@@ -149,13 +149,4 @@ func (m *model) list(opts storage.ListOptions) *storage.ListResult {
 	}
 	out.Items = match[lo:hi]
 	return out
-}
-
-func hasLabels(have, want map[string]string) bool {
-	for k, v := range want {
-		if got, ok := have[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
 }

@@ -87,7 +87,8 @@ func (s *sim) randResource() *resource.Resource {
 	k := s.randKey()
 	r := &resource.Resource{Type: k.Type, Mesh: k.Mesh, Namespace: k.Namespace, Name: k.Name}
 	r.Spec = []byte([]string{`{"v":1}`, `{"v":2}`, `{"to":[{"x":true}]}`}[s.rng.IntN(3)])
-	r.Labels = []map[string]string{nil, {"team": "a"}, {"team": "b"}, {"team": "a", "env": "prod"}}[s.rng.IntN(4)]
+	r.Labels = []resource.Labels{{}, resource.LabelsOf("team", "a"), resource.LabelsOf("team", "b"),
+		resource.LabelsOf("team", "a", "env", "prod")}[s.rng.IntN(4)]
 	if s.rng.IntN(5) == 0 {
 		r.Status = []byte(`{"ok":true}`)
 	}

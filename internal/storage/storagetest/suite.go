@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -258,10 +257,7 @@ func mk(path, spec string, kv ...string) *resource.Resource {
 		r.Spec = []byte(spec)
 	}
 	if len(kv) > 0 {
-		r.Labels = map[string]string{}
-		for i := 0; i+1 < len(kv); i += 2 {
-			r.Labels[kv[i]] = kv[i+1]
-		}
+		r.Labels = resource.LabelsOf(kv...)
 	}
 	return r
 }
@@ -285,7 +281,7 @@ func diff(got, want *resource.Resource) string {
 		return ""
 	case got.Key() != want.Key():
 		return fmt.Sprintf("key %s, want %s", got.Key(), want.Key())
-	case !maps.Equal(got.Labels, want.Labels):
+	case !got.Labels.Equal(want.Labels):
 		return fmt.Sprintf("%s: labels %v, want %v", got.Key(), got.Labels, want.Labels)
 	case !bytes.Equal(got.Spec, want.Spec):
 		return fmt.Sprintf("%s: spec %s, want %s", got.Key(), got.Spec, want.Spec)

@@ -146,7 +146,7 @@ func testWatchDeletes(t *testing.T, f Factory) {
 		t.Fatalf("from 0: %d delete events, want 3", len(deletes))
 	}
 	first := deletes[0].Resource
-	if first.Key() != key("MeshRetry/default/ns/a") || first.Labels["team"] != "a" || first.Labels["kuma.io/origin"] != "zone" || first.Spec != nil {
+	if first.Key() != key("MeshRetry/default/ns/a") || first.Labels.Get("team") != "a" || first.Labels.Get("kuma.io/origin") != "zone" || first.Spec != nil {
 		t.Errorf("first tombstone = %+v, want key, labels of the first incarnation and no spec", first)
 	}
 	got = recvThrough(t, h.watch(1), head)

@@ -74,7 +74,7 @@ func res(typ, name string, labels map[string]string, spec string) *resource.Reso
 	if typ == "Mesh" || typ == "Zone" {
 		mesh = ""
 	}
-	r := &resource.Resource{Type: typ, Mesh: mesh, Name: name, Labels: labels}
+	r := &resource.Resource{Type: typ, Mesh: mesh, Name: name, Labels: resource.NewLabels(labels)}
 	if spec != "" {
 		r.Spec = json.RawMessage(spec)
 	}
@@ -150,14 +150,14 @@ func TestRemovals(t *testing.T) {
 		got  bool
 		want bool
 	}{
-		{"global policy to zone", GlobalToZoneRemoval(mt, global, "zone-2"), true},
-		{"zone-1 policy to zone-2", GlobalToZoneRemoval(mt, zoneLabels("zone-1", "ns", "consumer"), "zone-2"), true},
-		{"zone-2 policy to zone-2", GlobalToZoneRemoval(mt, zoneLabels("zone-2", "ns", "producer"), "zone-2"), false},
-		{"dataplane to zone", GlobalToZoneRemoval(dp, zoneLabels("zone-1", "", ""), "zone-2"), false},
-		{"own MeshService to global", ZoneToGlobalRemoval(ms, zoneLabels("zone-1", "", ""), "zone-1"), true},
-		{"unlabelled zone resource to global", ZoneToGlobalRemoval(ms, nil, "zone-1"), true},
-		{"global copy to global", ZoneToGlobalRemoval(mt, global, "zone-1"), false},
-		{"relayed copy to global", ZoneToGlobalRemoval(ms, zoneLabels("zone-2", "", ""), "zone-1"), false},
+		{"global policy to zone", GlobalToZoneRemoval(mt, resource.NewLabels(global), "zone-2"), true},
+		{"zone-1 policy to zone-2", GlobalToZoneRemoval(mt, resource.NewLabels(zoneLabels("zone-1", "ns", "consumer")), "zone-2"), true},
+		{"zone-2 policy to zone-2", GlobalToZoneRemoval(mt, resource.NewLabels(zoneLabels("zone-2", "ns", "producer")), "zone-2"), false},
+		{"dataplane to zone", GlobalToZoneRemoval(dp, resource.NewLabels(zoneLabels("zone-1", "", "")), "zone-2"), false},
+		{"own MeshService to global", ZoneToGlobalRemoval(ms, resource.NewLabels(zoneLabels("zone-1", "", "")), "zone-1"), true},
+		{"unlabelled zone resource to global", ZoneToGlobalRemoval(ms, resource.Labels{}, "zone-1"), true},
+		{"global copy to global", ZoneToGlobalRemoval(mt, resource.NewLabels(global), "zone-1"), false},
+		{"relayed copy to global", ZoneToGlobalRemoval(ms, resource.NewLabels(zoneLabels("zone-2", "", "")), "zone-1"), false},
 	}
 	for _, tc := range cases {
 		if tc.got != tc.want {
@@ -198,7 +198,7 @@ func TestToZone(t *testing.T) {
 	mesh := res("Mesh", "default", map[string]string{resource.LabelOrigin: resource.OriginGlobal}, `{}`)
 	mesh.Version = 3
 	got := ToZone(desc(t, "Mesh"), mesh)
-	if got.Name != "default" || got.Labels[resource.LabelOrigin] != "global" || got.Version != 0 {
+	if got.Name != "default" || got.Labels.Get(resource.LabelOrigin) != "global" || got.Version != 0 {
 		t.Errorf("mesh copy: %+v", got)
 	}
 
@@ -206,10 +206,10 @@ func TestToZone(t *testing.T) {
 	pol.Status = json.RawMessage(`{"s":1}`)
 	got = ToZone(desc(t, "MeshTimeout"), pol)
 	want := map[string]string{resource.LabelOrigin: "global", resource.LabelDisplayName: "default-timeout-global", "team": "a"}
-	if got.Name != "default-timeout-global-54dbd4c66zwbcf9c" || got.Status != nil || !equalLabels(got.Labels, want) {
+	if got.Name != "default-timeout-global-54dbd4c66zwbcf9c" || got.Status != nil || !equalLabels(got.Labels, resource.NewLabels(want)) {
 		t.Errorf("policy copy: %s %s %v", got.Name, got.Status, got.Labels)
 	}
-	if pol.Name != "default-timeout-global" || pol.Status == nil || len(pol.Labels) != 2 {
+	if pol.Name != "default-timeout-global" || pol.Status == nil || pol.Labels.Len() != 2 {
 		t.Error("ToZone changed its input")
 	}
 
@@ -237,7 +237,7 @@ func TestFromZone(t *testing.T) {
 	}
 	want := map[string]string{resource.LabelOrigin: "zone", resource.LabelZone: "zone-1",
 		resource.LabelDisplayName: "default-timeout-zone-1", resource.LabelPolicyRole: "system"}
-	if got.Name != "default-timeout-zone-1-c58w24w4vw27f454" || got.Namespace != "" || !equalLabels(got.Labels, want) {
+	if got.Name != "default-timeout-zone-1-c58w24w4vw27f454" || got.Namespace != "" || !equalLabels(got.Labels, resource.NewLabels(want)) {
 		t.Errorf("got %s %q %v", got.Name, got.Namespace, got.Labels)
 	}
 	if string(got.Spec) != string(src.Spec) {
@@ -263,7 +263,7 @@ func TestFromZone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Name != "to-test-server-4cx47v8b5wcd4764" || got.Labels[resource.LabelNamespace] != "producer-policy-flow-ns" {
+	if got.Name != "to-test-server-4cx47v8b5wcd4764" || got.Labels.Get(resource.LabelNamespace) != "producer-policy-flow-ns" {
 		t.Errorf("vector 4: %s %v", got.Name, got.Labels)
 	}
 	// The zone's system namespace counts as no namespace.
@@ -283,13 +283,13 @@ func TestReferenceRewrite(t *testing.T) {
 	mt, ms := desc(t, "MeshTimeout"), desc(t, "MeshService")
 
 	svc := &resource.Resource{Type: "MeshService", Mesh: "default", Name: "backend", Namespace: "backend-ns",
-		Labels: zoneLabels("zone-1", "backend-ns", ""), Spec: json.RawMessage(`{"ports":[{"port":80}]}`)}
+		Labels: resource.NewLabels(zoneLabels("zone-1", "backend-ns", "")), Spec: json.RawMessage(`{"ports":[{"port":80}]}`)}
 	pol := &resource.Resource{Type: "MeshTimeout", Mesh: "default", Name: "producer-timeout", Namespace: "backend-ns",
-		Labels: zoneLabels("zone-1", "backend-ns", "producer"), Spec: json.RawMessage(
+		Labels: resource.NewLabels(zoneLabels("zone-1", "backend-ns", "producer")), Spec: json.RawMessage(
 			`{"to":[{"targetRef":{"kind":"MeshService","name":"backend"},"default":{"http":{"requestTimeout":"5s"}}},` +
 				`{"targetRef":{"kind":"MeshHTTPRoute","name":"backend-v2","namespace":"backend-ns"},"default":{}}]}`)}
 	consumer := &resource.Resource{Type: "MeshTimeout", Mesh: "default", Name: "consumer", Namespace: "frontend-ns",
-		Labels: zoneLabels("zone-1", "frontend-ns", ""), Spec: json.RawMessage(consumerSpec)}
+		Labels: resource.NewLabels(zoneLabels("zone-1", "frontend-ns", "")), Spec: json.RawMessage(consumerSpec)}
 
 	gSvc, err := FromZone(ms, svc, zone1, "")
 	if err != nil {
@@ -306,7 +306,7 @@ func TestReferenceRewrite(t *testing.T) {
 	if refs[1]["name"] != HashedName("default", "backend-v2", "zone-1", "backend-ns") {
 		t.Errorf("route reference %v", refs[1])
 	}
-	if gPol.Labels[resource.LabelPolicyRole] != "producer" {
+	if gPol.Labels.Get(resource.LabelPolicyRole) != "producer" {
 		t.Errorf("role label %v", gPol.Labels)
 	}
 	// The consumer's reference points at another namespace; it is rewritten
@@ -315,7 +315,7 @@ func TestReferenceRewrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if gCons.Labels[resource.LabelPolicyRole] != "consumer" || GlobalToZone(mt, gCons, "zone-2") != Remove {
+	if gCons.Labels.Get(resource.LabelPolicyRole) != "consumer" || GlobalToZone(mt, gCons, "zone-2") != Remove {
 		t.Errorf("consumer: %v", gCons.Labels)
 	}
 	if toRefs(t, gCons.Spec)[0]["name"] != gSvc.Name {
@@ -342,7 +342,7 @@ func TestReferenceRewrite(t *testing.T) {
 	if ref["name"] != zSvc.Name || ref["namespace"] != "mesh-system" || zSvc.Namespace != "" {
 		t.Errorf("zone-2 reference %v does not name zone-2's copy %s in its system namespace", ref, zSvc.Name)
 	}
-	if zSvc.Labels[resource.LabelZone] != "zone-1" || zSvc.Labels[resource.LabelNamespace] != "backend-ns" {
+	if zSvc.Labels.Get(resource.LabelZone) != "zone-1" || zSvc.Labels.Get(resource.LabelNamespace) != "backend-ns" {
 		t.Errorf("relayed labels lost: %v", zSvc.Labels)
 	}
 	if err := reg.Validate(zPol, resource.ValidateOptions{Mode: resource.ModeZone, Environment: resource.EnvKubernetes, SystemNamespace: "mesh-system"}); err != nil {
@@ -382,12 +382,12 @@ func toRefs(t *testing.T, spec json.RawMessage) []map[string]any {
 	return out
 }
 
-func equalLabels(a, b map[string]string) bool {
-	if len(a) != len(b) {
+func equalLabels(a, b resource.Labels) bool {
+	if a.Len() != b.Len() {
 		return false
 	}
-	for k, v := range a {
-		if b[k] != v {
+	for k, v := range a.All() {
+		if b.Get(k) != v {
 			return false
 		}
 	}

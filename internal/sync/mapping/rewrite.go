@@ -30,22 +30,19 @@ func ToZone(d *resource.TypeDescriptor, r *resource.Resource) *resource.Resource
 	if !IsGlobalOrigin(r) {
 		return c
 	}
-	if c.Labels == nil {
-		c.Labels = make(map[string]string, 2)
-	}
-	c.Labels[resource.LabelOrigin] = resource.OriginGlobal
-	c.Labels[resource.LabelDisplayName] = r.DisplayName()
+	c.Labels.Set(resource.LabelOrigin, resource.OriginGlobal)
+	c.Labels.Set(resource.LabelDisplayName, r.DisplayName())
 	c.Name = ZoneName(d, r.Key(), r.Labels)
 	return c
 }
 
 // ZoneName is the name a zone gives the global's resource key (with labels
 // the resource or its tombstone carries); see ToZone.
-func ZoneName(d *resource.TypeDescriptor, key resource.Key, labels map[string]string) string {
-	if labels[resource.LabelOrigin] == resource.OriginZone || d.Scope == resource.ScopeGlobal {
+func ZoneName(d *resource.TypeDescriptor, key resource.Key, labels resource.Labels) string {
+	if labels.Get(resource.LabelOrigin) == resource.OriginZone || d.Scope == resource.ScopeGlobal {
 		return key.Name
 	}
-	return HashedName(key.Mesh, key.Name, labels[resource.LabelZone], labels[resource.LabelNamespace])
+	return HashedName(key.Mesh, key.Name, labels.Get(resource.LabelZone), labels.Get(resource.LabelNamespace))
 }
 
 // FromZone returns the copy of r (as stored in zone z) that the global
@@ -57,10 +54,10 @@ func ZoneName(d *resource.TypeDescriptor, key resource.Key, labels map[string]st
 // (see rewriteRefsToGlobal). A resource claiming global origin or another
 // zone is refused with ErrForeign.
 func FromZone(d *resource.TypeDescriptor, r *resource.Resource, z Zone, globalSystemNamespace string) (*resource.Resource, error) {
-	if o := r.Labels[resource.LabelOrigin]; o != "" && o != resource.OriginZone {
+	if o := r.Labels.Get(resource.LabelOrigin); o != "" && o != resource.OriginZone {
 		return nil, fmt.Errorf("%w: label %s is %q", ErrForeign, resource.LabelOrigin, o)
 	}
-	if zl := r.Labels[resource.LabelZone]; zl != "" && zl != z.Name {
+	if zl := r.Labels.Get(resource.LabelZone); zl != "" && zl != z.Name {
 		return nil, fmt.Errorf("%w: label %s is %q, the stream is zone %q", ErrForeign, resource.LabelZone, zl, z.Name)
 	}
 	ns := zoneNamespace(r.Namespace, z)
@@ -68,15 +65,12 @@ func FromZone(d *resource.TypeDescriptor, r *resource.Resource, z Zone, globalSy
 	clearStoreFields(c)
 	c.Name = HashedName(r.Mesh, r.Name, z.Name, ns)
 	c.Namespace = ""
-	if c.Labels == nil {
-		c.Labels = make(map[string]string, 5)
-	}
-	c.Labels[resource.LabelOrigin] = resource.OriginZone
-	c.Labels[resource.LabelZone] = z.Name
-	c.Labels[resource.LabelDisplayName] = r.Name
-	delete(c.Labels, resource.LabelNamespace)
+	c.Labels.Set(resource.LabelOrigin, resource.OriginZone)
+	c.Labels.Set(resource.LabelZone, z.Name)
+	c.Labels.Set(resource.LabelDisplayName, r.Name)
+	c.Labels.Delete(resource.LabelNamespace)
 	if ns != "" {
-		c.Labels[resource.LabelNamespace] = ns
+		c.Labels.Set(resource.LabelNamespace, ns)
 	}
 	if d.Shape != resource.ShapeTargetRef {
 		return c, nil
@@ -87,7 +81,7 @@ func FromZone(d *resource.TypeDescriptor, r *resource.Resource, z Zone, globalSy
 	if err != nil {
 		return nil, err
 	}
-	c.Labels[resource.LabelPolicyRole] = role
+	c.Labels.Set(resource.LabelPolicyRole, role)
 	spec, err := rewriteRefsToGlobal(r.Spec, r.Mesh, ns, z, systemNS(globalSystemNamespace))
 	if err != nil {
 		return nil, err

@@ -49,14 +49,14 @@ func (z Zone) SystemNS() string {
 // SyncDisabled reports the kuma.io/kds-sync: disabled label, which keeps a
 // resource where it was written.
 func SyncDisabled(r *resource.Resource) bool {
-	return r.Labels[resource.LabelKDSSync] == "disabled"
+	return r.Labels.Get(resource.LabelKDSSync) == "disabled"
 }
 
 // IsGlobalOrigin reports whether a resource stored on the global was written
 // there (rather than received from a zone). Resources without an origin
 // label were written to the global's store directly and count as global.
 func IsGlobalOrigin(r *resource.Resource) bool {
-	return r.Labels[resource.LabelOrigin] != resource.OriginZone
+	return r.Labels.Get(resource.LabelOrigin) != resource.OriginZone
 }
 
 // OwnedByZone reports whether a resource stored in zone's store was written
@@ -64,12 +64,12 @@ func IsGlobalOrigin(r *resource.Resource) bool {
 // global, or a relayed resource of another zone). Resources without labels
 // were written to the store directly and count as the zone's own.
 func OwnedByZone(r *resource.Resource, zone string) bool {
-	switch r.Labels[resource.LabelOrigin] {
+	switch r.Labels.Get(resource.LabelOrigin) {
 	case "", resource.OriginZone:
 	default:
 		return false
 	}
-	z := r.Labels[resource.LabelZone]
+	z := r.Labels.Get(resource.LabelZone)
 	return z == "" || z == zone
 }
 
@@ -89,7 +89,7 @@ func GlobalToZone(d *resource.TypeDescriptor, r *resource.Resource, zone string)
 		return Skip
 	}
 	if !IsGlobalOrigin(r) {
-		src := r.Labels[resource.LabelZone]
+		src := r.Labels.Get(resource.LabelZone)
 		if src == "" || src == zone {
 			return Skip
 		}
@@ -110,12 +110,12 @@ func GlobalToZone(d *resource.TypeDescriptor, r *resource.Resource, zone string)
 // its tombstone kept) on the global is forwarded to zone. A removal of
 // something the zone never had is harmless, so every deletion of a type that
 // may have reached the zone is forwarded, except the zone's own resources.
-func GlobalToZoneRemoval(d *resource.TypeDescriptor, labels map[string]string, zone string) bool {
+func GlobalToZoneRemoval(d *resource.TypeDescriptor, labels resource.Labels, zone string) bool {
 	if d == nil || !d.Sync.GlobalToZone {
 		return false
 	}
-	if labels[resource.LabelOrigin] == resource.OriginZone {
-		src := labels[resource.LabelZone]
+	if labels.Get(resource.LabelOrigin) == resource.OriginZone {
+		src := labels.Get(resource.LabelZone)
 		return src != "" && src != zone && isRelayType(d)
 	}
 	return true
@@ -138,7 +138,7 @@ func ZoneToGlobal(d *resource.TypeDescriptor, r *resource.Resource, zone string)
 
 // ZoneToGlobalRemoval decides whether the deletion of a zone resource (with
 // its tombstone's labels) is forwarded to the global.
-func ZoneToGlobalRemoval(d *resource.TypeDescriptor, labels map[string]string, zone string) bool {
+func ZoneToGlobalRemoval(d *resource.TypeDescriptor, labels resource.Labels, zone string) bool {
 	if d == nil || !d.Sync.ZoneToGlobal {
 		return false
 	}
@@ -153,7 +153,7 @@ func RelayedFromZone(d *resource.TypeDescriptor, r *resource.Resource, zone stri
 	if d == nil || !d.Sync.GlobalToZone || IsGlobalOrigin(r) {
 		return false
 	}
-	src := r.Labels[resource.LabelZone]
+	src := r.Labels.Get(resource.LabelZone)
 	return src != "" && src != zone && isRelayType(d)
 }
 
@@ -171,10 +171,10 @@ func relayable(d *resource.TypeDescriptor, r *resource.Resource) bool {
 	if d.Name == "MeshService" {
 		return true
 	}
-	if r.Labels[resource.LabelPolicyRole] != resource.RoleProducer {
+	if r.Labels.Get(resource.LabelPolicyRole) != resource.RoleProducer {
 		return false
 	}
-	if r.Labels[resource.LabelNamespace] == "" {
+	if r.Labels.Get(resource.LabelNamespace) == "" {
 		return false
 	}
 	return !referencesExternalService(r.Spec)
