@@ -10,9 +10,10 @@ package policyview
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
+	"hash/maphash"
 	"sort"
 	"sync"
 	"time"
@@ -64,9 +65,13 @@ type View struct {
 	// reporting is set by RunStatusReports: every mesh's statuses are then
 	// kept current and reported, read or not.
 	reporting bool
-	// report is the latest status report of the global's policies.
-	report        []policy.GlobalPolicyStatus
+	// report is the latest status report of the global's policies, by
+	// mesh in name order (published: there was one).
+	report        []reportMesh
+	published     bool
 	reportChanged chan struct{}
+	// sumSeed seeds the report fingerprints (statusSum).
+	sumSeed maphash.Seed
 	// statusRuns counts status recomputes of a mesh, for tests.
 	statusRuns int
 }
@@ -203,7 +208,7 @@ func New(cfg Config) (*View, error) {
 		cfg.Logger = hclog.NewNullLogger()
 	}
 	v := &View{cfg: cfg, meshes: map[string]*meshState{}, building: map[string]chan struct{}{},
-		statusKick: make(chan struct{}, 1), statusWake: make(chan struct{}, 1)}
+		statusKick: make(chan struct{}, 1), statusWake: make(chan struct{}, 1), sumSeed: maphash.MakeSeed()}
 	v.changed = sync.NewCond(&v.mu)
 	return v, nil
 }
@@ -550,7 +555,7 @@ const StatusReportMaxDelay = 5 * time.Second
 func (v *View) runStatuses(ctx context.Context) {
 	var took time.Duration          // the last recompute's duration
 	reported := map[string]uint64{} // mesh → statusGen of its last report
-	byMesh := map[string][]policy.GlobalPolicyStatus{}
+	byMesh := map[string]reportMesh{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -601,8 +606,8 @@ func (v *View) settle(ctx context.Context, took time.Duration) bool {
 // recomputeStatuses brings every mesh whose statuses are wanted (read once,
 // or reported) up to date, then publishes the report when reporting and a
 // mesh's statuses changed. It reports false when ctx ended.
-func (v *View) recomputeStatuses(ctx context.Context, reported map[string]uint64, byMesh map[string][]policy.GlobalPolicyStatus) bool {
-	changed := false
+func (v *View) recomputeStatuses(ctx context.Context, reported map[string]uint64, byMesh map[string]reportMesh) bool {
+	changed, refreshed := false, false
 	for _, mesh := range v.meshNames() {
 		v.mu.Lock()
 		m := meshOf(v.meshes, mesh)
@@ -637,19 +642,63 @@ func (v *View) recomputeStatuses(ctx context.Context, reported map[string]uint64
 			continue
 		}
 		reported[mesh] = gen
-		statuses := snap.GlobalPolicyStatuses()
-		if prev, ok := byMesh[mesh]; ok && slices.EqualFunc(prev, statuses, sameStatus) {
+		sum := statusSum(v.sumSeed, snap.GlobalPolicyStatuses())
+		prev, had := byMesh[mesh]
+		// The newest snapshot, even when its statuses are the same: the
+		// report must not keep an older one alive.
+		byMesh[mesh] = reportMesh{snap: snap, sum: sum}
+		refreshed = true
+		if had && prev.sum == sum {
 			// Most changes (a new timeout value, say) change no status: the
 			// zone does not send the global megabytes it already has.
 			continue
 		}
-		byMesh[mesh] = statuses
 		changed = true
 	}
-	if changed {
-		v.publishReport(byMesh)
+	if refreshed {
+		v.publishReport(byMesh, changed)
 	}
 	return true
+}
+
+// reportMesh is one mesh's part of the status report: the snapshot whose
+// statuses it is, and their fingerprint, which tells a new report from
+// one the global has. The list itself is made when the report is read:
+// kept, it was 8 MB of a zone's heap at 100,000 global policies, beside
+// the statuses the snapshot holds anyway.
+type reportMesh struct {
+	snap *policy.MeshSnapshot
+	sum  uint64
+}
+
+// statusSum fingerprints a mesh's report: every field of every status, in
+// order, each string length-prefixed so that no two lists share a sum but
+// by a 64-bit collision.
+func statusSum(seed maphash.Seed, list []policy.GlobalPolicyStatus) uint64 {
+	var h maphash.Hash
+	h.SetSeed(seed)
+	count := func(n int) {
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], uint64(n))
+		_, _ = h.Write(b[:])
+	}
+	str := func(s string) {
+		count(len(s))
+		_, _ = h.WriteString(s)
+	}
+	for _, st := range list {
+		str(st.Type)
+		str(st.Mesh)
+		str(st.Name)
+		count(len(st.Conditions))
+		for _, c := range st.Conditions {
+			str(c.Type)
+			str(c.Status)
+			str(c.Reason)
+			str(c.Message)
+		}
+	}
+	return h.Sum64()
 }
 
 // StatusRuns counts background status recomputes of a mesh, for tests.
@@ -660,39 +709,46 @@ func (v *View) StatusRuns() int {
 }
 
 // GlobalPolicyStatuses returns the latest report (nil before the first) and
-// a channel closed when a newer one replaces it.
+// a channel closed when a newer one replaces it. The list is made from the
+// meshes' status snapshots at each call; the caller owns it.
 func (v *View) GlobalPolicyStatuses() ([]policy.GlobalPolicyStatus, <-chan struct{}) {
 	v.mu.Lock()
-	defer v.mu.Unlock()
 	if v.reportChanged == nil {
 		v.reportChanged = make(chan struct{})
 	}
-	return v.report, v.reportChanged
+	parts, published, changed := v.report, v.published, v.reportChanged
+	v.mu.Unlock()
+	if !published {
+		return nil, changed
+	}
+	all := []policy.GlobalPolicyStatus{} // non-nil: an empty report clears the previous one
+	for _, part := range parts {
+		all = append(all, part.snap.GlobalPolicyStatuses()...)
+	}
+	return all, changed
 }
 
-// publishReport makes the report of every mesh's statuses. The lists are
-// never written once made, so a report of one mesh is that mesh's list
-// itself (a copy was 7 MB at 100,000 policies).
-func (v *View) publishReport(byMesh map[string][]policy.GlobalPolicyStatus) {
-	all := []policy.GlobalPolicyStatus{} // non-nil: an empty report clears the previous one
-	meshes := sortedMeshes(byMesh)
-	if len(meshes) == 1 && byMesh[meshes[0]] != nil {
-		all = byMesh[meshes[0]]
-	} else {
-		for _, mesh := range meshes {
-			all = append(all, byMesh[mesh]...)
-		}
+// publishReport publishes the report of every mesh's statuses, and tells
+// the report's readers when it changed.
+func (v *View) publishReport(byMesh map[string]reportMesh, changed bool) {
+	parts := make([]reportMesh, 0, len(byMesh))
+	for _, mesh := range sortedMeshes(byMesh) {
+		parts = append(parts, byMesh[mesh])
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.report = all
+	v.report = parts
+	if !changed && v.published {
+		return
+	}
+	v.published = true
 	if v.reportChanged != nil {
 		close(v.reportChanged)
 	}
 	v.reportChanged = make(chan struct{})
 }
 
-func sortedMeshes(m map[string][]policy.GlobalPolicyStatus) []string {
+func sortedMeshes(m map[string]reportMesh) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)
@@ -710,8 +766,4 @@ func (v *View) meshNames() []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-func sameStatus(a, b policy.GlobalPolicyStatus) bool {
-	return a.Type == b.Type && a.Mesh == b.Mesh && a.Name == b.Name && slices.Equal(a.Conditions, b.Conditions)
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"reflect"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -199,6 +201,21 @@ func TestOneStatusComputationServesReadsAndReports(t *testing.T) {
 	}
 }
 
+// awaitCollected fails the test unless collected closes within a few
+// collections.
+func awaitCollected(t *testing.T, collected <-chan struct{}, msg string) {
+	t.Helper()
+	for range 50 {
+		runtime.GC()
+		select {
+		case <-collected:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	t.Fatal(msg)
+}
+
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -211,15 +228,24 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 }
 
 // TestReportOnlyWhenStatusesChange: a change that leaves every status as it
-// was (a new timeout value) publishes no new report; one that changes a
-// status does.
+// was (a new timeout value) publishes no new report, yet the report then
+// reads the new snapshot and the one it was made from can be collected (a
+// report used to be a list of its own; holding a snapshot instead must not
+// pin old ones); a change of a status publishes one.
 func TestReportOnlyWhenStatusesChange(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	store, v, _ := startView(ctx, t, dataplane("web-1", "web"), global("g1", "1h"))
 	go func() { _ = v.RunStatusReports(ctx) }()
 	waitUntil(t, "first report", func() bool { r, _ := v.GlobalPolicyStatuses(); return len(r) == 1 })
-	_, changed := v.GlobalPolicyStatuses()
+	first, changed := v.GlobalPolicyStatuses()
+	old, err := v.StatusSnapshot(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	collected := make(chan struct{})
+	runtime.AddCleanup(old, func(ch chan struct{}) { close(ch) }, collected)
+	old = nil
 	runs := v.StatusRuns()
 	if _, _, err := store.Put(ctx, global("g1", "2h")); err != nil {
 		t.Fatal(err)
@@ -230,6 +256,10 @@ func TestReportOnlyWhenStatusesChange(t *testing.T) {
 		t.Fatal("a change that left every status as it was published a new report")
 	case <-time.After(2 * policyview.StatusDebounce):
 	}
+	if again, _ := v.GlobalPolicyStatuses(); !reflect.DeepEqual(again, first) {
+		t.Fatalf("report %+v, want %+v", again, first)
+	}
+	awaitCollected(t, collected, "the snapshot of the first report is still reachable")
 	// g2 loses idleTimeout to g1 (the smaller name wins): a status changes.
 	if _, _, err := store.Put(ctx, global("g2", "3h")); err != nil {
 		t.Fatal(err)
