@@ -98,7 +98,7 @@ func FuzzAppendString(f *testing.F) {
 func TestOriginJSON(t *testing.T) {
 	zero, five := 0, 5
 	metas := []Meta{
-		{Type: "MeshTimeout", Mesh: "default", Name: "t", Labels: resource.NewLabels(map[string]string{})},
+		{Type: "MeshTimeout", Mesh: "default", Name: "t"},
 		{Type: "MeshTimeout", Mesh: "m<1>", Name: `a"b&c`, Namespace: "ns\u2028x",
 			Labels: resource.NewLabels(map[string]string{"kuma.io/origin": "global", "z": "é<tag>", "a": ""})},
 		{Type: "MeshTimeout", Mesh: "default", Name: "many", Labels: resource.NewLabels(manyLabels(40))},

@@ -203,9 +203,6 @@ func (reg *Registry) Normalize(r *Resource, systemNamespace string) {
 	}
 	r.Spec = reg.canonicalOrSame(r.Spec)
 	r.Status = reg.canonicalOrSame(r.Status)
-	if r.Labels.Len() == 0 {
-		r.Labels = Labels{}
-	}
 }
 
 // canonicalOrSame re-encodes raw canonically. The parsed tree is dropped

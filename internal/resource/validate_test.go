@@ -171,7 +171,7 @@ func TestValidateLegacySpecs(t *testing.T) {
 
 func TestNormalize(t *testing.T) {
 	reg := NewDefaultRegistry()
-	r := &Resource{Type: "MeshTimeout", Namespace: "mesh-system", Labels: NewLabels(map[string]string{}),
+	r := &Resource{Type: "MeshTimeout", Namespace: "mesh-system", Labels: LabelsOf(),
 		Spec:   json.RawMessage("{ \"to\" : [ {\"default\":{\"b\":1, \"a\":\"<&>\"}} ] }"),
 		Status: json.RawMessage(" null ")}
 	reg.Normalize(r, "mesh-system")

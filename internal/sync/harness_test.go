@@ -159,9 +159,6 @@ func openStore(t testing.TB, path string, o storeOpts) *boltstore.Store {
 func writeGlobal(t testing.TB, st storage.Store, r *resource.Resource) {
 	t.Helper()
 	r = r.Clone()
-	if r.Labels.Len() == 0 {
-		r.Labels = resource.NewLabels(map[string]string{})
-	}
 	r.Labels.Set(resource.LabelOrigin, resource.OriginGlobal)
 	setRole(t, r, "")
 	put(t, st, r)
@@ -171,9 +168,6 @@ func writeGlobal(t testing.TB, st storage.Store, r *resource.Resource) {
 func writeZone(t testing.TB, st storage.Store, zone string, r *resource.Resource) {
 	t.Helper()
 	r = r.Clone()
-	if r.Labels.Len() == 0 {
-		r.Labels = resource.NewLabels(map[string]string{})
-	}
 	r.Labels.Set(resource.LabelOrigin, resource.OriginZone)
 	r.Labels.Set(resource.LabelZone, zone)
 	if r.Namespace != "" {

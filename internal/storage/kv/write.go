@@ -66,9 +66,6 @@ func NextVersion(in *resource.Resource, old *resource.Resource, now time.Time, o
 	} else {
 		next = in.Clone()
 	}
-	if next.Labels.Len() == 0 {
-		next.Labels = resource.Labels{}
-	}
 	if len(next.Spec) == 0 {
 		next.Spec = nil
 	}
