@@ -7,13 +7,18 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Transient etcd errors: a leader election in progress, a request that
-// timed out inside the cluster. A read, or a retry of the same guarded
-// transaction, is safe to repeat; the store does so within its request
-// timeout instead of failing the caller (killing one member of three must
-// not fail writes).
+// timed out inside the cluster, and a connection lost under a request (the
+// member it went to was killed: gRPC's Unavailable, "error reading from
+// server: EOF"; the client's balancer sends the next attempt to another
+// member). A read, or a retry of the same guarded transaction, is safe to
+// repeat (commit learns the fate of an attempt whose answer was lost); the
+// store does so within its request timeout instead of failing the caller
+// (killing one member of three must not fail writes).
 func transient(err error) bool {
 	for _, e := range []error{rpctypes.ErrLeaderChanged, rpctypes.ErrNoLeader, rpctypes.ErrTimeout,
 		rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrTimeoutDueToConnectionLost, rpctypes.ErrTooManyRequests} {
@@ -21,7 +26,7 @@ func transient(err error) bool {
 			return true
 		}
 	}
-	return false
+	return status.Code(err) == codes.Unavailable
 }
 
 // retryBackoff is the pause between attempts.
