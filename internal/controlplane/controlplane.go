@@ -380,12 +380,11 @@ func ensureDefaultMesh(ctx context.Context, cfg Config, reg *resource.Registry, 
 	if _, err := store.Get(ctx, key); !errors.Is(err, storage.ErrNotFound) {
 		return err
 	}
-	origin := resource.OriginGlobal
-	labels := map[string]string{resource.LabelOrigin: origin}
+	labels := resource.LabelsOf(resource.LabelOrigin, resource.OriginGlobal)
 	if cfg.Mode == api.ModeZone {
-		labels = map[string]string{resource.LabelOrigin: resource.OriginZone, resource.LabelZone: cfg.Zone}
+		labels = resource.LabelsOf(resource.LabelOrigin, resource.OriginZone, resource.LabelZone, cfg.Zone)
 	}
-	_, err := store.Create(ctx, &resource.Resource{Type: "Mesh", Name: "default", Labels: resource.NewLabels(labels), Spec: []byte("{}")})
+	_, err := store.Create(ctx, &resource.Resource{Type: "Mesh", Name: "default", Labels: labels, Spec: []byte("{}")})
 	if err != nil && !errors.Is(err, storage.ErrAlreadyExists) {
 		return fmt.Errorf("create default mesh: %w", err)
 	}
