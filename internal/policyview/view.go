@@ -721,9 +721,16 @@ func (v *View) GlobalPolicyStatuses() ([]policy.GlobalPolicyStatus, <-chan struc
 	if !published {
 		return nil, changed
 	}
-	all := []policy.GlobalPolicyStatus{} // non-nil: an empty report clears the previous one
+	var all []policy.GlobalPolicyStatus
 	for _, part := range parts {
-		all = append(all, part.snap.GlobalPolicyStatuses()...)
+		if list := part.snap.GlobalPolicyStatuses(); all == nil {
+			all = list // the one mesh's list as it is, in the common case
+		} else {
+			all = append(all, list...)
+		}
+	}
+	if all == nil {
+		all = []policy.GlobalPolicyStatus{} // non-nil: an empty report clears the previous one
 	}
 	return all, changed
 }
