@@ -249,7 +249,7 @@ func (s *Store) scan(ctx context.Context, opts storage.ListOptions, fn func(enc 
 			if err != nil {
 				return fmt.Errorf("etcdstore: resource %q: %w", enc, err)
 			}
-			if kv.HasLabels(r, opts.Labels) {
+			if r.Labels.Contains(opts.Labels) {
 				fn(enc, r)
 			}
 		}

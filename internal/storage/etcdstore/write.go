@@ -265,5 +265,5 @@ func (w *writeTx) List(opts storage.ListOptions) (*storage.ListResult, error) {
 
 func matches(r *resource.Resource, opts storage.ListOptions) bool {
 	return r.Type == opts.Type && (opts.Mesh == "" || r.Mesh == opts.Mesh) &&
-		(opts.Namespace == nil || r.Namespace == *opts.Namespace) && kv.HasLabels(r, opts.Labels)
+		(opts.Namespace == nil || r.Namespace == *opts.Namespace) && r.Labels.Contains(opts.Labels)
 }

@@ -114,12 +114,3 @@ func NamespaceIs(k []byte, ns string) bool {
 	parts := bytes.SplitN(k, []byte{KeySep}, 4)
 	return len(parts) == 4 && string(parts[2]) == ns
 }
-
-func HasLabels(r *resource.Resource, want map[string]string) bool {
-	for k, v := range want {
-		if got, ok := r.Labels.Lookup(k); !ok || got != v {
-			return false
-		}
-	}
-	return true
-}

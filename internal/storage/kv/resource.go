@@ -148,7 +148,7 @@ func RecordHasLabels(b []byte, want map[string]string) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		return HasLabels(r, want), nil
+		return r.Labels.Contains(want), nil
 	}
 	return match && found == len(want), nil
 }

@@ -72,7 +72,7 @@ func TestDecodeCorrupt(t *testing.T) {
 	}
 }
 
-// TestRecordHasLabels: the raw matcher agrees with decoding and HasLabels,
+// TestRecordHasLabels: the raw matcher agrees with decoding and Labels.Contains,
 // and a record cut inside its labels is an error.
 func TestRecordHasLabels(t *testing.T) {
 	rec := AppendResource(nil, &resource.Resource{Type: "MeshTimeout", Mesh: "m", Name: "n",
@@ -102,8 +102,8 @@ func TestRecordHasLabels(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if HasLabels(r, tc.want) != tc.ok {
-			t.Errorf("%s: HasLabels disagrees", tc.name)
+		if r.Labels.Contains(tc.want) != tc.ok {
+			t.Errorf("%s: Labels.Contains disagrees", tc.name)
 		}
 	}
 	// After the labels: spec (1+2 bytes), status (1), two times at the
@@ -123,7 +123,7 @@ func TestRecordHasLabels(t *testing.T) {
 	}
 	for _, v := range []string{"x", "b"} {
 		got, err := RecordHasLabels(dup, map[string]string{"a": v})
-		if err != nil || got != HasLabels(r, map[string]string{"a": v}) {
+		if err != nil || got != r.Labels.Contains(map[string]string{"a": v}) {
 			t.Errorf("repeated key, want a=%s: got %v, %v; DecodeResource gave labels %v", v, got, err, r.Labels)
 		}
 	}
@@ -140,7 +140,7 @@ func FuzzDecodeResource(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := DecodeResource(b)
 		want := map[string]string{"a": "b"}
-		if match, merr := RecordHasLabels(b, want); err == nil && (merr != nil || match != HasLabels(r, want)) {
+		if match, merr := RecordHasLabels(b, want); err == nil && (merr != nil || match != r.Labels.Contains(want)) {
 			t.Fatalf("RecordHasLabels gave %v, %v on a record that decodes with labels %v", match, merr, r.Labels)
 		}
 		if err != nil {
