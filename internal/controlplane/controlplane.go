@@ -170,7 +170,7 @@ func Run(ctx context.Context, cfg Config) error {
 		background.Wait()
 	}()
 	failed := make(chan error, 1)
-	runBackground(ctx, &background, failed, newMemoryTrimmer().run)
+	runBackground(ctx, &background, failed, newMemoryTrimmer(mapReleaser(ctx, store, cfg.Logger)).run)
 	feed := newChangeFeed() // the console's live updates
 	if cfg.Mode == api.ModeGlobal {
 		var ready func() error

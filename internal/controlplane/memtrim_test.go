@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -58,17 +59,19 @@ func TestMemoryTrimmerObserve(t *testing.T) {
 	}
 }
 
-// TestMemoryTrimmerRun: the loop trims once per quiet period on its ticks
-// and stops with its context.
+// TestMemoryTrimmerRun: the loop trims once per quiet period on its ticks,
+// releases the store's map after each trim, and stops with its context.
 func TestMemoryTrimmerRun(t *testing.T) {
 	ticks := make(chan time.Time)
 	cur := memSample{allocated: 0, free: 64 << 20}
 	trimmed := make(chan struct{}, 10)
+	var order []string
 	m := &memoryTrimmer{
 		tick: time.Second, quiet: 2 * time.Second, quietAlloc: 1 << 20, minFree: 8 << 20,
-		read:  func() memSample { return cur },
-		trim:  func() { cur.free = 0; trimmed <- struct{}{} },
-		ticks: func(time.Duration) (<-chan time.Time, func()) { return ticks, func() {} },
+		read:    func() memSample { return cur },
+		trim:    func() { cur.free = 0; trimmed <- struct{}{}; order = append(order, "trim") },
+		release: func() { order = append(order, "release") },
+		ticks:   func(time.Duration) (<-chan time.Time, func()) { return ticks, func() {} },
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
@@ -82,5 +85,8 @@ func TestMemoryTrimmerRun(t *testing.T) {
 	}
 	if n := len(trimmed); n != 1 {
 		t.Fatalf("trimmed %d times over 5 quiet ticks with 64 MiB free once, want 1", n)
+	}
+	if got := strings.Join(order, ","); got != "trim,release" {
+		t.Errorf("calls: %s, want trim,release", got)
 	}
 }
