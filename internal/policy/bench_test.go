@@ -273,7 +273,7 @@ func changeFirstByChanges(b *testing.B, prev *MeshSnapshot, rs []*resource.Resou
 	changed[0] = res("MeshTimeout", rs[0].Name, fmt.Sprintf(
 		`{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"connectionTimeout":"%ds"}}]}`, i%50+1))
 	next, err := NewMeshSnapshot(Inputs{Registry: prev.reg, Mesh: "default", Zone: "zone-1", Previous: prev,
-		Changes: &Changes{Put: changed[:1], Deleted: rs[:1]}})
+		Changes: &Changes{Put: changed[:1]}})
 	if err != nil {
 		b.Fatal(err)
 	}

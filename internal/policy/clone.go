@@ -1,7 +1,5 @@
 package policy
 
-import "github.com/meridian-mesh/meridian/internal/resource"
-
 // Cloning unchanged policies from the previous snapshot.
 //
 // A parsed policy is mostly a function of its resource: policyDef,
@@ -37,11 +35,11 @@ type cloneArena struct {
 
 type contributionCopy struct{ from, to *contribution }
 
-// policy returns prev (parsed by an earlier snapshot from a resource with
-// the same spec and labels) for this snapshot: resource r, prev's
-// definitions, and none of prev's snapshot state. Only reads prev.
-func (a *cloneArena) policy(prev *policy, r *resource.Resource) *policy {
-	p := &policy{policyDef: prev.policyDef, res: r}
+// policy returns prev (parsed by an earlier snapshot from the same
+// resource) for this snapshot: prev's resource and definitions, and none
+// of prev's snapshot state. Only reads prev.
+func (a *cloneArena) policy(prev *policy) *policy {
+	p := &policy{policyDef: prev.policyDef, src: prev.src}
 	a.seen = a.seen[:0]
 	n := len(prev.to) + len(prev.from)
 	ptrs, entries := make([]*entry, n), make([]entry, n)

@@ -83,7 +83,7 @@ func TestDefTableSharesOnlyEqualDefinitions(t *testing.T) {
 					list = "from"
 				}
 				if e.c.where() != fmt.Sprintf("%s[%d].default", list, want) || e.index != want || *e.c.origin().Entry != want {
-					t.Errorf("%s: where %q, index %d, origin entry %d", e.pol.res.Name, e.c.where(), e.index, *e.c.origin().Entry)
+					t.Errorf("%s: where %q, index %d, origin entry %d", e.pol.resName, e.c.where(), e.index, *e.c.origin().Entry)
 				}
 			}
 		})
@@ -95,7 +95,7 @@ func parsedPolicyNamed(t *testing.T, s *MeshSnapshot, typ, name string) *policy 
 	t.Helper()
 	if ti := s.types[typ]; ti != nil {
 		for _, p := range ti.policies {
-			if p.res.Name == name {
+			if p.resName == name {
 				return p
 			}
 		}

@@ -29,14 +29,17 @@ import (
 
 // Changes are how a snapshot's resources differ from the previous
 // snapshot's (Inputs.Changes): its resources are the previous snapshot's
-// without Deleted, plus Put.
+// without those named in Deleted or Put, plus Put. They name resources by
+// key, so a caller needs to keep neither the resources it gave before nor
+// a list of which it gave: the zone's view keeps only its changes.
 type Changes struct {
-	// Put are resources the previous snapshot did not have: new ones, and
-	// new versions of ones it had (the old versions are in Deleted).
+	// Put are resources new since the previous snapshot: new ones, and new
+	// versions of ones it had, which they replace (whether or not Deleted
+	// names them too).
 	Put []*resource.Resource
-	// Deleted are resources the previous snapshot had (the same objects)
-	// that are gone or replaced.
-	Deleted []*resource.Resource
+	// Deleted are the keys of resources gone since the previous snapshot; a
+	// key it did not have is ignored.
+	Deleted []resource.Key
 }
 
 // ErrPreviousTaken: Inputs.Changes were given, but another snapshot was
@@ -66,43 +69,54 @@ func fromChanges(in Inputs, sysNS string) (*MeshSnapshot, error) {
 			return d.build(), nil
 		}
 	}
-	rs, err := prev.resourcesAfter(parses, in.Changes)
+	rs, kept, err := prev.after(parses, in.Registry, in.Changes)
 	if err != nil {
 		return nil, err
 	}
 	in.Resources, in.Changes = rs, nil
-	return build(in, sysNS, parses)
+	return build(in, sysNS, parses, kept)
 }
 
-// resourcesAfter lists prev's resources (parses: its parse table) with the
-// changes applied.
-func (prev *MeshSnapshot) resourcesAfter(parses *parseMap, ch *Changes) ([]*resource.Resource, error) {
-	gone := make(map[*resource.Resource]bool, len(ch.Deleted))
-	for i, r := range ch.Deleted {
+// after lists prev's infrastructure and Dataplanes, and its policies' parses
+// (parses: its parse table), with the changes applied: what a full build
+// from prev takes.
+func (prev *MeshSnapshot) after(parses *parseMap, reg *resource.Registry, ch *Changes) ([]*resource.Resource, []keptParse, error) {
+	gone := make(map[typedName]bool, len(ch.Deleted)+len(ch.Put))
+	name := func(r *resource.Resource) typedName {
+		d, _ := reg.Lookup(r.Type)
+		return typedName{d, prev.normNS(r.Namespace), r.Name}
+	}
+	for i, k := range ch.Deleted {
+		d, ok := reg.Lookup(k.Type)
+		if !ok {
+			return nil, nil, fmt.Errorf("changes: deleted[%d]: %s: unknown resource type %q", i, k, k.Type)
+		}
+		gone[typedName{d, prev.normNS(k.Namespace), k.Name}] = true
+	}
+	for i, r := range ch.Put {
 		if r == nil {
-			return nil, fmt.Errorf("changes: deleted[%d] is nil", i)
+			return nil, nil, fmt.Errorf("changes: put[%d] is nil", i)
 		}
-		gone[r] = true
+		gone[name(r)] = true
 	}
-	rs := make([]*resource.Resource, 0, parses.len()+len(prev.dpList)+len(prev.infra)+len(ch.Put))
-	keep := func(r *resource.Resource) {
-		if gone[r] {
-			delete(gone, r)
-			return
-		}
-		rs = append(rs, r)
-	}
-	parses.resources(keep)
+	rs := make([]*resource.Resource, 0, len(prev.dpList)+len(prev.infra)+len(ch.Put))
 	for _, dp := range prev.dpList {
-		keep(dp.res)
+		if !gone[name(dp.res)] {
+			rs = append(rs, dp.res)
+		}
 	}
 	for _, r := range prev.infra {
-		keep(r)
+		if !gone[name(r)] {
+			rs = append(rs, r)
+		}
 	}
-	for r := range gone {
-		return nil, fmt.Errorf("changes: deleted %s is not a resource of the previous snapshot", r.Key())
-	}
-	return append(rs, ch.Put...), nil
+	kept := make([]keptParse, 0, parses.len())
+	parses.each(func(k typedName, pp parsedPolicy) {
+		if !gone[k] {
+			kept = append(kept, keptParse{k, pp})
+		}
+	})
+	return append(rs, ch.Put...), kept, nil
 }
 
 // delta is a build from changes that splices: the changes checked and
@@ -113,8 +127,8 @@ type delta struct {
 	parses     *parseMap
 	applicable bool // only policies (no MeshHTTPRoute) and Dataplanes changed
 
-	// By type: the previous snapshot's parses of deleted policies, and the
-	// put policy resources.
+	// By type: the previous snapshot's parses of deleted and replaced
+	// policies, and the put policy resources.
 	deleted map[*resource.TypeDescriptor][]parsedPolicy
 	put     map[*resource.TypeDescriptor][]*resource.Resource
 	// Dataplanes deleted (by name) and put.
@@ -122,83 +136,86 @@ type delta struct {
 	dpPut  []*resource.Resource
 }
 
-// newDelta checks the changes against prev: every deleted resource is one
-// of prev's, no put resource has the name of one that stays, nothing is
-// put twice. applicable is false when the changes need a full build.
+// newDelta checks the changes: nothing is put or deleted twice. A put
+// resource replaces prev's of its name, if any (deleted or not).
+// applicable is false when the changes need a full build.
 func newDelta(in Inputs, prev *MeshSnapshot, parses *parseMap) (*delta, error) {
 	d := &delta{in: in, prev: prev, parses: parses, applicable: true,
 		deleted: map[*resource.TypeDescriptor][]parsedPolicy{}, put: map[*resource.TypeDescriptor][]*resource.Resource{},
 		dpGone: map[nsName]bool{}}
 	gone := map[typedName]bool{}
-	for i, r := range in.Changes.Deleted {
-		desc, k, err := d.check(fmt.Sprintf("deleted[%d]", i), r)
+	for i, key := range in.Changes.Deleted {
+		k, err := d.check(fmt.Sprintf("deleted[%d]", i), key)
 		if err != nil {
 			return nil, err
 		}
-		switch {
-		case desc.IsPolicy():
-			pp, ok := parses.get(k)
-			if !ok || pp.res != r {
-				return nil, fmt.Errorf("changes: deleted %s is not a resource of the previous snapshot", r.Key())
-			}
-			if pp.pol != nil {
-				if t := prev.types[desc.Name]; t == nil || pp.pol.idx >= len(t.policies) || t.policies[pp.pol.idx] != pp.pol {
-					d.applicable = false // not as the previous snapshot holds it: build in full
-				}
-			}
-			d.deleted[desc] = append(d.deleted[desc], pp)
-		case r.Type == "Dataplane":
-			key := nsName{k.ns, k.name}
-			if dp := prev.dataplanes[key]; dp == nil || dp.res != r {
-				return nil, fmt.Errorf("changes: deleted %s is not a resource of the previous snapshot", r.Key())
-			}
-			d.dpGone[key] = true
-		}
 		if gone[k] {
-			return nil, fmt.Errorf("changes: %s deleted twice", r.Key())
+			return nil, fmt.Errorf("changes: %s deleted twice", key)
 		}
 		gone[k] = true
+		d.remove(k)
 	}
 	put := map[typedName]bool{}
 	for i, r := range in.Changes.Put {
-		desc, k, err := d.check(fmt.Sprintf("put[%d]", i), r)
+		if r == nil {
+			return nil, fmt.Errorf("changes: put[%d] is nil", i)
+		}
+		k, err := d.check(fmt.Sprintf("put[%d]", i), r.Key())
 		if err != nil {
 			return nil, err
 		}
-		stays := false
-		switch {
-		case desc.IsPolicy():
-			_, stays = parses.get(k)
-			d.put[desc] = append(d.put[desc], r)
-		case r.Type == "Dataplane":
-			stays = prev.dataplanes[nsName{k.ns, k.name}] != nil
-			d.dpPut = append(d.dpPut, r)
-		}
-		if put[k] || (stays && !gone[k]) {
+		if put[k] {
 			return nil, fmt.Errorf("%s: duplicate resource", r.Key())
 		}
 		put[k] = true
+		if !gone[k] {
+			d.remove(k) // the version it replaces, if any
+		}
+		switch {
+		case k.desc.IsPolicy():
+			d.put[k.desc] = append(d.put[k.desc], r)
+		case r.Type == "Dataplane":
+			d.dpPut = append(d.dpPut, r)
+		}
 	}
 	return d, nil
 }
 
-// check validates one changed resource like the full build's check, and
-// notes whether the splice covers its type.
-func (d *delta) check(at string, r *resource.Resource) (*resource.TypeDescriptor, typedName, error) {
-	if r == nil {
-		return nil, typedName{}, fmt.Errorf("changes: %s is nil", at)
+// remove takes prev's resource named k out, if it has one.
+func (d *delta) remove(k typedName) {
+	switch {
+	case k.desc.IsPolicy():
+		pp, ok := d.parses.get(k)
+		if !ok {
+			return
+		}
+		if pp.pol != nil {
+			if t := d.prev.types[k.desc.Name]; t == nil || pp.pol.idx >= len(t.policies) || t.policies[pp.pol.idx] != pp.pol {
+				d.applicable = false // not as the previous snapshot holds it: build in full
+			}
+		}
+		d.deleted[k.desc] = append(d.deleted[k.desc], pp)
+	case k.desc.Name == "Dataplane":
+		if key := (nsName{k.ns, k.name}); d.prev.dataplanes[key] != nil {
+			d.dpGone[key] = true
+		}
 	}
-	desc, ok := d.in.Registry.Lookup(r.Type)
+}
+
+// check validates the key of one changed resource like the full build's
+// check, and notes whether the splice covers its type.
+func (d *delta) check(at string, key resource.Key) (typedName, error) {
+	desc, ok := d.in.Registry.Lookup(key.Type)
 	if !ok {
-		return nil, typedName{}, fmt.Errorf("%s: unknown resource type %q", r.Key(), r.Type)
+		return typedName{}, fmt.Errorf("changes: %s: %s: unknown resource type %q", at, key, key.Type)
 	}
-	if desc.Scope == resource.ScopeMesh && r.Mesh != d.in.Mesh {
-		return nil, typedName{}, fmt.Errorf("%s: belongs to mesh %q", r.Key(), r.Mesh)
+	if desc.Scope == resource.ScopeMesh && key.Mesh != d.in.Mesh {
+		return typedName{}, fmt.Errorf("changes: %s: %s: belongs to mesh %q", at, key, key.Mesh)
 	}
-	if !(desc.IsPolicy() || r.Type == "Dataplane") || r.Type == "MeshHTTPRoute" {
+	if !(desc.IsPolicy() || key.Type == "Dataplane") || key.Type == "MeshHTTPRoute" {
 		d.applicable = false
 	}
-	return desc, typedName{desc, d.prev.normNS(r.Namespace), r.Name}, nil
+	return typedName{desc, d.prev.normNS(key.Namespace), key.Name}, nil
 }
 
 // build splices the changes into a new snapshot. Only called when
@@ -220,7 +237,8 @@ func (d *delta) build() *MeshSnapshot {
 	}
 	for desc, pps := range d.deleted {
 		for _, pp := range pps {
-			d.parses.remove(typedName{desc, b.normNS(pp.res.Namespace), pp.res.Name})
+			ns, name := pp.key()
+			d.parses.remove(typedName{desc, b.normNS(ns), name})
 		}
 	}
 	touched := map[*resource.TypeDescriptor]bool{}
@@ -282,7 +300,8 @@ func (b *builder) spliceType(desc *resource.TypeDescriptor, dels []parsedPolicy,
 	b.s.types[desc.Name] = t
 	var removed []*policy
 	for _, pp := range dels {
-		key := nsName{b.normNS(pp.res.Namespace), pp.res.Name}
+		ns, name := pp.key()
+		key := nsName{b.normNS(ns), name}
 		if pp.pol == nil {
 			delete(t.skipped, key)
 			t.warnings = deleteOne(t.warnings, skippedWarning(desc, pp.res, pp.err))
@@ -411,7 +430,7 @@ func (b *builder) splicePolicies(t, prevT *typeIndex, removed, fresh []*policy) 
 		overToAt, overFromAt, overProxyAt := indexOf(prevT.overTo), indexOf(prevT.overFrom), indexOf(prevT.overProxy)
 		for p := range moved {
 			c := b.cloneResolved(p)
-			b.s.parses.m.set(typedName{p.desc, b.normNS(p.res.Namespace), p.res.Name}, parsedPolicy{res: p.res, pol: c})
+			b.s.parses.m.set(typedName{p.desc, b.normNS(p.resNS), p.resName}, parsedPolicy{pol: c})
 			n.policies = append(n.policies, placed[*policy]{spP.newIndex(p.idx), c})
 			for j, e := range p.to {
 				n.to = append(n.to, placed[*entry]{spTo.newIndex(e.pos), c.to[j]})

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
@@ -70,19 +71,24 @@ func TestChangesBuildAsFresh(t *testing.T) {
 				put(randomTimeout(rng, rng.IntN(40)))
 			}
 		}
+		// A replaced resource is put, with its key among the deleted or
+		// not; a key the previous snapshot never had may be deleted.
 		ch := &Changes{}
 		for k, r := range live {
 			if old := before[k]; old != r {
 				ch.Put = append(ch.Put, r)
-				if old != nil {
-					ch.Deleted = append(ch.Deleted, old)
+				if old != nil && rng.IntN(2) == 0 {
+					ch.Deleted = append(ch.Deleted, k)
 				}
 			}
 		}
-		for k, old := range before {
+		for k := range before {
 			if live[k] == nil {
-				ch.Deleted = append(ch.Deleted, old)
+				ch.Deleted = append(ch.Deleted, k)
 			}
+		}
+		if rng.IntN(4) == 0 {
+			ch.Deleted = append(ch.Deleted, resource.Key{Type: "MeshTimeout", Mesh: "default", Name: "never-there"})
 		}
 		var reading sync.WaitGroup
 		built := make(chan struct{})
@@ -204,7 +210,7 @@ func numbersOf(s *MeshSnapshot) string {
 		t := s.types[name]
 		fmt.Fprintf(&b, "%s warnings=%q skipped=%v\n", name, t.warnings, len(t.skipped))
 		for i, p := range t.policies {
-			fmt.Fprintf(&b, "%d %s/%s idx=%d quick=%d", i, p.res.Namespace, p.res.Name, p.idx, t.quick[i].kind)
+			fmt.Fprintf(&b, "%d %s/%s idx=%d quick=%d", i, p.resNS, p.resName, p.idx, t.quick[i].kind)
 			if p.proxy != nil {
 				fmt.Fprintf(&b, " proxy=%d", p.proxy.order)
 			}
@@ -215,7 +221,7 @@ func numbersOf(s *MeshSnapshot) string {
 		}
 		for _, list := range [][]*entry{t.to, t.from, t.overTo, t.overFrom} {
 			for i, e := range list {
-				fmt.Fprintf(&b, "%d %s/%s[%d] pos=%d order=%d", i, e.pol.res.Namespace, e.pol.res.Name, e.index, e.pos, e.c.order)
+				fmt.Fprintf(&b, "%d %s/%s[%d] pos=%d order=%d", i, e.pol.resNS, e.pol.resName, e.index, e.pos, e.c.order)
 				if e.o != nil {
 					fmt.Fprintf(&b, " override=%d", e.o.order)
 				}
@@ -223,7 +229,7 @@ func numbersOf(s *MeshSnapshot) string {
 			}
 		}
 		for i, p := range t.overProxy {
-			fmt.Fprintf(&b, "%d proxy override %s\n", i, p.res.Name)
+			fmt.Fprintf(&b, "%d proxy override %s\n", i, p.resName)
 		}
 	}
 	return b.String()
@@ -243,21 +249,18 @@ func TestChangesErrors(t *testing.T) {
 		}
 		return s
 	}
-	other := a.Clone()
 	for _, tc := range []struct {
 		name string
 		ch   Changes
 		want string
 	}{
-		{"deleted unknown", Changes{Deleted: []*resource.Resource{other}}, "deleted MeshTimeout"},
-		{"deleted twice", Changes{Deleted: []*resource.Resource{a, a}}, "deleted twice"},
-		{"put a name that stays", Changes{Put: []*resource.Resource{other}}, "duplicate resource"},
+		{"deleted twice", Changes{Deleted: []resource.Key{a.Key(), a.Key()}}, "deleted twice"},
 		{"put twice", Changes{Put: []*resource.Resource{res("MeshTimeout", "b", `{}`), res("MeshTimeout", "b", `{}`)}}, "duplicate resource"},
-		{"put a dataplane that stays", Changes{Put: []*resource.Resource{dp.Clone()}}, "duplicate resource"},
 		{"nil", Changes{Put: []*resource.Resource{nil}}, "put[0] is nil"},
 		{"other mesh", Changes{Put: []*resource.Resource{{Type: "MeshTimeout", Mesh: "other", Name: "x"}}}, `belongs to mesh "other"`},
+		{"deleted from another mesh", Changes{Deleted: []resource.Key{{Type: "MeshTimeout", Mesh: "other", Name: "a"}}}, `deleted[0]: MeshTimeout`},
 		{"unknown type", Changes{Put: []*resource.Resource{{Type: "Nope", Mesh: "default", Name: "x"}}}, `unknown resource type "Nope"`},
-		{"deleted unknown infrastructure", Changes{Deleted: []*resource.Resource{res("MeshService", "x", `{}`)}}, "not a resource of the previous snapshot"},
+		{"deleted of an unknown type", Changes{Deleted: []resource.Key{{Type: "Nope", Mesh: "default", Name: "x"}}}, `unknown resource type "Nope"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Changes: &tc.ch, Previous: base()})
@@ -299,7 +302,7 @@ func TestReplacedSnapshotsAreCollected(t *testing.T) {
 	}
 	changed := res("MeshTimeout", rs[0].Name, `{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"9s"}}]}`)
 	third, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Previous: second,
-		Changes: &Changes{Put: []*resource.Resource{changed}, Deleted: rs[:1]}})
+		Changes: &Changes{Put: []*resource.Resource{changed}, Deleted: []resource.Key{rs[0].Key()}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +343,7 @@ func TestChangesOfIgnoredTypes(t *testing.T) {
 	}
 	want := answers(t, &goldenCase{}, prev)
 	next, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Previous: prev,
-		Changes: &Changes{Deleted: []*resource.Resource{id}}})
+		Changes: &Changes{Deleted: []resource.Key{id.Key()}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,14 +375,14 @@ func TestReplacedClonesAreCollected(t *testing.T) {
 	// so those are cloned.
 	noFrom := res("MeshTimeout", rs[48].Name, `{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"9s"}}]}`)
 	second, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Previous: first,
-		Changes: &Changes{Put: []*resource.Resource{noFrom}, Deleted: rs[48:49]}})
+		Changes: &Changes{Put: []*resource.Resource{noFrom}, Deleted: []resource.Key{rs[48].Key()}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	victim := rs[10]
 	of := func(s *MeshSnapshot) *policy {
 		for _, p := range s.types["MeshTimeout"].policies {
-			if p.res == victim {
+			if p.src == weak.Make(victim) {
 				return p
 			}
 		}
@@ -395,7 +398,7 @@ func TestReplacedClonesAreCollected(t *testing.T) {
 	// other clone of the second and drops the victim's.
 	changed := res("MeshTimeout", victim.Name, string(victim.Spec))
 	third, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Previous: second,
-		Changes: &Changes{Put: []*resource.Resource{changed}, Deleted: []*resource.Resource{victim}}})
+		Changes: &Changes{Put: []*resource.Resource{changed}}})
 	if err != nil {
 		t.Fatal(err)
 	}

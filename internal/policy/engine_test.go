@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"weak"
 
 	"sigs.k8s.io/yaml"
 
@@ -148,8 +149,8 @@ func TestSugarEquivalence(t *testing.T) {
 				t.Errorf("the policy applies to no Dataplane: the case tests nothing")
 			}
 			typ := a.types[a.typeNames[0]].desc.Name
-			ma, _ := a.MatchedDataplanes(typ, "p", a.types[typ].policies[0].res.Namespace)
-			mb, _ := b.MatchedDataplanes(typ, "p", b.types[typ].policies[0].res.Namespace)
+			ma, _ := a.MatchedDataplanes(typ, "p", a.types[typ].policies[0].resNS)
+			mb, _ := b.MatchedDataplanes(typ, "p", b.types[typ].policies[0].resNS)
 			if compact(ma) != compact(mb) {
 				t.Errorf("matched: sugar %s, explicit %s", compact(ma), compact(mb))
 			}
@@ -333,17 +334,18 @@ func TestPreviousSnapshotReuse(t *testing.T) {
 		t.Error("the rebuild did not take the previous snapshot's parse table")
 	}
 	for name, c := range reused.parses.m.all() {
-		k := c.res.Key()
-		prev := before[name]
-		if prev.res == nil {
+		k := name.desc.Name + " " + name.name
+		changed := name.desc.Name == changedKey.Type && name.name == changedKey.Name
+		prev, ok := before[name]
+		if !ok {
 			t.Fatalf("%s: not in the previous snapshot's parse table", k)
 		}
-		if same := prev.pol != nil && c.pol != nil && prev.pol.policyDef == c.pol.policyDef; same == (k == changedKey) {
+		if same := prev.pol != nil && c.pol != nil && prev.pol.policyDef == c.pol.policyDef; same == changed {
 			t.Errorf("%s: parse reused %v", k, same)
 		}
 		// Nothing the policies' targets depend on changed, and the changed
 		// policy kept its place: the others are the previous snapshot's.
-		if shared := c.pol != nil && c.pol == prev.pol; shared == (k == changedKey) {
+		if shared := c.pol != nil && c.pol == prev.pol; shared == changed {
 			t.Errorf("%s: policy shared with the previous snapshot %v", k, shared)
 		}
 	}
@@ -549,7 +551,7 @@ func TestRebuildKeepsOrder(t *testing.T) {
 		}
 		if prev != nil {
 			for k, parse := range rebuilt.parses.m.all() {
-				if old, ok := before[k]; ok && old.pol != nil && old.res == parse.res {
+				if old, ok := before[k]; ok && old.pol != nil && parse.pol != nil && old.pol.src == parse.pol.src {
 					if parse.pol == old.pol {
 						shared++
 					} else {
@@ -573,11 +575,11 @@ func orderOf(s *MeshSnapshot) string {
 	}
 	var b strings.Builder
 	for i, p := range t.policies {
-		fmt.Fprintf(&b, "%d %s/%s idx=%d\n", i, p.res.Namespace, p.res.Name, p.idx)
+		fmt.Fprintf(&b, "%d %s/%s idx=%d\n", i, p.resNS, p.resName, p.idx)
 	}
 	for _, list := range [][]*entry{t.to, t.from} {
 		for i, e := range list {
-			fmt.Fprintf(&b, "%d %s/%s[%d] pos=%d order=%d", i, e.pol.res.Namespace, e.pol.res.Name, e.index, e.pos, e.c.order)
+			fmt.Fprintf(&b, "%d %s/%s[%d] pos=%d order=%d", i, e.pol.resNS, e.pol.resName, e.index, e.pos, e.c.order)
 			if e.o != nil {
 				fmt.Fprintf(&b, " override=%d", e.o.order)
 			}
@@ -600,7 +602,7 @@ func TestParseMapKeepsOneParsePerName(t *testing.T) {
 		want parsedPolicy
 	}{
 		{"failed", parsedPolicy{res: r1, err: errors.New("bad")}, parsedPolicy{res: r1, err: errors.New("bad")}},
-		{"parsed", parsedPolicy{res: r2, pol: &policy{res: r2}}, parsedPolicy{res: r2}},
+		{"parsed", parsedPolicy{pol: &policy{src: weak.Make(r2)}}, parsedPolicy{}},
 		{"failed again", parsedPolicy{res: r1, err: errors.New("worse")}, parsedPolicy{res: r1, err: errors.New("worse")}},
 	}
 	for _, s := range steps {

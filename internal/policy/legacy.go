@@ -89,7 +89,7 @@ func (w *legacyWinner) offer(p *policy, r rank) {
 	}
 	c := compareRank(r, w.r)
 	if c == 0 {
-		switch a, b := p.res.CreationTime, w.p.res.CreationTime; {
+		switch a, b := p.legacy.created, w.p.legacy.created; {
 		case a.After(b):
 			c = 1
 		case a.Before(b):

@@ -224,7 +224,7 @@ type warning struct {
 }
 
 func (st foldState) warn(c *contribution, err error) foldState {
-	text := fmt.Sprintf("%s %s %s: %v; counted as false", c.pol.desc.Name, qualified(c.pol.res.Namespace, c.pol.res.Name), c.where(), err)
+	text := fmt.Sprintf("%s %s %s: %v; counted as false", c.pol.desc.Name, qualified(c.pol.resNS, c.pol.resName), c.where(), err)
 	st.warns = &warning{text: text, next: st.warns}
 	return st
 }

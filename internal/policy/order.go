@@ -99,10 +99,10 @@ func compareNames(a, b *policy) int {
 	if c := cmp.Compare(b.ownNS, a.ownNS); c != 0 {
 		return c
 	}
-	if c := cmp.Compare(b.res.Namespace, a.res.Namespace); c != 0 {
+	if c := cmp.Compare(b.resNS, a.resNS); c != 0 {
 		return c
 	}
-	return cmp.Compare(b.res.Name, a.res.Name)
+	return cmp.Compare(b.resName, a.resName)
 }
 
 func comparePolicies(a, b *policy) int {

@@ -3,6 +3,8 @@ package policy
 import (
 	"fmt"
 	"sort"
+	"time"
+	"weak"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
@@ -25,7 +27,13 @@ type targetRef struct {
 // entries whose positions and targets are this snapshot's.
 type policy struct {
 	*policyDef
-	res *resource.Resource
+	// src is the resource the policy was parsed from, held weakly: a later
+	// build handed the very same object reuses this parse (parsedPolicy.holds),
+	// but the policy does not keep the resource, its spec and its struct
+	// alive. Everything output needs of it is in the definition. A zone's
+	// view kept each policy's resource beside its parse: at 100,000
+	// policies 28 MB of a 106 MB heap.
+	src weak.Pointer[resource.Resource]
 	// owner marks the build that made this struct (parsed or cloned it).
 	// A later snapshot may hold it as it is (share.go), but only its own
 	// build ever writes it. A mark, not the snapshot: a policy shared for
@@ -78,11 +86,19 @@ type policyDef struct {
 
 	// name is policyName(p), set when parsing is done.
 	name string
+
+	// The resource's identity and labels, for output (meta) and messages;
+	// resNS is its namespace as stored.
+	mesh, resName, resNS string
+	labels               resource.Labels
 }
 
 // legacyDef is what a legacy-shaped policy selects.
 type legacyDef struct {
 	sources, destinations, selectors []selector
+	// created is the resource's creation time, which breaks ties between
+	// legacy policies of equal rank.
+	created time.Time
 }
 
 // entry is one to/from item: its definition, and this snapshot's policy,
@@ -119,12 +135,14 @@ const (
 )
 
 func policyWarning(p *policy, format string, args ...any) string {
-	return p.desc.Name + " " + qualified(p.res.Namespace, p.res.Name) + ": " + fmt.Sprintf(format, args...)
+	return p.desc.Name + " " + qualified(p.resNS, p.resName) + ": " + fmt.Sprintf(format, args...)
 }
 
 // meta is the policy's Meta for output, made when asked for: kept, it was
-// 72 bytes of every policy's definition, a copy of its resource's fields.
-func (p *policy) meta() Meta { return metaOf(p.res) }
+// 72 bytes of every policy's definition.
+func (p *policy) meta() Meta {
+	return Meta{Type: p.desc.Name, Mesh: p.mesh, Name: p.resName, Namespace: p.resNS, Labels: p.labels}
+}
 
 func metaOf(r *resource.Resource) Meta {
 	return Meta{Type: r.Type, Mesh: r.Mesh, Name: r.Name, Namespace: r.Namespace, Labels: r.Labels}
@@ -134,21 +152,11 @@ func metaOf(r *resource.Resource) Meta {
 // error means the policy cannot be evaluated at all; the snapshot reports it
 // as a warning on every Dataplane.
 func (b *builder) parsePolicy(r *resource.Resource, d *resource.TypeDescriptor, k typedName) (p, src *policy, err error) {
-	if prev, ok := b.prev.get(k); ok && prev.res == r {
+	if prev, ok := b.prev.get(k); ok && prev.holds(r) {
 		// The very resource the previous snapshot parsed (resources are
-		// immutable, and the zone's view hands out the same object until
-		// it changes): that parse holds, apart from the state each
-		// snapshot sets itself (clone).
-		switch {
-		case prev.pol == nil:
-		case b.share:
-			p = prev.pol
-		default:
-			p = b.clones.policy(prev.pol, r)
-			p.owner = b.own
-		}
-		b.s.parses.m.set(k, parsedPolicy{res: r, pol: p, err: prev.err})
-		return p, prev.pol, prev.err
+		// immutable, and a caller hands out the same object until it
+		// changes): that parse holds.
+		return b.reuse(k, prev)
 	}
 	dec, err := decodePolicy(r, d, b.sysNS, b.reg.Conditions())
 	if err != nil {
@@ -158,8 +166,24 @@ func (b *builder) parsePolicy(r *resource.Resource, d *resource.TypeDescriptor, 
 	p = b.parseDecoded(r, d, dec)
 	finishContributions(p, b.s.shapes)
 	p.name = policyName(p)
-	b.s.parses.m.set(k, parsedPolicy{res: r, pol: p})
+	b.s.parses.m.set(k, parsedPolicy{pol: p})
 	return p, nil, nil
+}
+
+// reuse takes prev, the previous snapshot's parse of k, into this one:
+// shared as it is, or cloned apart from the state each snapshot sets
+// itself (clone.go). src is the previous snapshot's policy.
+func (b *builder) reuse(k typedName, prev parsedPolicy) (p, src *policy, err error) {
+	switch {
+	case prev.pol == nil:
+	case b.share:
+		p = prev.pol
+	default:
+		p = b.clones.policy(prev.pol)
+		p.owner = b.own
+	}
+	b.s.parses.m.set(k, parsedPolicy{res: prev.res, pol: p, err: prev.err})
+	return p, prev.pol, prev.err
 }
 
 // finishContributions caches, once per version of a policy, what a fold
@@ -187,12 +211,13 @@ func finishContribution(c *contribution, shapes *shapeTable) {
 }
 
 func (b *builder) parseDecoded(r *resource.Resource, d *resource.TypeDescriptor, dec *decodedPolicy) *policy {
-	p := &policy{res: r, owner: b.own, policyDef: &policyDef{desc: d, role: dec.role, display: r.DisplayName()}}
+	p := &policy{src: weak.Make(r), owner: b.own, policyDef: &policyDef{desc: d, role: dec.role, display: r.DisplayName(),
+		mesh: r.Mesh, resName: r.Name, resNS: r.Namespace, labels: r.Labels}}
 	p.origin, p.zone = b.originOf(r)
 	p.ownNS = b.ownNamespace(r)
 	if d.Shape != resource.ShapeTargetRef {
 		p.top = b.s.refs.intern(targetRef{}) // selection reads it: none
-		p.legacy = &legacyDef{sources: dec.sources, destinations: dec.destinations, selectors: dec.selectors}
+		p.legacy = &legacyDef{sources: dec.sources, destinations: dec.destinations, selectors: dec.selectors, created: r.CreationTime}
 		p.legacyConf = newContribution(p, nil, -1, "", blockConf, dec.legacy)
 		return p
 	}

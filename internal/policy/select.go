@@ -215,7 +215,7 @@ func (s *MeshSnapshot) lookupRoutes(ref *targetRef, ownNS string) []*policy {
 	if ref.Name == "" {
 		var out []*policy
 		for _, key := range sortedNSKeys(s.routes) {
-			if r := s.routes[key]; hasLabels(r.res.Labels, ref.Labels) {
+			if r := s.routes[key]; hasLabels(r.labels, ref.Labels) {
 				out = append(out, r)
 			}
 		}

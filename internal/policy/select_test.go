@@ -24,12 +24,12 @@ func TestQuickSelectionAgrees(t *testing.T) {
 				for i, p := range ti.policies {
 					quick[ti.quick[i].kind]++
 					if want := snap.selectsDP(p, dp); matched[i] != want {
-						t.Errorf("%s: %s %s on %s: matched %v, selectsDP %v", path, name, p.res.Name, dp.res.Name, matched[i], want)
+						t.Errorf("%s: %s %s on %s: matched %v, selectsDP %v", path, name, p.resName, dp.res.Name, matched[i], want)
 					}
 					for j := range dp.sections {
 						sec := &dp.sections[j]
 						if got, want := snap.selectsSectionAt(ti, i, dp, sec), snap.selectsSection(p, dp, sec, 0); got != want {
-							t.Errorf("%s: %s %s on %s section %q (kind %d): quick %v, full %v", path, name, p.res.Name, dp.res.Name, sec.name, sec.kind, got, want)
+							t.Errorf("%s: %s %s on %s section %q (kind %d): quick %v, full %v", path, name, p.resName, dp.res.Name, sec.name, sec.kind, got, want)
 						}
 					}
 				}

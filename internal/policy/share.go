@@ -25,7 +25,7 @@ import (
 // reads (MeshServices, MeshExternalServices, MeshMultiZoneServices,
 // MeshGateways, MeshHTTPRoutes) is the very same resources as there. The
 // infrastructure is indexed already; policies are the policy resources.
-func (b *builder) sameEnvironment(policies []*resource.Resource) bool {
+func (b *builder) sameEnvironment(policies []*resource.Resource, kept []keptParse) bool {
 	p := b.prevSnap
 	if p == nil {
 		return false
@@ -55,18 +55,23 @@ func (b *builder) sameEnvironment(policies []*resource.Resource) bool {
 			return false
 		}
 	}
-	// The routes: every one is a resource the previous snapshot had, and it
-	// had no others.
+	// The routes: every one is a resource the previous snapshot had (kept
+	// parses are), and it had no others.
 	routes, prevRoutes := 0, 0
 	for _, r := range policies {
 		if r.Type != "MeshHTTPRoute" {
 			continue
 		}
 		d, _ := b.reg.Lookup(r.Type)
-		if prev, ok := b.prev.get(typedName{d, b.normNS(r.Namespace), r.Name}); !ok || prev.res != r {
+		if prev, ok := b.prev.get(typedName{d, b.normNS(r.Namespace), r.Name}); !ok || !prev.holds(r) {
 			return false
 		}
 		routes++
+	}
+	for _, kp := range kept {
+		if kp.k.desc.Name == "MeshHTTPRoute" {
+			routes++
+		}
 	}
 	if t := p.types["MeshHTTPRoute"]; t != nil {
 		prevRoutes = len(t.policies) + len(t.skipped)
@@ -121,8 +126,8 @@ func (b *builder) unshare(t *typeIndex) {
 		c := b.cloneResolved(p)
 		t.policies[i] = c
 		policyClones[p] = c
-		k := typedName{p.desc, b.normNS(p.res.Namespace), p.res.Name}
-		b.s.parses.m.set(k, parsedPolicy{res: p.res, pol: c}) // the next snapshot starts from the clone
+		k := typedName{p.desc, b.normNS(p.resNS), p.resName}
+		b.s.parses.m.set(k, parsedPolicy{pol: c}) // the next snapshot starts from the clone
 		for j, e := range p.to {
 			clones[e] = c.to[j]
 		}
@@ -148,7 +153,7 @@ func (b *builder) unshare(t *typeIndex) {
 // resolved targets and warnings: sharing implies they resolve the same here
 // (sameEnvironment), and both are read-only once resolved.
 func (b *builder) cloneResolved(p *policy) *policy {
-	c := b.clones.policy(p, p.res)
+	c := b.clones.policy(p)
 	c.owner = b.own
 	c.warnings = slices.Clip(p.warnings)
 	for j, e := range p.to {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"weak"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
@@ -22,10 +23,11 @@ type Inputs struct {
 	// SystemNamespace defaults to resource.DefaultSystemNamespace.
 	SystemNamespace string
 	// Previous, when set, is the snapshot this one replaces: the policies
-	// it was built from that are among Resources (the same *Resource, as
-	// the zone's view passes them until they change) reuse its parse and
-	// order instead of decoding JSON and sorting again (the bulk of building
-	// a snapshot), and unchanged policies are shared with it (share.go).
+	// it was built from that are among Resources (the same *Resource
+	// objects; Previous knows them weakly, so it does not keep them alive)
+	// reuse its parse and order instead of decoding JSON and sorting again
+	// (the bulk of building a snapshot), and unchanged policies are shared
+	// with it (share.go).
 	// Optional; the result is the same either way. It must have been built
 	// with the same Registry, SystemNamespace and Zone, else it is ignored.
 	// The build takes Previous's parse table: a second snapshot built from
@@ -34,16 +36,18 @@ type Inputs struct {
 	//
 	// Resources: policies of every type, Dataplanes, MeshServices,
 	// MeshExternalServices, MeshMultiZoneServices and MeshGateways of Mesh. Other infrastructure
-	// types are ignored. The snapshot keeps the pointers: the caller must not
-	// change the resources afterwards (resource.Resource is immutable by
-	// contract).
+	// types are ignored. The snapshot keeps the pointers of the
+	// infrastructure and Dataplanes, and of policies it could not parse; of
+	// the others it keeps what it parsed. The caller must not change the
+	// resources afterwards (resource.Resource is immutable by contract).
 	Resources []*resource.Resource
 	Previous  *MeshSnapshot
 	// Changes, instead of Resources, gives the resources as Previous's
 	// with changes applied (delta.go): for one changed policy among
-	// 100,000 the build then costs what changed, not what is there. It
-	// fails with ErrPreviousTaken when a snapshot was built from Previous
-	// already.
+	// 100,000 the build then costs what changed, not what is there, and
+	// the caller need not keep the resources it gave before (the zone's
+	// view keeps none). It fails with ErrPreviousTaken when a snapshot was
+	// built from Previous already.
 	Changes *Changes
 }
 
@@ -101,18 +105,35 @@ type MeshSnapshot struct {
 }
 
 // parsedPolicy is what a snapshot remembers of one policy for the next: the
-// resource, the policy as this snapshot holds it, or why it could not be
-// parsed. The next snapshot shares or clones pol when it holds the same
-// resource (share.go). The decoded spec is not kept: the parse holds
+// policy as this snapshot holds it, or the resource and why it could not be
+// parsed. The next snapshot shares or clones pol when it is handed the same
+// resource (holds), or builds from changes (delta.go). Neither the resource
+// of a parsed policy nor its decoded spec is kept: the parse holds
 // everything later snapshots need.
 type parsedPolicy struct {
-	res *resource.Resource
 	pol *policy
+	res *resource.Resource // when pol is nil
 	err error
 }
 
+// holds reports whether pp was made from the very object r.
+func (pp parsedPolicy) holds(r *resource.Resource) bool {
+	if pp.pol != nil {
+		return pp.pol.src == weak.Make(r)
+	}
+	return pp.res == r
+}
+
+// key is pp's resource's namespace and name.
+func (pp parsedPolicy) key() (namespace, name string) {
+	if pp.pol != nil {
+		return pp.pol.resNS, pp.pol.resName
+	}
+	return pp.res.Namespace, pp.res.Name
+}
+
 // parseMap holds a snapshot's parsedPolicies by name: those with a policy as
-// the policy alone (its res is the resource), the few that failed in full.
+// the policy alone, the few that failed in full.
 // A map of whole parsedPolicies was 72 bytes a slot, 12 MB of a zone's heap
 // at 100,000 policies; of pointers, 48. Owned by one build at a time.
 type parseMap struct {
@@ -130,13 +151,13 @@ func (m *parseMap) get(k typedName) (parsedPolicy, bool) {
 		return parsedPolicy{}, false
 	}
 	if p, ok := m.pols[k]; ok {
-		return parsedPolicy{res: p.res, pol: p}, true
+		return parsedPolicy{pol: p}, true
 	}
 	pp, ok := m.failed[k]
 	return pp, ok
 }
 
-// set records pp, whose pol (when set) holds pp.res.
+// set records pp.
 func (m *parseMap) set(k typedName, pp parsedPolicy) {
 	if pp.pol != nil {
 		m.pols[k] = pp.pol
@@ -154,13 +175,13 @@ func (m *parseMap) remove(k typedName) {
 
 func (m *parseMap) len() int { return len(m.pols) + len(m.failed) }
 
-// resources calls fn with every parse's resource.
-func (m *parseMap) resources(fn func(*resource.Resource)) {
-	for _, p := range m.pols {
-		fn(p.res)
+// each calls fn with every parse.
+func (m *parseMap) each(fn func(typedName, parsedPolicy)) {
+	for k, p := range m.pols {
+		fn(k, parsedPolicy{pol: p})
 	}
-	for _, pp := range m.failed {
-		fn(pp.res)
+	for k, pp := range m.failed {
+		fn(k, pp)
 	}
 }
 
@@ -304,7 +325,7 @@ func NewMeshSnapshot(in Inputs) (*MeshSnapshot, error) {
 		if p := in.Previous; p != nil {
 			prevParses = p.parses.take()
 		}
-		s, err = build(in, sysNS, prevParses)
+		s, err = build(in, sysNS, prevParses, nil)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("policy snapshot of mesh %q: %w", in.Mesh, err)
@@ -312,9 +333,10 @@ func NewMeshSnapshot(in Inputs) (*MeshSnapshot, error) {
 	return s, nil
 }
 
-// build indexes in.Resources; prevParses is in.Previous's parse table
-// (taken), or nil.
-func build(in Inputs, sysNS string, prevParses *parseMap) (*MeshSnapshot, error) {
+// build indexes in.Resources and the previous snapshot's parses kept (a
+// build from changes that cannot splice); prevParses is in.Previous's parse
+// table (taken), or nil.
+func build(in Inputs, sysNS string, prevParses *parseMap, kept []keptParse) (*MeshSnapshot, error) {
 	s := &MeshSnapshot{
 		mesh: in.Mesh, zone: in.Zone, sysNS: sysNS,
 		dataplanes: map[nsName]*dataplane{}, types: map[string]*typeIndex{},
@@ -330,19 +352,30 @@ func build(in Inputs, sysNS string, prevParses *parseMap) (*MeshSnapshot, error)
 	} else {
 		s.shapes, s.refs, s.defs = newShapeTable(), newRefTable(), newDefTable()
 	}
-	if err := b.index(in.Resources); err != nil {
+	if err := b.index(in.Resources, kept); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// index sorts resources into infrastructure and policies. Infrastructure
-// goes first: resolving policy references needs it.
-func (b *builder) index(rs []*resource.Resource) error {
+// keptParse is a previous snapshot's parse that a build keeps as it is,
+// with its name in the parse table.
+type keptParse struct {
+	k  typedName
+	pp parsedPolicy
+}
+
+// index sorts resources into infrastructure and policies, and adds the
+// policies kept. Infrastructure goes first: resolving policy references
+// needs it.
+func (b *builder) index(rs []*resource.Resource, kept []keptParse) error {
 	seen := map[typedName]struct{}{}
 	policies := make([]*resource.Resource, 0, len(rs))
 	var dps []*resource.Resource
 	b.perType = map[*resource.TypeDescriptor]int{}
+	for _, kp := range kept {
+		b.perType[kp.k.desc]++
+	}
 	for i, r := range rs {
 		d, err := b.check(i, r)
 		if err != nil {
@@ -372,8 +405,8 @@ func (b *builder) index(rs []*resource.Resource) error {
 		b.addDataplane(r)
 	}
 	sortDataplanes(b.s.dpList)
-	b.share = b.sameEnvironment(policies)
-	return b.addPolicies(policies)
+	b.share = b.sameEnvironment(policies, kept)
+	return b.addPolicies(policies, kept)
 }
 
 // typedName identifies a resource within one mesh (the duplicate check; a
@@ -429,31 +462,38 @@ func (b *builder) addInfra(r *resource.Resource) {
 	}
 }
 
-// addPolicies parses every policy, then resolves references (a policy may
-// name a route of another type) and sorts per type. It fails on a duplicate.
-func (b *builder) addPolicies(rs []*resource.Resource) error {
-	parsed := make([]*policy, 0, len(rs))
+// addPolicies parses every policy resource and takes the kept parses, then
+// resolves references (a policy may name a route of another type) and
+// sorts per type. It fails on a duplicate.
+func (b *builder) addPolicies(rs []*resource.Resource, kept []keptParse) error {
+	parsed := make([]*policy, 0, len(rs)+len(kept))
+	add := func(k typedName, p, src *policy, err error, failed *resource.Resource) {
+		t := b.typeIndex(k.desc)
+		if err != nil {
+			t.warnings = append(t.warnings, skippedWarning(k.desc, failed, err))
+			t.skipped[nsName{k.ns, k.name}] = true
+			return
+		}
+		t.policies = append(t.policies, p)
+		t.sources = append(t.sources, src)
+		parsed = append(parsed, p)
+		if k.desc.Name == "MeshHTTPRoute" {
+			b.s.routes[nsName{k.ns, k.name}] = p
+			b.s.routeByName[p.display] = append(b.s.routeByName[p.display], p)
+		}
+	}
+	for _, kp := range kept {
+		p, src, err := b.reuse(kp.k, kp.pp)
+		add(kp.k, p, src, err, kp.pp.res)
+	}
 	for _, r := range rs {
 		d, _ := b.reg.Lookup(r.Type)
 		k := typedName{d, b.normNS(r.Namespace), r.Name}
 		if _, dup := b.s.parses.m.get(k); dup {
 			return fmt.Errorf("%s: duplicate resource", r.Key())
 		}
-		t := b.typeIndex(d)
 		p, src, err := b.parsePolicy(r, d, k)
-		if err != nil {
-			t.warnings = append(t.warnings, skippedWarning(d, r, err))
-			t.skipped[nsName{b.normNS(r.Namespace), r.Name}] = true
-			continue
-		}
-		t.policies = append(t.policies, p)
-		t.sources = append(t.sources, src)
-		parsed = append(parsed, p)
-		if r.Type == "MeshHTTPRoute" {
-			key := nsName{b.normNS(r.Namespace), r.Name}
-			b.s.routes[key] = p
-			b.s.routeByName[r.DisplayName()] = append(b.s.routeByName[r.DisplayName()], p)
-		}
+		add(k, p, src, err, r)
 	}
 	for _, p := range parsed {
 		if p.owner != b.own {

@@ -134,7 +134,7 @@ func (s *MeshSnapshot) computeStatuses() map[string]map[nsName]*PolicyStatus {
 		}
 		aggs := s.aggregate(t)
 		for _, p := range t.policies {
-			byName[nsName{s.normNS(p.res.Namespace), p.res.Name}] = same.intern(s.statusOf(p, aggs[p]))
+			byName[nsName{s.normNS(p.resNS), p.resName}] = same.intern(s.statusOf(p, aggs[p]))
 		}
 	}
 	return out
@@ -414,7 +414,7 @@ func (s *MeshSnapshot) legacyStatuses(t *typeIndex, byName map[nsName]*PolicySta
 			enf = Condition{Type: CondEnforced, Status: conditionFalse, Reason: ReasonOverridden,
 				Message: "Policy has been overridden: a more specific (or, at equal rank, newer) policy is selected wherever it matches, or it matches nothing"}
 		}
-		byName[nsName{s.normNS(p.res.Namespace), p.res.Name}] = &PolicyStatus{Conditions: []Condition{accepted, enf}}
+		byName[nsName{s.normNS(p.resNS), p.resName}] = &PolicyStatus{Conditions: []Condition{accepted, enf}}
 	}
 }
 
@@ -436,7 +436,7 @@ func (s *MeshSnapshot) GlobalPolicyStatuses() []GlobalPolicyStatus {
 			if p.origin != originGlobal {
 				continue
 			}
-			if st := all[name][nsName{s.normNS(p.res.Namespace), p.res.Name}]; st != nil {
+			if st := all[name][nsName{s.normNS(p.resNS), p.resName}]; st != nil {
 				out = append(out, GlobalPolicyStatus{Type: name, Mesh: s.mesh, Name: p.display, Conditions: st.Conditions})
 			}
 		}

@@ -279,11 +279,11 @@ func policyName(p *policy) string {
 	if p.name != "" {
 		return p.name
 	}
-	name := p.desc.Name + " " + qualified(p.ownNS, p.res.DisplayName())
+	name := p.desc.Name + " " + qualified(p.ownNS, p.display)
 	switch {
-	case p.origin == originGlobal && p.res.DisplayName() != p.res.Name:
+	case p.origin == originGlobal && p.display != p.resName:
 		name += " (global)"
-	case p.res.DisplayName() != p.res.Name && p.zone != "":
+	case p.display != p.resName && p.zone != "":
 		name += " (zone " + p.zone + ")"
 	}
 	return name

@@ -191,7 +191,7 @@ func (r *routeEntries) sig() string {
 	}
 	s := ""
 	for i, route := range r.routes {
-		s += "|" + route.res.Namespace + "/" + route.res.Name + ":" + sigOf(r.entries[i])
+		s += "|" + route.resNS + "/" + route.resName + ":" + sigOf(r.entries[i])
 	}
 	return s
 }
@@ -582,7 +582,7 @@ func (s *MeshSnapshot) MatchedDataplanes(policyType, name, namespace string) ([]
 	var p *policy
 	if t != nil {
 		for _, cand := range t.policies {
-			if cand.res.Name == name && s.normNS(cand.res.Namespace) == key.ns {
+			if cand.resName == name && s.normNS(cand.resNS) == key.ns {
 				p = cand
 				break
 			}

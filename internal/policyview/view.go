@@ -1,11 +1,13 @@
-// Package policyview keeps the zone's policy engine inputs current: it mirrors
+// Package policyview keeps the zone's policy engine inputs current: it follows
 // the store's mesh-scoped resources through one watch and hands out immutable
 // policy.MeshSnapshots, rebuilt lazily per mesh when a change touched that
 // mesh. Repeated reads of an unchanged mesh reuse the same snapshot (and its
 // memos); a rebuild starts from the previous snapshot and the changes since
-// (policy.Inputs.Changes), so its cost follows what changed. One background
-// loop keeps policy statuses (for reads and for the zone's report to the
-// global) current after changes settle.
+// (policy.Inputs.Changes), so its cost follows what changed. The view keeps
+// no copy of the resources: only the changes since the last build, which
+// that build consumes (the snapshot keeps what it needs of each). One
+// background loop keeps policy statuses (for reads and for the zone's report
+// to the global) current after changes settle.
 package policyview
 
 import (
@@ -47,7 +49,7 @@ type View struct {
 
 	mu      sync.Mutex
 	changed *sync.Cond // signalled whenever applied advances
-	applied uint64     // store revision the mirror reflects
+	applied uint64     // store revision the view reflects
 	loaded  bool
 	runErr  error
 	meshes  map[string]*meshState
@@ -76,24 +78,29 @@ type View struct {
 	statusRuns int
 }
 
-// meshState is the mirror of one mesh. generation bumps on every change so a
-// snapshot built from an older generation is never cached over a newer one.
+// meshState is what the view knows of one mesh. generation bumps on every
+// change so a snapshot built from an older generation is never cached over a
+// newer one.
 type meshState struct {
-	resources  resourceIndex
 	generation uint64
 	snapshot   *policy.MeshSnapshot
 	snapGen    uint64
 
 	// pending are the changes since the snapshot last handed out for a
 	// build (snapshot, or the one being built from it): by key, the
-	// resource before the first change and the one now (nil: none). The
-	// next build starts from that snapshot and these changes
-	// (policy.Inputs.Changes), which at 100,000 policies costs what
-	// changed instead of what is there. fullBuild says they are not known
-	// (no snapshot yet, too many changes, a build that failed): the next
-	// build lists every resource.
-	pending   map[resource.Key]*change
-	fullBuild bool
+	// resource now, nil when deleted. The next build starts from that
+	// snapshot and these changes (policy.Inputs.Changes), which at 100,000
+	// policies costs what changed instead of what is there. whole says
+	// there is no such snapshot (none built yet, or one failed): pending
+	// then holds every resource of the mesh, and the next build is made
+	// from them. A zone's view used to mirror every resource besides: at
+	// 100,000 policies 28 MB of a 106 MB heap, which the snapshot's parses
+	// made redundant.
+	pending map[resource.Key]*resource.Resource
+	whole   bool
+	// lost says pending cannot be trusted (a build failed and so did its
+	// reload): the next build reloads the mesh from the store first.
+	lost bool
 
 	// Policy statuses (StatusSnapshot): the last snapshot whose statuses
 	// were computed, and the generation it reflects. Only the status loop
@@ -102,90 +109,37 @@ type meshState struct {
 	statusGen  uint64
 }
 
-// resourceIndex is a mesh's resources by type, then namespace and name:
-// at 100,000 policies a map keyed by the whole resource.Key (four strings)
-// was 15 MB of a zone's heap, one by namespace and name about half that.
-type resourceIndex struct {
-	byType map[string]map[nameKey]*resource.Resource
-	count  int
-}
-
-type nameKey struct{ namespace, name string }
-
-func (x *resourceIndex) get(k resource.Key) *resource.Resource {
-	return x.byType[k.Type][nameKey{k.Namespace, k.Name}]
-}
-
-func (x *resourceIndex) put(r *resource.Resource) {
-	byName := x.byType[r.Type]
-	if byName == nil {
-		byName = map[nameKey]*resource.Resource{}
-		x.byType[r.Type] = byName
-	}
-	k := nameKey{r.Namespace, r.Name}
-	if _, ok := byName[k]; !ok {
-		x.count++
-	}
-	byName[k] = r
-}
-
-func (x *resourceIndex) remove(k resource.Key) {
-	byName := x.byType[k.Type]
-	if _, ok := byName[nameKey{k.Namespace, k.Name}]; !ok {
+// note records that the resource of key is now r (nil: deleted).
+func (m *meshState) note(key resource.Key, r *resource.Resource) {
+	if r == nil && m.whole {
+		delete(m.pending, key)
 		return
 	}
-	delete(byName, nameKey{k.Namespace, k.Name})
-	x.count--
-	if len(byName) == 0 {
-		delete(x.byType, k.Type)
-	}
+	m.pending[key] = r
 }
 
-// change is one key's change since the last build: the resource before the
-// first change, and now.
-type change struct{ old, now *resource.Resource }
-
-// maxPending is how many changed keys a mesh of n resources tracks before
-// its next build lists every resource instead: past that, a full build
-// costs about as much.
-func maxPending(n int) int { return max(256, n/8) }
-
-// note records that key went from old to now.
-func (m *meshState) note(key resource.Key, old, now *resource.Resource) {
-	if m.fullBuild {
-		return
-	}
-	c := m.pending[key]
-	if c == nil {
-		c = &change{old: old}
-		m.pending[key] = c
-	}
-	c.now = now
-	if c.old == nil && c.now == nil {
-		delete(m.pending, key) // created and deleted since: no change
-	}
-	if len(m.pending) > maxPending(m.resources.count) {
-		m.fullBuild, m.pending = true, nil
-	}
-}
-
-// takeChanges hands out the pending changes for a build from snapshot and
-// starts tracking anew from the snapshot that build makes.
-func (m *meshState) takeChanges() *policy.Changes {
-	ch := &policy.Changes{}
-	for _, c := range m.pending {
-		if c.old == c.now {
-			continue
+// takeInputs hands out m's current generation for a build: the previous
+// snapshot and the changes since, or every resource when there is no such
+// snapshot. Changes count from the snapshot that build makes on.
+func (m *meshState) takeInputs() buildInputs {
+	in := buildInputs{gen: m.generation}
+	if m.whole {
+		in.resources = make([]*resource.Resource, 0, len(m.pending))
+		for _, r := range m.pending {
+			in.resources = append(in.resources, r)
 		}
-		if c.old != nil {
-			ch.Deleted = append(ch.Deleted, c.old)
-		}
-		if c.now != nil {
-			ch.Put = append(ch.Put, c.now)
+	} else {
+		in.prev, in.changes = m.snapshot, &policy.Changes{}
+		for k, r := range m.pending {
+			if r == nil {
+				in.changes.Deleted = append(in.changes.Deleted, k)
+			} else {
+				in.changes.Put = append(in.changes.Put, r)
+			}
 		}
 	}
-	m.pending = map[resource.Key]*change{}
-	return ch
+	m.pending, m.whole = map[resource.Key]*resource.Resource{}, false
+	return in
 }
 
 // StatusDebounce is how long the view waits after a change before it
@@ -193,7 +147,7 @@ func (m *meshState) takeChanges() *policy.Changes {
 // writes costs one recompute.
 const StatusDebounce = 100 * time.Millisecond
 
-// New checks cfg. Call Run to start mirroring.
+// New checks cfg. Call Run to start following the store.
 func New(cfg Config) (*View, error) {
 	if cfg.Registry == nil || cfg.Store == nil {
 		return nil, errors.New("policyview: Registry and Store are required")
@@ -264,17 +218,8 @@ func (v *View) relevant(typeName string) bool {
 
 func (v *View) loadAll(ctx context.Context, rev uint64) error {
 	meshes := map[string]*meshState{}
-	for _, name := range v.cfg.Registry.Names() {
-		if !v.relevant(name) {
-			continue
-		}
-		res, err := v.cfg.Store.List(ctx, storage.ListOptions{Type: name})
-		if err != nil {
-			return fmt.Errorf("load %s: %w", name, err)
-		}
-		for _, r := range res.Items {
-			meshOf(meshes, r.Mesh).resources.put(r)
-		}
+	if err := v.list(ctx, "", func(r *resource.Resource) { meshOf(meshes, r.Mesh).note(r.Key(), r) }); err != nil {
+		return err
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -286,10 +231,28 @@ func (v *View) loadAll(ctx context.Context, rev uint64) error {
 	return nil
 }
 
+// list calls fn with every resource of the relevant types in the store, of
+// mesh ("" for every mesh).
+func (v *View) list(ctx context.Context, mesh string, fn func(*resource.Resource)) error {
+	for _, name := range v.cfg.Registry.Names() {
+		if !v.relevant(name) {
+			continue
+		}
+		res, err := v.cfg.Store.List(ctx, storage.ListOptions{Type: name, Mesh: mesh})
+		if err != nil {
+			return fmt.Errorf("load %s: %w", name, err)
+		}
+		for _, r := range res.Items {
+			fn(r)
+		}
+	}
+	return nil
+}
+
 func meshOf(meshes map[string]*meshState, mesh string) *meshState {
 	m := meshes[mesh]
 	if m == nil {
-		m = &meshState{resources: resourceIndex{byType: map[string]map[nameKey]*resource.Resource{}}, fullBuild: true}
+		m = &meshState{pending: map[resource.Key]*resource.Resource{}, whole: true}
 		meshes[mesh] = m
 	}
 	return m
@@ -309,18 +272,14 @@ func (v *View) apply(ev storage.Event) {
 	m := meshOf(v.meshes, r.Mesh)
 	m.generation++
 	v.kickStatuses()
-	key := r.Key()
-	old := m.resources.get(key)
 	if ev.Kind == storage.EventDelete {
-		m.note(key, old, nil)
-		m.resources.remove(key)
+		m.note(r.Key(), nil)
 		return
 	}
-	m.note(key, old, r)
-	m.resources.put(r)
+	m.note(r.Key(), r)
 }
 
-// waitFor blocks until the mirror reflects revision rev (or the view stopped).
+// waitFor blocks until the view reflects revision rev (or it stopped).
 func (v *View) waitFor(ctx context.Context, rev uint64) error {
 	stop := context.AfterFunc(ctx, func() {
 		v.mu.Lock()
@@ -378,19 +337,21 @@ func (v *View) currentSnapshot(ctx context.Context, mesh string) (*policy.MeshSn
 				return nil, 0, ctx.Err()
 			}
 		}
-		snap, gen, err := v.build(mesh, in)
+		snap, gen, err := v.build(ctx, mesh, in)
 		return snap, gen, err
 	}
 }
 
 // buildInputs are what one build of a mesh's snapshot starts from: its
 // generation, and either every resource or the previous snapshot and the
-// changes since.
+// changes since; or, with reload, neither: the mesh is to be loaded from the
+// store first.
 type buildInputs struct {
 	gen       uint64
 	resources []*resource.Resource
 	changes   *policy.Changes
 	prev      *policy.MeshSnapshot
+	reload    bool
 }
 
 // cached returns a fresh snapshot (with its generation), or the inputs to
@@ -407,41 +368,30 @@ func (v *View) cached(mesh string) (*policy.MeshSnapshot, buildInputs, chan stru
 		return nil, buildInputs{}, ch
 	}
 	v.building[mesh] = make(chan struct{})
-	return nil, v.inputsOf(m, m.snapshot != nil && !m.fullBuild), nil
+	if m.lost {
+		return nil, buildInputs{reload: true}, nil
+	}
+	return nil, m.takeInputs(), nil
 }
 
-// inputsOf hands out m's current generation for a build, from changes when
-// fromChanges, else from every resource; pending changes count from it on.
-// The caller holds v.mu.
-func (v *View) inputsOf(m *meshState, fromChanges bool) buildInputs {
-	in := buildInputs{gen: m.generation, prev: m.snapshot}
-	if fromChanges {
-		in.changes = m.takeChanges()
-		return in
-	}
-	in.resources = make([]*resource.Resource, 0, m.resources.count)
-	for _, byName := range m.resources.byType {
-		for _, r := range byName {
-			in.resources = append(in.resources, r)
+// build builds mesh's snapshot from in and records it; the caller claimed
+// the build (cached), so builds of one mesh never overlap. A build that
+// fails is not expected (the changes are the view's own record; a mesh's
+// builds take turns, so no two start from one snapshot): it is done again
+// from the store's contents, which the mesh is reloaded from.
+func (v *View) build(ctx context.Context, mesh string, in buildInputs) (*policy.MeshSnapshot, uint64, error) {
+	var snap *policy.MeshSnapshot
+	var err error
+	if !in.reload {
+		snap, err = v.newSnapshot(mesh, in)
+		if err != nil {
+			v.cfg.Logger.Warn("policy snapshot failed; reloading the mesh from the store", "mesh", mesh, "error", err)
 		}
 	}
-	m.pending, m.fullBuild = map[resource.Key]*change{}, false
-	return in
-}
-
-// build builds mesh's snapshot from in, and records it unless a newer one
-// is recorded. A build from changes that cannot be applied is done again
-// from every resource (at the generation current then).
-func (v *View) build(mesh string, in buildInputs) (*policy.MeshSnapshot, uint64, error) {
-	snap, err := v.newSnapshot(mesh, in)
-	if err != nil && in.changes != nil {
-		// Not expected (the changes are the view's own record): say so, and
-		// build from every resource instead.
-		v.cfg.Logger.Warn("policy snapshot from changes failed; building from every resource", "mesh", mesh, "error", err)
-		v.mu.Lock()
-		in = v.inputsOf(meshOf(v.meshes, mesh), false)
-		v.mu.Unlock()
-		snap, err = v.newSnapshot(mesh, in)
+	if in.reload || err != nil {
+		if in, err = v.reload(ctx, mesh); err == nil {
+			snap, err = v.newSnapshot(mesh, in)
+		}
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -449,19 +399,34 @@ func (v *View) build(mesh string, in buildInputs) (*policy.MeshSnapshot, uint64,
 	delete(v.building, mesh)
 	m := meshOf(v.meshes, mesh)
 	if err != nil {
-		m.fullBuild, m.pending = true, nil // the changes since count from no snapshot
+		// The changes noted since count from a snapshot that does not
+		// exist: the next build reloads.
+		m.snapshot, m.lost, m.pending = nil, true, map[resource.Key]*resource.Resource{}
 		return nil, 0, fmt.Errorf("build policy snapshot of mesh %q: %w", mesh, err)
 	}
 	v.builds++
 	if in.changes != nil {
 		v.fromChanges++
 	}
-	if m.snapshot == nil || in.gen >= m.snapGen {
-		m.snapshot, m.snapGen = snap, in.gen
-	} else {
-		m.fullBuild, m.pending = true, nil
-	}
+	m.snapshot, m.snapGen = snap, in.gen
 	return snap, in.gen, nil
+}
+
+// reload lists mesh's resources from the store and hands them out as the
+// inputs of a build from every resource. It holds v.mu meanwhile, so no
+// change is applied in between: the store is at least as new as the view,
+// and the changes the watch still delivers are replayed over the list,
+// which converges as at startup (run).
+func (v *View) reload(ctx context.Context, mesh string) (buildInputs, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	m := meshOf(v.meshes, mesh)
+	m.pending, m.whole, m.lost = map[resource.Key]*resource.Resource{}, true, false
+	if err := v.list(ctx, mesh, func(r *resource.Resource) { m.note(r.Key(), r) }); err != nil {
+		m.lost = true
+		return buildInputs{}, err
+	}
+	return m.takeInputs(), nil
 }
 
 func (v *View) newSnapshot(mesh string, in buildInputs) (*policy.MeshSnapshot, error) {

@@ -419,3 +419,56 @@ func everyAnswer(t *testing.T, s *policy.MeshSnapshot) string {
 	}
 	return string(b)
 }
+
+// TestFailedBuildReloadsTheMesh: a build that fails (here, a change of
+// another mesh's resource noted in this one, which the view never does)
+// reloads the mesh from the store and builds from that: the snapshot
+// answers as the store's contents.
+func TestFailedBuildReloadsTheMesh(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store, v, done := startView(ctx, t, dataplane("web-1", "web"), timeout("t0", "1s"))
+	if _, err := v.Snapshot(ctx, "default"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := store.Put(ctx, timeout("t1", "2s")); err != nil {
+		t.Fatal(err)
+	}
+	stray := timeout("stray", "3s")
+	stray.Mesh = "other"
+	v.NoteForTest("default", stray)
+	snap, err := v.Snapshot(ctx, "default")
+	if err != nil {
+		t.Fatalf("a failed build was not recovered: %v", err)
+	}
+	for _, name := range []string{"t0", "t1"} {
+		if st, err := snap.PolicyStatus("MeshTimeout", name, ""); err != nil || st == nil {
+			t.Errorf("%s after the reload: %v, %v", name, st, err)
+		}
+	}
+	if names := snap.Dataplanes(); len(names) != 1 {
+		t.Errorf("Dataplanes after the reload: %v", names)
+	}
+	if _, err := snap.PolicyStatus("MeshTimeout", "stray", ""); err == nil {
+		t.Error("the stray change is in the snapshot after the reload")
+	}
+	// Later changes are built from the reloaded snapshot.
+	from := v.BuildsFromChanges()
+	if _, _, err := store.Put(ctx, timeout("t2", "4s")); err != nil {
+		t.Fatal(err)
+	}
+	snap, err = v.Snapshot(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := snap.PolicyStatus("MeshTimeout", "t2", ""); err != nil || st == nil {
+		t.Errorf("t2 after the reload: %v, %v", st, err)
+	}
+	if v.BuildsFromChanges() != from+1 {
+		t.Errorf("the build after the reload was not from changes")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
