@@ -39,7 +39,7 @@ type contributionCopy struct{ from, to *contribution }
 // resource) for this snapshot: prev's resource and definitions, and none
 // of prev's snapshot state. Only reads prev.
 func (a *cloneArena) policy(prev *policy) *policy {
-	p := &policy{policyDef: prev.policyDef, src: prev.src}
+	p := &policy{policyDef: prev.policyDef}
 	a.seen = a.seen[:0]
 	n := len(prev.to) + len(prev.from)
 	ptrs, entries := make([]*entry, n), make([]entry, n)

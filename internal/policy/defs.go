@@ -2,6 +2,7 @@ package policy
 
 import (
 	"encoding/json"
+	"hash/maphash"
 	"slices"
 	"strconv"
 	"sync"
@@ -23,7 +24,14 @@ type defTable struct {
 	mu       sync.Mutex
 	contribs map[string]*contributionDef
 	entries  map[entryKey]*entryDef
+	// seed keys specSum, the same for every snapshot that shares the table.
+	seed maphash.Seed
 }
+
+// specSum fingerprints a policy's spec (64 bits of maphash under a seed
+// of the process's choosing): a later build tells a resource whose spec
+// did not change by it without keeping the spec (parsedPolicy.holds).
+func (t *defTable) specSum(spec []byte) uint64 { return maphash.Bytes(t.seed, spec) }
 
 // entryKey is an entryDef's content (kind follows from ref). ref is
 // interned (refTable), so equal plain refs are one pointer; entries whose
@@ -41,7 +49,7 @@ type entryKey struct {
 const maxSharedDefs = 4096
 
 func newDefTable() *defTable {
-	return &defTable{contribs: map[string]*contributionDef{}, entries: map[entryKey]*entryDef{}}
+	return &defTable{contribs: map[string]*contributionDef{}, entries: map[entryKey]*entryDef{}, seed: maphash.MakeSeed()}
 }
 
 // entryDef returns a definition equal to d that the caller must not write.

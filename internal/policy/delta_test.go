@@ -10,7 +10,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"weak"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
@@ -382,7 +381,7 @@ func TestReplacedClonesAreCollected(t *testing.T) {
 	victim := rs[10]
 	of := func(s *MeshSnapshot) *policy {
 		for _, p := range s.types["MeshTimeout"].policies {
-			if p.src == weak.Make(victim) {
+			if p.resName == victim.Name {
 				return p
 			}
 		}

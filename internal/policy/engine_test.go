@@ -11,7 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"weak"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -551,7 +551,7 @@ func TestRebuildKeepsOrder(t *testing.T) {
 		}
 		if prev != nil {
 			for k, parse := range rebuilt.parses.m.all() {
-				if old, ok := before[k]; ok && old.pol != nil && parse.pol != nil && old.pol.src == parse.pol.src {
+				if old, ok := before[k]; ok && old.pol != nil && parse.pol != nil && old.pol.policyDef == parse.pol.policyDef {
 					if parse.pol == old.pol {
 						shared++
 					} else {
@@ -602,7 +602,7 @@ func TestParseMapKeepsOneParsePerName(t *testing.T) {
 		want parsedPolicy
 	}{
 		{"failed", parsedPolicy{res: r1, err: errors.New("bad")}, parsedPolicy{res: r1, err: errors.New("bad")}},
-		{"parsed", parsedPolicy{pol: &policy{src: weak.Make(r2)}}, parsedPolicy{}},
+		{"parsed", parsedPolicy{pol: &policy{policyDef: &policyDef{resName: r2.Name}}}, parsedPolicy{}},
 		{"failed again", parsedPolicy{res: r1, err: errors.New("worse")}, parsedPolicy{res: r1, err: errors.New("worse")}},
 	}
 	for _, s := range steps {
@@ -624,3 +624,67 @@ func TestParseMapKeepsOneParsePerName(t *testing.T) {
 		t.Fatal("a nil map has a parse")
 	}
 }
+
+// TestReuseByContent: a build with Previous reuses the parse of a resource
+// with the same spec, labels and (for a legacy policy) creation time, even
+// when it is another object, and parses one that differs in any of them.
+func TestReuseByContent(t *testing.T) {
+	reg := resource.NewDefaultRegistry()
+	mt := res("MeshTimeout", "a", `{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"1s"}}]}`)
+	tp := res("TrafficPermission", "p", `{"sources":[{"match":{"kuma.io/service":"web"}}],"destinations":[{"match":{"kuma.io/service":"backend"}}]}`)
+	tp.CreationTime = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+	dp := benchDataplane("dp", 1, 0)
+	build := func(prev *MeshSnapshot, rs ...*resource.Resource) *MeshSnapshot {
+		t.Helper()
+		s, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Resources: append(rs, dp), Previous: prev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	def := func(s *MeshSnapshot, typ string) *policyDef { return s.types[typ].policies[0].policyDef }
+	steps := []struct {
+		name           string
+		mt, tp         func(*resource.Resource) *resource.Resource
+		sameMT, sameTP bool
+	}{
+		{"other objects, same content", clone, clone, true, true},
+		{"a label added, a later creation time", func(r *resource.Resource) *resource.Resource {
+			c := r.Clone()
+			c.Labels.Set("team", "a")
+			return c
+		}, func(r *resource.Resource) *resource.Resource {
+			c := r.Clone()
+			c.CreationTime = c.CreationTime.Add(time.Hour)
+			return c
+		}, false, false},
+		{"another spec", func(r *resource.Resource) *resource.Resource {
+			c := r.Clone()
+			c.Spec = json.RawMessage(strings.Replace(string(c.Spec), "1s", "2s", 1))
+			return c
+		}, clone, false, true},
+		{"a modification time and version only", func(r *resource.Resource) *resource.Resource {
+			c := r.Clone()
+			c.Version++
+			c.ModificationTime = c.ModificationTime.Add(time.Minute)
+			return c
+		}, clone, true, true},
+	}
+	prev := build(nil, mt, tp)
+	for _, s := range steps {
+		mt, tp = s.mt(mt), s.tp(tp)
+		next := build(prev, mt, tp)
+		if got := def(next, "MeshTimeout") == def(prev, "MeshTimeout"); got != s.sameMT {
+			t.Errorf("%s: MeshTimeout parse reused %v, want %v", s.name, got, s.sameMT)
+		}
+		if got := def(next, "TrafficPermission") == def(prev, "TrafficPermission"); got != s.sameTP {
+			t.Errorf("%s: TrafficPermission parse reused %v, want %v", s.name, got, s.sameTP)
+		}
+		if got, want := compact(must(next.Rules("dp", ""))), compact(must(build(nil, mt, tp).Rules("dp", ""))); got != want {
+			t.Errorf("%s: rules %s, built afresh %s", s.name, got, want)
+		}
+		prev = next
+	}
+}
+
+func clone(r *resource.Resource) *resource.Resource { return r.Clone() }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"sort"
 	"time"
-	"weak"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
@@ -27,13 +26,6 @@ type targetRef struct {
 // entries whose positions and targets are this snapshot's.
 type policy struct {
 	*policyDef
-	// src is the resource the policy was parsed from, held weakly: a later
-	// build handed the very same object reuses this parse (parsedPolicy.holds),
-	// but the policy does not keep the resource, its spec and its struct
-	// alive. Everything output needs of it is in the definition. A zone's
-	// view kept each policy's resource beside its parse: at 100,000
-	// policies 28 MB of a 106 MB heap.
-	src weak.Pointer[resource.Resource]
 	// owner marks the build that made this struct (parsed or cloned it).
 	// A later snapshot may hold it as it is (share.go), but only its own
 	// build ever writes it. A mark, not the snapshot: a policy shared for
@@ -88,9 +80,15 @@ type policyDef struct {
 	name string
 
 	// The resource's identity and labels, for output (meta) and messages;
-	// resNS is its namespace as stored.
+	// resNS is its namespace as stored. The policy does not keep its
+	// resource: a zone's view kept each policy's resource beside its parse,
+	// at 100,000 policies 28 MB of a 106 MB heap.
 	mesh, resName, resNS string
 	labels               resource.Labels
+	// specSum fingerprints the spec (defTable.specSum): with the labels
+	// (and a legacy policy's creation time) it tells whether a resource of
+	// the same name parses to this policy (parsedPolicy.holds).
+	specSum uint64
 }
 
 // legacyDef is what a legacy-shaped policy selects.
@@ -152,10 +150,9 @@ func metaOf(r *resource.Resource) Meta {
 // error means the policy cannot be evaluated at all; the snapshot reports it
 // as a warning on every Dataplane.
 func (b *builder) parsePolicy(r *resource.Resource, d *resource.TypeDescriptor, k typedName) (p, src *policy, err error) {
-	if prev, ok := b.prev.get(k); ok && prev.holds(r) {
-		// The very resource the previous snapshot parsed (resources are
-		// immutable, and a caller hands out the same object until it
-		// changes): that parse holds.
+	if prev, ok := b.prev.get(k); ok && prev.holds(r, b.s.defs) {
+		// The resource the previous snapshot parsed, or one with the same
+		// content: that parse holds.
 		return b.reuse(k, prev)
 	}
 	dec, err := decodePolicy(r, d, b.sysNS, b.reg.Conditions())
@@ -211,8 +208,8 @@ func finishContribution(c *contribution, shapes *shapeTable) {
 }
 
 func (b *builder) parseDecoded(r *resource.Resource, d *resource.TypeDescriptor, dec *decodedPolicy) *policy {
-	p := &policy{src: weak.Make(r), owner: b.own, policyDef: &policyDef{desc: d, role: dec.role, display: r.DisplayName(),
-		mesh: r.Mesh, resName: r.Name, resNS: r.Namespace, labels: r.Labels}}
+	p := &policy{owner: b.own, policyDef: &policyDef{desc: d, role: dec.role, display: r.DisplayName(),
+		mesh: r.Mesh, resName: r.Name, resNS: r.Namespace, labels: r.Labels, specSum: b.s.defs.specSum(r.Spec)}}
 	p.origin, p.zone = b.originOf(r)
 	p.ownNS = b.ownNamespace(r)
 	if d.Shape != resource.ShapeTargetRef {

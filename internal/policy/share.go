@@ -63,7 +63,7 @@ func (b *builder) sameEnvironment(policies []*resource.Resource, kept []keptPars
 			continue
 		}
 		d, _ := b.reg.Lookup(r.Type)
-		if prev, ok := b.prev.get(typedName{d, b.normNS(r.Namespace), r.Name}); !ok || !prev.holds(r) {
+		if prev, ok := b.prev.get(typedName{d, b.normNS(r.Namespace), r.Name}); !ok || !prev.holds(r, b.s.defs) {
 			return false
 		}
 		routes++

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sort"
 	"sync"
-	"weak"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
@@ -106,22 +105,28 @@ type MeshSnapshot struct {
 
 // parsedPolicy is what a snapshot remembers of one policy for the next: the
 // policy as this snapshot holds it, or the resource and why it could not be
-// parsed. The next snapshot shares or clones pol when it is handed the same
-// resource (holds), or builds from changes (delta.go). Neither the resource
-// of a parsed policy nor its decoded spec is kept: the parse holds
-// everything later snapshots need.
+// parsed. The next snapshot shares or clones pol when it is handed a
+// resource with the same content (holds), or builds from changes
+// (delta.go). Neither the resource of a parsed policy nor its decoded spec
+// is kept: the parse holds everything later snapshots need.
 type parsedPolicy struct {
 	pol *policy
 	res *resource.Resource // when pol is nil
 	err error
 }
 
-// holds reports whether pp was made from the very object r.
-func (pp parsedPolicy) holds(r *resource.Resource) bool {
-	if pp.pol != nil {
-		return pp.pol.src == weak.Make(r)
+// holds reports whether pp is the parse of r, a resource of its name: r
+// is the resource pp failed on, or has the spec (by fingerprint, defs'),
+// labels and (for a legacy policy, whose ties it breaks) creation time of
+// the one pp's policy was parsed from. Nothing else of a resource goes into
+// its parse.
+func (pp parsedPolicy) holds(r *resource.Resource, defs *defTable) bool {
+	p := pp.pol
+	if p == nil {
+		return pp.res == r
 	}
-	return pp.res == r
+	return p.specSum == defs.specSum(r.Spec) && p.labels.Equal(r.Labels) &&
+		(p.legacy == nil || p.legacy.created.Equal(r.CreationTime))
 }
 
 // key is pp's resource's namespace and name.
