@@ -17,6 +17,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/stats"
 
 	"github.com/meridian-mesh/meridian/internal/api"
 	"github.com/meridian-mesh/meridian/internal/auth"
@@ -170,14 +171,15 @@ func Run(ctx context.Context, cfg Config) error {
 		background.Wait()
 	}()
 	failed := make(chan error, 1)
-	runBackground(ctx, &background, failed, newMemoryTrimmer(mapReleaser(ctx, store, cfg.Logger)).run)
+	trimmer := newMemoryTrimmer(mapReleaser(ctx, store, cfg.Logger))
+	runBackground(ctx, &background, failed, trimmer.run)
 	feed := newChangeFeed() // the console's live updates
 	if cfg.Mode == api.ModeGlobal {
 		var ready func() error
 		if rep != nil {
 			ready = rep.ready
 		}
-		kds, err := startGlobalKDS(cfg, reg, store, metrics, ready)
+		kds, err := startGlobalKDS(cfg, reg, store, metrics, ready, trimmer.grpcStats())
 		if err != nil {
 			return err
 		}
@@ -193,7 +195,7 @@ func Run(ctx context.Context, cfg Config) error {
 		runBackground(ctx, &background, failed, func(ctx context.Context) error { return feed.watchSignal(ctx, kds.server.StatusChanged) })
 		runBackground(ctx, &background, failed, func(context.Context) error { return kds.serve() })
 		runBackground(ctx, &background, failed, kds.access.watchZones)
-	} else if err := startZone(ctx, cfg, reg, store, metrics, &apiCfg, &background, failed); err != nil {
+	} else if err := startZone(ctx, cfg, reg, store, metrics, trimmer.grpcStats(), &apiCfg, &background, failed); err != nil {
 		return err
 	}
 	apiCfg.Console = consoleFactory(cfg, reg, feed)
@@ -217,7 +219,7 @@ func Run(ctx context.Context, cfg Config) error {
 		ln = tls.NewListener(ln, tlsCfg)
 		cfg.Logger.Info("api serves https", "cert", mat.CertFile, "generated_cert", mat.Generated)
 	}
-	return serve(ctx, cfg, ln, handler, failed)
+	return serve(ctx, cfg, ln, trimmer.wakeOn(handler), failed)
 }
 
 // userTokens loads the API's user token key and writes the admin token on
@@ -257,9 +259,9 @@ func loopbackOnly(addr string) bool {
 }
 
 // startZone starts the zone's policy view and, with a global address, its
-// sync client, and points the API at them.
+// sync client (observed by grpcStats), and points the API at them.
 func startZone(ctx context.Context, cfg Config, reg *resource.Registry, store storage.Store, metrics prometheus.Registerer,
-	apiCfg *api.Config, background *sync.WaitGroup, failed chan<- error) error {
+	grpcStats stats.Handler, apiCfg *api.Config, background *sync.WaitGroup, failed chan<- error) error {
 	view, err := policyview.New(policyview.Config{Registry: reg, Store: store, Zone: cfg.Zone,
 		SystemNamespace: cfg.SystemNamespace, Logger: cfg.Logger.Named("policy")})
 	if err != nil {
@@ -270,7 +272,7 @@ func startZone(ctx context.Context, cfg Config, reg *resource.Registry, store st
 	if cfg.GlobalAddress == "" {
 		return nil
 	}
-	client, err := newZoneClient(cfg, reg, store, metrics, viewReports{view})
+	client, err := newZoneClient(cfg, reg, store, metrics, viewReports{view}, grpcStats)
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/encoding/gzip"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	"github.com/meridian-mesh/meridian/internal/admission"
@@ -53,8 +54,10 @@ type globalKDS struct {
 }
 
 // startGlobalKDS starts the sync endpoint; ready, when set and failing,
-// refuses new streams (a replica without its store).
-func startGlobalKDS(cfg Config, reg *resource.Registry, store storage.Store, metrics prometheus.Registerer, ready func() error) (*globalKDS, error) {
+// refuses new streams (a replica without its store). grpcStats observes the
+// streams.
+func startGlobalKDS(cfg Config, reg *resource.Registry, store storage.Store, metrics prometheus.Registerer, ready func() error,
+	grpcStats stats.Handler) (*globalKDS, error) {
 	tokens, err := auth.LoadZoneKeyRing(cfg.DataDir, nil)
 	if err != nil {
 		return nil, fmt.Errorf("zone token signing key: %w", err)
@@ -84,6 +87,7 @@ func startGlobalKDS(cfg Config, reg *resource.Registry, store storage.Store, met
 	}
 	g := grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(tlsMat.Config)),
+		grpc.StatsHandler(grpcStats),
 		grpc.MaxRecvMsgSize(maxKDSMessageBytes),
 		// Metadata (zone name and token) is all an unauthenticated peer
 		// gets read.
@@ -127,9 +131,10 @@ func (k *globalKDS) stop(timeout time.Duration) {
 	}
 }
 
-// newZoneClient builds the zone's connection to the global.
+// newZoneClient builds the zone's connection to the global, observed by
+// grpcStats.
 func newZoneClient(cfg Config, reg *resource.Registry, store storage.Store, metrics prometheus.Registerer,
-	reports meridiansync.StatusReporter) (*meridiansync.Client, error) {
+	reports meridiansync.StatusReporter, grpcStats stats.Handler) (*meridiansync.Client, error) {
 	if cfg.ZoneTokenFile == "" {
 		return nil, errors.New("--zone-token-file is required with --global-address (issue one with meridianctl generate zone-token)")
 	}
@@ -166,6 +171,7 @@ func newZoneClient(cfg Config, reg *resource.Registry, store storage.Store, metr
 				BaseDelay: meridiansync.DefaultReconnectBackoff, Multiplier: 1.6, Jitter: 0.2,
 				MaxDelay: time.Second}}),
 			grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
+			grpc.WithStatsHandler(grpcStats),
 			grpc.WithDefaultCallOptions(grpc.UseCompressor(gzip.Name), grpc.MaxCallRecvMsgSize(maxKDSMessageBytes)),
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 		},

@@ -2,9 +2,14 @@ package controlplane
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/stats"
 )
 
 // TestMemoryTrimmerObserve: a trim needs a quiet period (at most quietAlloc
@@ -59,34 +64,135 @@ func TestMemoryTrimmerObserve(t *testing.T) {
 	}
 }
 
-// TestMemoryTrimmerRun: the loop trims once per quiet period on its ticks,
-// releases the store's map after each trim, and stops with its context.
+// TestMemoryTrimmerRun: the loop trims once a quiet period shows enough
+// free memory, releases the store's map after the trim, then stops ticking
+// until woken; woken, it trims again after a burst, and with nothing to trim
+// it stops ticking once quiet for idle. It stops with its context.
 func TestMemoryTrimmerRun(t *testing.T) {
+	const mib = 1 << 20
 	ticks := make(chan time.Time)
-	cur := memSample{allocated: 0, free: 64 << 20}
-	trimmed := make(chan struct{}, 10)
+	var mu sync.Mutex
+	cur := memSample{allocated: 0, free: 64 * mib}
+	set := func(allocated, free uint64) {
+		mu.Lock()
+		defer mu.Unlock()
+		cur = memSample{allocated: allocated, free: free}
+	}
 	var order []string
+	tickers := make(chan string, 10)
 	m := &memoryTrimmer{
-		tick: time.Second, quiet: 2 * time.Second, quietAlloc: 1 << 20, minFree: 8 << 20,
-		read:    func() memSample { return cur },
-		trim:    func() { cur.free = 0; trimmed <- struct{}{}; order = append(order, "trim") },
+		tick: time.Second, idle: 4 * time.Second, awaken: make(chan struct{}, 1),
+		quiet: 2 * time.Second, quietAlloc: mib, minFree: 8 * mib,
+		read: func() memSample {
+			mu.Lock()
+			defer mu.Unlock()
+			return cur
+		},
+		trim: func() {
+			mu.Lock()
+			cur.free = 0
+			mu.Unlock()
+			order = append(order, "trim")
+		},
 		release: func() { order = append(order, "release") },
-		ticks:   func(time.Duration) (<-chan time.Time, func()) { return ticks, func() {} },
+		ticks: func(time.Duration) (<-chan time.Time, func()) {
+			tickers <- "start"
+			return ticks, func() { tickers <- "stop" }
+		},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- m.run(ctx) }()
-	for range 5 {
-		ticks <- time.Time{}
+	expect := func(want string) {
+		t.Helper()
+		select {
+		case got := <-tickers:
+			if got != want {
+				t.Fatalf("ticker %s, want %s", got, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no ticker %s", want)
+		}
 	}
+	tick := func(n int) {
+		t.Helper()
+		for range n {
+			select {
+			case ticks <- time.Time{}:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the trimmer does not tick")
+			}
+		}
+	}
+	asleep := func() {
+		t.Helper()
+		select {
+		case ticks <- time.Time{}:
+			t.Fatal("the trimmer ticks while it should sleep")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+
+	expect("start")
+	tick(2) // two quiet ticks with 64 MiB free: trim
+	expect("stop")
+	asleep()
+	if got := strings.Join(order, ","); got != "trim,release" {
+		t.Fatalf("calls: %s, want trim,release", got)
+	}
+
+	set(100*mib, 64*mib) // a burst, then the wake it came with
+	m.wake()
+	expect("start")
+	tick(3) // the burst, then two quiet ticks: trim
+	expect("stop")
+	asleep()
+	if got := strings.Join(order, ","); got != "trim,release,trim,release" {
+		t.Fatalf("calls: %s, want a second trim and release", got)
+	}
+
+	m.wake() // woken with nothing to trim: quiet for idle, then asleep
+	m.wake()
+	expect("start")
+	tick(4)
+	expect("stop")
+	asleep()
+	if len(order) != 4 {
+		t.Fatalf("calls: %v, want no trim with nothing free", order)
+	}
+
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if n := len(trimmed); n != 1 {
-		t.Fatalf("trimmed %d times over 5 quiet ticks with 64 MiB free once, want 1", n)
+}
+
+// TestMemoryTrimmerWakes: an API request and a received sync message wake
+// the trimmer; other gRPC events do not.
+func TestMemoryTrimmerWakes(t *testing.T) {
+	m := newMemoryTrimmer(nil)
+	woken := func() bool {
+		select {
+		case <-m.awaken:
+			return true
+		default:
+			return false
+		}
 	}
-	if got := strings.Join(order, ","); got != "trim,release" {
-		t.Errorf("calls: %s, want trim,release", got)
+	served := false
+	m.wakeOn(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served = true })).
+		ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/meshes", nil))
+	if !served || !woken() {
+		t.Error("an API request was not served, or did not wake the trimmer")
+	}
+	h := m.grpcStats()
+	h.HandleRPC(context.Background(), &stats.OutPayload{})
+	h.HandleRPC(context.Background(), &stats.Begin{})
+	if woken() {
+		t.Error("sending woke the trimmer")
+	}
+	h.HandleRPC(context.Background(), &stats.InPayload{})
+	if !woken() {
+		t.Error("a received message did not wake the trimmer")
 	}
 }
