@@ -9,6 +9,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc/stats"
+
+	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
 
 // memoryTrimmer hands the heap's free pages back to the OS once the process
@@ -163,16 +165,23 @@ func (m *memoryTrimmer) wakeOn(h http.Handler) http.Handler {
 	})
 }
 
-// grpcStats wakes the trimmer on every message a gRPC stream receives.
+// grpcStats wakes the trimmer on every message a gRPC stream receives but
+// heartbeats: they come every few seconds on every stream, carry no work,
+// and would keep an idle global's trimmer ticking.
 func (m *memoryTrimmer) grpcStats() stats.Handler { return trimmerStats{m} }
 
 type trimmerStats struct{ m *memoryTrimmer }
 
 func (t trimmerStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
 func (t trimmerStats) HandleRPC(_ context.Context, s stats.RPCStats) {
-	if _, ok := s.(*stats.InPayload); ok {
-		t.m.wake()
+	in, ok := s.(*stats.InPayload)
+	if !ok {
+		return
 	}
+	if msg, ok := in.Payload.(*syncv1.Message); ok && msg.GetHeartbeat() != nil {
+		return
+	}
+	t.m.wake()
 }
 func (t trimmerStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
 func (t trimmerStats) HandleConn(context.Context, stats.ConnStats)                       {}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/stats"
+
+	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
 
 // TestMemoryTrimmerObserve: a trim needs a quiet period (at most quietAlloc
@@ -168,7 +170,7 @@ func TestMemoryTrimmerRun(t *testing.T) {
 }
 
 // TestMemoryTrimmerWakes: an API request and a received sync message wake
-// the trimmer; other gRPC events do not.
+// the trimmer; a received heartbeat and other gRPC events do not.
 func TestMemoryTrimmerWakes(t *testing.T) {
 	m := newMemoryTrimmer(nil)
 	woken := func() bool {
@@ -191,7 +193,11 @@ func TestMemoryTrimmerWakes(t *testing.T) {
 	if woken() {
 		t.Error("sending woke the trimmer")
 	}
-	h.HandleRPC(context.Background(), &stats.InPayload{})
+	h.HandleRPC(context.Background(), &stats.InPayload{Payload: &syncv1.Message{Kind: &syncv1.Message_Heartbeat{Heartbeat: &syncv1.Heartbeat{}}}})
+	if woken() {
+		t.Error("a heartbeat woke the trimmer")
+	}
+	h.HandleRPC(context.Background(), &stats.InPayload{Payload: &syncv1.Message{Kind: &syncv1.Message_Ack{Ack: &syncv1.Ack{}}}})
 	if !woken() {
 		t.Error("a received message did not wake the trimmer")
 	}

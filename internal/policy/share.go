@@ -23,8 +23,10 @@ import (
 // sameEnvironment reports whether unchanged policies can be shared: there is
 // a previous snapshot, and what resolving targets and top-level references
 // reads (MeshServices, MeshExternalServices, MeshMultiZoneServices,
-// MeshGateways, MeshHTTPRoutes) is the very same resources as there. The
-// infrastructure is indexed already; policies are the policy resources.
+// MeshGateways, MeshHTTPRoutes) is the very same resources as there (routes:
+// the same content, parsedPolicy.holds, or a parse kept as it is). The
+// infrastructure is indexed already; policies are the policy resources,
+// kept the previous snapshot's parses that stay as they are.
 func (b *builder) sameEnvironment(policies []*resource.Resource, kept []keptParse) bool {
 	p := b.prevSnap
 	if p == nil {

@@ -22,11 +22,11 @@ type Inputs struct {
 	// SystemNamespace defaults to resource.DefaultSystemNamespace.
 	SystemNamespace string
 	// Previous, when set, is the snapshot this one replaces: the policies
-	// it was built from that are among Resources (the same *Resource
-	// objects; Previous knows them weakly, so it does not keep them alive)
-	// reuse its parse and order instead of decoding JSON and sorting again
-	// (the bulk of building a snapshot), and unchanged policies are shared
-	// with it (share.go).
+	// it was built from that are among Resources (the same name, spec,
+	// labels and, for legacy policies, creation time: parsedPolicy.holds;
+	// Previous keeps none of the resources) reuse its parse and order
+	// instead of decoding JSON and sorting again (the bulk of building a
+	// snapshot), and unchanged policies are shared with it (share.go).
 	// Optional; the result is the same either way. It must have been built
 	// with the same Registry, SystemNamespace and Zone, else it is ignored.
 	// The build takes Previous's parse table: a second snapshot built from
