@@ -201,53 +201,6 @@ func TestLoopHeartbeatsAndTimeout(t *testing.T) {
 	}
 }
 
-// TestLoopBeatsWithThePeer: a heartbeat from the peer when the session's
-// own is due within half an interval is answered at once, and the session's
-// timer counts from then; one that comes earlier is not answered.
-func TestLoopBeatsWithThePeer(t *testing.T) {
-	store := newTestStore(t)
-	h := startLoop(t, StreamConfig{HeartbeatInterval: 10 * time.Second, HeartbeatTimeout: 30 * time.Second}, store, 0)
-	h.ack(h.batch())
-	heartbeats := func() int {
-		n := 0
-		deadline := time.After(100 * time.Millisecond)
-		for {
-			select {
-			case m := <-h.stream.out:
-				if m.GetHeartbeat() == nil {
-					t.Fatalf("unexpected message %v", m)
-				}
-				n++
-			case <-deadline:
-				return n
-			}
-		}
-	}
-	peerBeats := func() {
-		t.Helper()
-		h.stream.in <- msgHeartbeat(&syncv1.Heartbeat{})
-		eventually(t, time.Second, "heartbeat handled", func() bool { return len(h.stream.in) == 0 })
-	}
-	h.advance(4*time.Second, 1)
-	peerBeats() // ours is due in 6 s: not answered
-	if n := heartbeats(); n != 0 {
-		t.Fatalf("a heartbeat 6 s before ours: %d sent, want 0", n)
-	}
-	h.advance(2*time.Second, 1)
-	peerBeats() // due in 4 s: answered now
-	if n := heartbeats(); n != 1 {
-		t.Fatalf("a heartbeat 4 s before ours: %d sent, want 1", n)
-	}
-	h.advance(4*time.Second, 1) // when ours was due before: the timer restarted
-	if n := heartbeats(); n != 0 {
-		t.Fatalf("after answering: %d sent at the old time, want 0", n)
-	}
-	h.advance(6*time.Second, 1) // an interval after the answer
-	if n := heartbeats(); n != 1 {
-		t.Fatalf("an interval after the answer: %d sent, want 1", n)
-	}
-}
-
 // TestLoopWindowAndConfirmation: at most MaxInFlight batches are
 // unacknowledged; the last chunk of a revision carries last_chunk as soon as
 // the revision's last event is in it (no quiet period); a revision with

@@ -270,7 +270,6 @@ func (s *session) loop(ctx context.Context, resume uint64, recvC <-chan *syncv1.
 	hb := s.clock.NewTimer(s.heartbeatInterval)
 	defer hb.Stop()
 	s.lastRecv = s.clock.Now()
-	hbDue := s.lastRecv.Add(s.heartbeatInterval)
 	if _, err := s.out.pump(); err != nil {
 		return err
 	}
@@ -306,14 +305,6 @@ func (s *session) loop(ctx context.Context, resume uint64, recvC <-chan *syncv1.
 		case m := <-recvC:
 			s.lastRecv = s.clock.Now()
 			err = s.handle(ctx, m)
-			if err == nil && m.GetHeartbeat() != nil && hbDue.Sub(s.lastRecv) < s.heartbeatInterval/2 {
-				// Ours is due soon: send it with the answer to the peer's.
-				// The two ends then beat together, and an idle process
-				// wakes once an interval per stream instead of twice (a
-				// wakeup costs about a millisecond of CPU on a small VM).
-				err = s.tick()
-				hbDue = rearm(hb, s.lastRecv, s.heartbeatInterval)
-			}
 		case <-drainC:
 			drainC, draining = nil, true
 			s.out.flushForDrain()
@@ -331,7 +322,7 @@ func (s *session) loop(ctx context.Context, resume uint64, recvC <-chan *syncv1.
 			_, err = s.out.pump()
 		case <-hb.C():
 			err = s.tick()
-			hbDue = rearm(hb, s.clock.Now(), s.heartbeatInterval)
+			hb.Reset(s.heartbeatInterval)
 		case <-reportC:
 			reportC = s.sendReport()
 		case <-s.out.confirm.C():
@@ -435,19 +426,6 @@ func (s *session) onReportChunk(chunk *syncv1.PolicyStatusReport) error {
 		a.done()
 	}
 	return nil
-}
-
-// rearm restarts t to fire d after now (a value it fired but nobody
-// received is dropped) and returns when that is.
-func rearm(t Timer, now time.Time, d time.Duration) time.Time {
-	if !t.Stop() {
-		select {
-		case <-t.C():
-		default:
-		}
-	}
-	t.Reset(d)
-	return now.Add(d)
 }
 
 // tick sends a heartbeat and checks that the peer is alive.
