@@ -42,7 +42,10 @@
 //     (share.go), and clones the small per-snapshot structs around the shared
 //     definitions otherwise (clone.go). Built from Inputs.Changes instead of
 //     the full list (delta.go, splice.go), it splices the changed policies
-//     into the previous lists and costs what changed, not what is there.
+//     into the previous lists and costs what changed, not what is there. A
+//     parsed policy keeps what output needs of its resource (name,
+//     namespace, labels) and a fingerprint of its spec, not the resource: a
+//     caller that builds from changes need not keep the resources either.
 //   - shape.go: a fold skips a default block whose patch shape already
 //     filled nothing into the same state; select.go's quickSel matches the
 //     common top-level kinds from an array beside the policies.
