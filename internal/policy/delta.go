@@ -56,18 +56,21 @@ func fromChanges(in Inputs, sysNS string) (*MeshSnapshot, error) {
 	if in.Resources != nil {
 		return nil, errors.New("both resources and changes")
 	}
+	if prev.reg != in.Registry || prev.sysNS != sysNS || prev.zone != in.Zone || prev.mesh != in.Mesh {
+		// Its parses hold for its own registry, zone, system namespace and
+		// mesh only, and it keeps no resources to parse again.
+		return nil, errors.New("changes: the previous snapshot was built with another registry, zone, system namespace or mesh; pass the resources instead")
+	}
 	parses := prev.parses.take()
 	if parses == nil {
 		return nil, ErrPreviousTaken
 	}
-	if prev.reg == in.Registry && prev.sysNS == sysNS && prev.zone == in.Zone && prev.mesh == in.Mesh {
-		d, err := newDelta(in, prev, parses)
-		if err != nil {
-			return nil, err
-		}
-		if d.applicable {
-			return d.build(), nil
-		}
+	d, err := newDelta(in, prev, parses)
+	if err != nil {
+		return nil, err
+	}
+	if d.applicable {
+		return d.build(), nil
 	}
 	rs, kept, err := prev.after(parses, in.Registry, in.Changes)
 	if err != nil {

@@ -268,6 +268,13 @@ func TestChangesErrors(t *testing.T) {
 			}
 		})
 	}
+	// The previous snapshot keeps parses, not resources: changes against
+	// one built for another zone (or registry, system namespace, mesh)
+	// cannot be applied.
+	if _, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-2", Changes: &Changes{}, Previous: base()}); err == nil ||
+		!strings.Contains(err.Error(), "pass the resources instead") {
+		t.Fatalf("changes against another zone's snapshot: %v", err)
+	}
 	prev := base()
 	if _, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Resources: []*resource.Resource{a, dp}, Previous: prev}); err != nil {
 		t.Fatal(err)
