@@ -72,54 +72,38 @@ func fromChanges(in Inputs, sysNS string) (*MeshSnapshot, error) {
 	if d.applicable {
 		return d.build(), nil
 	}
-	rs, kept, err := prev.after(parses, in.Registry, in.Changes)
-	if err != nil {
-		return nil, err
-	}
+	rs, kept := d.after()
 	in.Resources, in.Changes = rs, nil
 	return build(in, sysNS, parses, kept)
 }
 
-// after lists prev's infrastructure and Dataplanes, and its policies' parses
-// (parses: its parse table), with the changes applied: what a full build
-// from prev takes.
-func (prev *MeshSnapshot) after(parses *parseMap, reg *resource.Registry, ch *Changes) ([]*resource.Resource, []keptParse, error) {
-	gone := make(map[typedName]bool, len(ch.Deleted)+len(ch.Put))
-	name := func(r *resource.Resource) typedName {
-		d, _ := reg.Lookup(r.Type)
-		return typedName{d, prev.normNS(r.Namespace), r.Name}
+// after lists the previous snapshot's infrastructure and Dataplanes, and
+// its policies' parses, without those the changes delete or replace, plus
+// the put resources: what a full build from it takes.
+func (d *delta) after() ([]*resource.Resource, []keptParse) {
+	prev := d.prev
+	kept := func(r *resource.Resource) bool {
+		desc, _ := d.in.Registry.Lookup(r.Type)
+		return !d.gone[typedName{desc, prev.normNS(r.Namespace), r.Name}]
 	}
-	for i, k := range ch.Deleted {
-		d, ok := reg.Lookup(k.Type)
-		if !ok {
-			return nil, nil, fmt.Errorf("changes: deleted[%d]: %s: unknown resource type %q", i, k, k.Type)
-		}
-		gone[typedName{d, prev.normNS(k.Namespace), k.Name}] = true
-	}
-	for i, r := range ch.Put {
-		if r == nil {
-			return nil, nil, fmt.Errorf("changes: put[%d] is nil", i)
-		}
-		gone[name(r)] = true
-	}
-	rs := make([]*resource.Resource, 0, len(prev.dpList)+len(prev.infra)+len(ch.Put))
+	rs := make([]*resource.Resource, 0, len(prev.dpList)+len(prev.infra)+len(d.in.Changes.Put))
 	for _, dp := range prev.dpList {
-		if !gone[name(dp.res)] {
+		if kept(dp.res) {
 			rs = append(rs, dp.res)
 		}
 	}
 	for _, r := range prev.infra {
-		if !gone[name(r)] {
+		if kept(r) {
 			rs = append(rs, r)
 		}
 	}
-	kept := make([]keptParse, 0, parses.len())
-	parses.each(func(k typedName, pp parsedPolicy) {
-		if !gone[k] {
-			kept = append(kept, keptParse{k, pp})
+	parses := make([]keptParse, 0, d.parses.len())
+	d.parses.each(func(k typedName, pp parsedPolicy) {
+		if !d.gone[k] {
+			parses = append(parses, keptParse{k, pp})
 		}
 	})
-	return append(rs, ch.Put...), kept, nil
+	return append(rs, d.in.Changes.Put...), parses
 }
 
 // delta is a build from changes that splices: the changes checked and
@@ -137,6 +121,10 @@ type delta struct {
 	// Dataplanes deleted (by name) and put.
 	dpGone map[nsName]bool
 	dpPut  []*resource.Resource
+	// gone names every resource deleted or put (which replaces the
+	// previous version): what a full build leaves out of the previous
+	// snapshot's (after).
+	gone map[typedName]bool
 }
 
 // newDelta checks the changes: nothing is put or deleted twice. A put
@@ -145,17 +133,17 @@ type delta struct {
 func newDelta(in Inputs, prev *MeshSnapshot, parses *parseMap) (*delta, error) {
 	d := &delta{in: in, prev: prev, parses: parses, applicable: true,
 		deleted: map[*resource.TypeDescriptor][]parsedPolicy{}, put: map[*resource.TypeDescriptor][]*resource.Resource{},
-		dpGone: map[nsName]bool{}}
-	gone := map[typedName]bool{}
+		dpGone: map[nsName]bool{}, gone: map[typedName]bool{}}
+	deleted := map[typedName]bool{}
 	for i, key := range in.Changes.Deleted {
 		k, err := d.check(fmt.Sprintf("deleted[%d]", i), key)
 		if err != nil {
 			return nil, err
 		}
-		if gone[k] {
+		if deleted[k] {
 			return nil, fmt.Errorf("changes: %s deleted twice", key)
 		}
-		gone[k] = true
+		deleted[k], d.gone[k] = true, true
 		d.remove(k)
 	}
 	put := map[typedName]bool{}
@@ -171,8 +159,9 @@ func newDelta(in Inputs, prev *MeshSnapshot, parses *parseMap) (*delta, error) {
 			return nil, fmt.Errorf("%s: duplicate resource", r.Key())
 		}
 		put[k] = true
-		if !gone[k] {
+		if !deleted[k] {
 			d.remove(k) // the version it replaces, if any
+			d.gone[k] = true
 		}
 		switch {
 		case k.desc.IsPolicy():
@@ -433,7 +422,6 @@ func (b *builder) splicePolicies(t, prevT *typeIndex, removed, fresh []*policy) 
 		overToAt, overFromAt, overProxyAt := indexOf(prevT.overTo), indexOf(prevT.overFrom), indexOf(prevT.overProxy)
 		for p := range moved {
 			c := b.cloneResolved(p)
-			b.s.parses.m.set(typedName{p.desc, b.normNS(p.resNS), p.resName}, parsedPolicy{pol: c})
 			n.policies = append(n.policies, placed[*policy]{spP.newIndex(p.idx), c})
 			for j, e := range p.to {
 				n.to = append(n.to, placed[*entry]{spTo.newIndex(e.pos), c.to[j]})

@@ -128,8 +128,6 @@ func (b *builder) unshare(t *typeIndex) {
 		c := b.cloneResolved(p)
 		t.policies[i] = c
 		policyClones[p] = c
-		k := typedName{p.desc, b.normNS(p.resNS), p.resName}
-		b.s.parses.m.set(k, parsedPolicy{pol: c}) // the next snapshot starts from the clone
 		for j, e := range p.to {
 			clones[e] = c.to[j]
 		}
@@ -153,7 +151,8 @@ func (b *builder) unshare(t *typeIndex) {
 
 // cloneResolved clones a shared policy for this snapshot, keeping its
 // resolved targets and warnings: sharing implies they resolve the same here
-// (sameEnvironment), and both are read-only once resolved.
+// (sameEnvironment), and both are read-only once resolved. The clone takes
+// p's place in the parse table: the next snapshot starts from it.
 func (b *builder) cloneResolved(p *policy) *policy {
 	c := b.clones.policy(p)
 	c.owner = b.own
@@ -161,5 +160,6 @@ func (b *builder) cloneResolved(p *policy) *policy {
 	for j, e := range p.to {
 		c.to[j].target = e.target
 	}
+	b.s.parses.m.set(typedName{p.desc, b.normNS(p.resNS), p.resName}, parsedPolicy{pol: c})
 	return c
 }
