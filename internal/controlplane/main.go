@@ -95,9 +95,11 @@ func (f *CommonFlags) NewLogger(name string, w io.Writer) (hclog.Logger, error) 
 }
 
 // Execute runs cmd with SIGINT/SIGTERM cancelling its context and turns an
-// error into one line on stderr and exit status 1.
+// error into one line on stderr and exit status 1. It first makes the
+// process-wide settings: the sync streams' gzip and the collector's pacing.
 func Execute(cmd *cobra.Command) {
 	RegisterSyncGzip()
+	StartGCPacing()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cmd.SilenceUsage = true
