@@ -330,7 +330,7 @@ func TestLoopPacesBusyStream(t *testing.T) {
 	if len(first.GetUpserts()) != 1 || len(gathered.GetUpserts()) != 2 {
 		t.Fatalf("batches of %d and %d changes, want 1 and 2", len(first.GetUpserts()), len(gathered.GetUpserts()))
 	}
-	h.advance(5*time.Millisecond, 1) // the peer answers in 5 ms: spacing 4 × 5 ms
+	h.advance(2500*time.Microsecond, 1) // the peer answers in 2.5 ms: spacing answerShare (8) × 2.5 ms = 20 ms
 	h.ack(gathered)
 	writeGlobal(t, store, timeout("f", "", ""))
 	writeGlobal(t, store, timeout("g", "", ""))
@@ -338,7 +338,7 @@ func TestLoopPacesBusyStream(t *testing.T) {
 	h.stream.none(t)                  // after a batch of two, f and g wait for the pacer
 	h.advance(10*time.Millisecond, 3) // heartbeat, confirmation, pacer
 	h.stream.none(t)
-	h.advance(5*time.Millisecond, 3)
+	h.advance(7500*time.Microsecond, 3) // 20 ms after the batch of two left
 	paced := h.batch()
 	if len(paced.GetUpserts()) != 2 || !paced.GetLastChunk() || paced.GetRevision() != last {
 		t.Fatalf("paced batch: %d upserts, last_chunk %v, revision %d (want 2, true, %d)",

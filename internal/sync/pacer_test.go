@@ -26,7 +26,7 @@ func TestPacer(t *testing.T) {
 				{ms(30), 1, 13 * time.Millisecond}, {ms(43), 1, 0}, {ms(44), 3, 0}}},
 		{"a quiet stream does not wait", pacer{interval: 20 * time.Millisecond},
 			[]batch{{ms(0), 6, 0}, {ms(100), 6, 0}}},
-		{"a slow peer spaces batches by its answer time", pacer{interval: 20 * time.Millisecond, answer: 10 * time.Millisecond},
+		{"a slow peer spaces batches by its answer time", pacer{interval: 20 * time.Millisecond, answer: 5 * time.Millisecond},
 			[]batch{{ms(0), 6, 0}, {ms(20), 6, 20 * time.Millisecond}, {ms(40), 6, 0}}},
 		{"up to maxSpacing", pacer{interval: 20 * time.Millisecond, answer: time.Second},
 			[]batch{{ms(0), 6, 0}, {ms(1), 6, maxSpacing - time.Millisecond}}},
