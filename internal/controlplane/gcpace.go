@@ -57,13 +57,18 @@ const (
 // StartGCPacing starts the process's collector pacing (see gcHeadroom)
 // unless GOGC is set in the environment. The binaries call it once, first
 // thing: the collector's percentage is process-wide.
-func StartGCPacing() {
-	if os.Getenv("GOGC") != "" {
-		return
+func StartGCPacing() { startGCPacing(os.Getenv, liveHeap, debug.SetGCPercent) }
+
+// startGCPacing starts the pacing with these hooks into the environment and
+// the runtime; nil when GOGC is set.
+func startGCPacing(getenv func(string) string, live func() uint64, setPercent func(int) int) *gcHeadroom {
+	if getenv("GOGC") != "" {
+		return nil
 	}
-	g := &gcHeadroom{headroom: defaultGCHeadroom, maxPercent: maxGCPercent, live: liveHeap, setPercent: debug.SetGCPercent, current: 100}
+	g := &gcHeadroom{headroom: defaultGCHeadroom, maxPercent: maxGCPercent, live: live, setPercent: setPercent, current: 100}
 	g.adjust()
 	g.arm()
+	return g
 }
 
 // percentFor is the GOGC that leaves at least headroom between a live

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,6 +24,40 @@ func TestGCHeadroomPercent(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := g.percentFor(tc.live); got != tc.want {
 				t.Errorf("percentFor(%d MiB) = %d, want %d", tc.live>>20, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestGCPacingLeavesGOGCAlone: a GOGC in the environment is the operator's
+// choice; without one the pacing sets the percentage at once.
+func TestGCPacingLeavesGOGCAlone(t *testing.T) {
+	live := func() uint64 { return 16 << 20 }
+	for _, tc := range []struct {
+		name, gogc string
+		want       []int
+	}{
+		{"GOGC unset", "", []int{400}},
+		{"GOGC=100", "100", nil},
+		{"GOGC=off", "off", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var set []int
+			getenv := func(k string) string {
+				if k == "GOGC" {
+					return tc.gogc
+				}
+				return ""
+			}
+			g := startGCPacing(getenv, live, func(p int) int { set = append(set, p); return 0 })
+			if g != nil {
+				g.stop()
+			}
+			if (g == nil) != (tc.gogc != "") {
+				t.Errorf("started = %v with GOGC=%q", g != nil, tc.gogc)
+			}
+			if !slices.Equal(set, tc.want) {
+				t.Errorf("percentages set %v, want %v", set, tc.want)
 			}
 		})
 	}
