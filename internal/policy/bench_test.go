@@ -391,3 +391,24 @@ func BenchmarkSnapshotHeap100000MeshTimeouts(b *testing.B) {
 		runtime.KeepAlive(s)
 	}
 }
+
+// BenchmarkReadSpec: reading one MeshTimeout's spec with the strict v2
+// decoder (readSpec) and with encoding/json's Unmarshal (readSpecStd: what
+// decodePolicy did until session 19; each default then parsed by
+// resource.ParseJSON in both).
+func BenchmarkReadSpec(b *testing.B) {
+	raw := []byte(`{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"connectionTimeout":"2s","http":{"requestTimeout":"15s","streamIdleTimeout":"30m"},"idleTimeout":"1h"}}],"from":[{"targetRef":{"kind":"Mesh"},"default":{"connectionTimeout":"3s"}}]}`)
+	for _, c := range []struct {
+		name string
+		read func(json.RawMessage) (*rawSpec, error)
+	}{{"v2", readSpec}, {"unmarshal", readSpecStd}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.read(raw); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

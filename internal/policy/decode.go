@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -19,8 +18,8 @@ import (
 // rawBlocks are seed 002's fields of an entry or a proxy-wide spec
 // (SPEC 3.6).
 type rawBlocks struct {
-	Default  json.RawMessage `json:"default"`
-	Override json.RawMessage `json:"override"`
+	Default  jsonValue `json:"default"`
+	Override jsonValue `json:"override"`
 	Strategy struct {
 		Default  string `json:"default"`
 		Override string `json:"override"`
@@ -35,17 +34,21 @@ type rawBlocks struct {
 // rawEntry is one to/from/rules item as written.
 type rawEntry struct {
 	rawBlocks
-	TargetRef targetRef       `json:"targetRef"` // absent: zero, read as none
-	Rules     json.RawMessage `json:"rules"`
-	Hostnames json.RawMessage `json:"hostnames"`
+	TargetRef targetRef `json:"targetRef"` // absent: zero, read as none
+	Rules     jsonValue `json:"rules"`
+	Hostnames jsonValue `json:"hostnames"`
 	// Matches (spec.rules items): the clients the rule applies to, by
 	// SPIFFE ID; none = all inbound traffic.
-	Matches []struct {
-		SpiffeID *struct {
-			Type  string `json:"type"`
-			Value string `json:"value"`
-		} `json:"spiffeID"`
-	} `json:"matches"`
+	Matches []rawMatch `json:"matches"`
+}
+
+type rawMatch struct {
+	SpiffeID *rawSpiffeID `json:"spiffeID"`
+}
+
+type rawSpiffeID struct {
+	Type  string `json:"type"`
+	Value string `json:"value"`
 }
 
 type selector struct {
@@ -61,10 +64,23 @@ type rawSpec struct {
 	From      []rawEntry `json:"from"`
 	Rules     []rawEntry `json:"rules"` // inbound rules (Kuma 2.10+); to[].rules are routes'
 
-	Sources      []selector      `json:"sources"`
-	Destinations []selector      `json:"destinations"`
-	Selectors    []selector      `json:"selectors"`
-	Conf         json.RawMessage `json:"conf"`
+	Sources      []selector `json:"sources"`
+	Destinations []selector `json:"destinations"`
+	Selectors    []selector `json:"selectors"`
+	Conf         jsonValue  `json:"conf"`
+}
+
+// jsonValue is a JSON value of a spec kept decoded, as resource.ParseJSON
+// decodes it (numbers exact); nil when absent or null.
+type jsonValue struct{ v any }
+
+// UnmarshalJSON decodes the value as resource.ParseJSON does, so that a
+// spec read by encoding/json (readSpecStd) holds the same values as one
+// read by the v2 decoder (readSpec).
+func (j *jsonValue) UnmarshalJSON(b []byte) error {
+	v, err := resource.ParseJSON(b)
+	j.v = v
+	return err
 }
 
 // confBlock is a decoded conf with its seed 002 qualifiers. A nil value
@@ -93,15 +109,12 @@ type blocks struct {
 func decodeBlocks(cond *condition.Env, raw rawBlocks, def any) (blocks, error) {
 	var out blocks
 	out.def = compileConf(def)
-	over, err := decodeJSON(raw.Override)
-	if err != nil {
-		return out, fmt.Errorf("override: %w", err)
-	}
-	if over != nil {
+	if over := raw.Override.v; over != nil {
 		out.over = compileConf(over)
 	}
 	out.def.atomic = raw.Strategy.Default == "atomic"
 	out.over.atomic = raw.Strategy.Override == "atomic"
+	var err error
 	if out.def.when, err = compileWhen(cond, raw.When.Default); err != nil {
 		return out, fmt.Errorf("when.default: %w", err)
 	}
@@ -159,14 +172,12 @@ func spiffeIDTag(typ, value string) tag {
 }
 
 func decodePolicy(r *resource.Resource, d *resource.TypeDescriptor, sysNS string, cond *condition.Env) (*decodedPolicy, error) {
-	var spec rawSpec
-	if len(r.Spec) > 0 {
-		if err := json.Unmarshal(r.Spec, &spec); err != nil {
-			return nil, fmt.Errorf("decoding spec: %w", err)
-		}
+	spec, err := readSpec(r.Spec)
+	if err != nil {
+		return nil, fmt.Errorf("decoding spec: %w", err)
 	}
 	if d.Shape != resource.ShapeTargetRef {
-		return decodeLegacy(&spec)
+		return decodeLegacy(spec), nil
 	}
 	role, err := roleOf(r, d, sysNS)
 	if err != nil {
@@ -189,11 +200,7 @@ func decodePolicy(r *resource.Resource, d *resource.TypeDescriptor, sysNS string
 		}
 	}
 	if d.ProxyWide {
-		conf, err := decodeJSON(spec.Default)
-		if err != nil {
-			return nil, fmt.Errorf("spec.default: %w", err)
-		}
-		if dec.proxy, err = decodeBlocks(cond, spec.rawBlocks, normalizeConf(d.Name, conf)); err != nil {
+		if dec.proxy, err = decodeBlocks(cond, spec.rawBlocks, normalizeConf(d.Name, spec.Default.v)); err != nil {
 			return nil, fmt.Errorf("spec: %w", err)
 		}
 		dec.proxy.over = normalizeBlock(d.Name, dec.proxy.over)
@@ -224,11 +231,7 @@ func roleOf(r *resource.Resource, d *resource.TypeDescriptor, sysNS string) (str
 func decodeEntries(cond *condition.Env, d *resource.TypeDescriptor, list string, items []rawEntry) ([]decodedEntry, error) {
 	out := make([]decodedEntry, len(items))
 	for i, item := range items {
-		conf, err := entryConf(d, item)
-		if err != nil {
-			return nil, fmt.Errorf("spec.%s[%d]: %w", list, i, err)
-		}
-		bl, err := decodeBlocks(cond, item.rawBlocks, conf)
+		bl, err := decodeBlocks(cond, item.rawBlocks, entryConf(d, item))
 		if err != nil {
 			return nil, fmt.Errorf("spec.%s[%d]: %w", list, i, err)
 		}
@@ -255,40 +258,28 @@ func normalizeBlock(typeName string, b confBlock) confBlock {
 
 // entryConf decodes an entry's default, or for route types the rules (and
 // hostnames) the entry attaches to its target.
-func entryConf(d *resource.TypeDescriptor, item rawEntry) (any, error) {
+func entryConf(d *resource.TypeDescriptor, item rawEntry) any {
 	if !d.Rules {
-		conf, err := decodeJSON(item.Default)
-		if err != nil {
-			return nil, fmt.Errorf("default: %w", err)
-		}
-		return normalizeConf(d.Name, conf), nil
+		return normalizeConf(d.Name, item.Default.v)
 	}
-	rules, err := decodeJSON(item.Rules)
-	if err != nil {
-		return nil, fmt.Errorf("rules: %w", err)
-	}
+	rules := item.Rules.v
 	if rules == nil {
-		return nil, nil
+		return nil
 	}
 	conf := map[string]any{"rules": rules}
-	if hosts, err := decodeJSON(item.Hostnames); err != nil {
-		return nil, fmt.Errorf("hostnames: %w", err)
-	} else if hosts != nil {
+	if hosts := item.Hostnames.v; hosts != nil {
 		conf["hostnames"] = hosts
 	}
-	return conf, nil
+	return conf
 }
 
 // decodeLegacy reads seed 000's shapes: sources/destinations/conf or
 // selectors/conf. Legacy policies are cluster-wide (role system).
-func decodeLegacy(spec *rawSpec) (*decodedPolicy, error) {
-	conf, err := decodeJSON(spec.Conf)
-	if err != nil {
-		return nil, fmt.Errorf("conf: %w", err)
-	}
+func decodeLegacy(spec *rawSpec) *decodedPolicy {
+	conf := spec.Conf.v
 	if conf == nil {
 		conf = map[string]any{} // TrafficPermission has no conf: it still applies
 	}
 	return &decodedPolicy{role: resource.RoleSystem, sources: spec.Sources, destinations: spec.Destinations,
-		selectors: spec.Selectors, legacy: compileConf(conf)}, nil
+		selectors: spec.Selectors, legacy: compileConf(conf)}
 }

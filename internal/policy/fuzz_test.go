@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
@@ -170,4 +171,88 @@ func TestFuzzSeedsUpToDate(t *testing.T) {
 			t.Errorf("%s is missing or stale: run go test -run TestFuzzSeedsUpToDate -update", path)
 		}
 	}
+}
+
+// FuzzReadSpecMatchesUnmarshal: readSpec, the strict v2 decoder with
+// encoding/json behind it, reads every spec as encoding/json's Unmarshal
+// does (readSpecStd): the same fields and decoded values, and a refusal
+// where Unmarshal refuses. Seeds: the spec of every golden input, and
+// specs that the strict decoder refuses and hands to Unmarshal.
+func FuzzReadSpecMatchesUnmarshal(f *testing.F) {
+	for _, seed := range []string{
+		`{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"MeshService","name":"b","labels":{"a":"b"}},"default":{"connectionTimeout":"2s","n":1.50}}]}`,
+		`{"targetRef":{"Kind":"Mesh"}}`,
+		`{"to":[null,{"default":null}],"unset":["a.b"],"strategy":{"default":"atomic"},"when":{"override":"x > 1"}}`,
+		`{"to":{}}`,
+		`{"targetRef":{"tags":{"a":null}}}`,
+		`{"unset":[null]}`,
+		`{"rules":[{"matches":[{"spiffeID":{"type":"Exact","value":"spiffe://a"}},null,{"spiffeID":null}],"default":{}}]}`,
+		`{"sources":[{"match":{"kuma.io/service":"*"}}],"destinations":[null],"conf":{"a":[1,2]}}`,
+		`{"targetRef":{"kind":"Mesh","KIND":"MeshService"}}`,
+		`{"to":[{"rules":[{"default":{}}],"hostnames":["a"]}]}`,
+		`[]`, `null`, `"x"`, `{"default":"\xff"}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	for _, spec := range goldenSpecs(f) {
+		f.Add([]byte(spec))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		got, gotErr := readSpec(raw)
+		want, wantErr := readSpecStd(raw)
+		if len(raw) == 0 {
+			want, wantErr = &rawSpec{}, nil
+		}
+		if (gotErr != nil) != (wantErr != nil) {
+			t.Fatalf("readSpec(%q): error %v, Unmarshal's %v", raw, gotErr, wantErr)
+		}
+		if gotErr == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("readSpec(%q) =\n%#v\nUnmarshal:\n%#v", raw, got, want)
+		}
+	})
+}
+
+// goldenSpecs are the policy specs of every golden input, as stored.
+func goldenSpecs(tb testing.TB) []json.RawMessage {
+	tb.Helper()
+	inputs, err := filepath.Glob(filepath.Join("testdata", "*", "input.yaml"))
+	if err != nil || len(inputs) == 0 {
+		tb.Fatalf("golden inputs: %v (%d)", err, len(inputs))
+	}
+	reg := resource.NewDefaultRegistry()
+	var specs []json.RawMessage
+	for _, in := range inputs {
+		data, err := os.ReadFile(in)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		var gc goldenCase
+		if err := yaml.Unmarshal(data, &gc); err != nil {
+			tb.Fatalf("%s: %v", in, err)
+		}
+		for _, doc := range gc.Resources {
+			r, err := reg.Decode(doc)
+			if err != nil {
+				tb.Fatalf("%s: %v", in, err)
+			}
+			if d, _ := reg.Lookup(r.Type); d.Shape != resource.ShapeNone && len(r.Spec) > 0 {
+				reg.Normalize(r, resource.DefaultSystemNamespace)
+				specs = append(specs, r.Spec)
+			}
+		}
+	}
+	return specs
+}
+
+// TestReadSpecStrictReadsTheGoldenSpecs: the golden inputs' specs (Kuma's
+// policy shapes, seeds' examples) are read by the strict decoder, not
+// handed to encoding/json, so the fast read is the one policies get.
+func TestReadSpecStrictReadsTheGoldenSpecs(t *testing.T) {
+	specs := goldenSpecs(t)
+	for _, spec := range specs {
+		if err := jsonv2.Unmarshal(spec, &rawSpec{}, strictSpec); err != nil {
+			t.Errorf("strict read of %s: %v", spec, err)
+		}
+	}
+	t.Logf("%d specs", len(specs))
 }

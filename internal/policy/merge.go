@@ -656,9 +656,3 @@ func canonicalJSON(v any) json.RawMessage {
 	}
 	return out
 }
-
-// decodeJSON decodes raw JSON keeping numbers exact. An absent or null raw
-// value decodes to nil.
-func decodeJSON(raw json.RawMessage) (any, error) {
-	return resource.ParseJSON(raw)
-}
