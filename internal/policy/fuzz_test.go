@@ -222,15 +222,7 @@ func goldenSpecs(tb testing.TB) []json.RawMessage {
 	reg := resource.NewDefaultRegistry()
 	var specs []json.RawMessage
 	for _, in := range inputs {
-		data, err := os.ReadFile(in)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		var gc goldenCase
-		if err := yaml.Unmarshal(data, &gc); err != nil {
-			tb.Fatalf("%s: %v", in, err)
-		}
-		for _, doc := range gc.Resources {
+		for _, doc := range readCase(tb, in).Resources {
 			r, err := reg.Decode(doc)
 			if err != nil {
 				tb.Fatalf("%s: %v", in, err)

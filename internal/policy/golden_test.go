@@ -103,14 +103,7 @@ func runGolden(t *testing.T, dir string) {
 
 func loadCase(t *testing.T, path string) (*goldenCase, *MeshSnapshot) {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var gc goldenCase
-	if err := yaml.UnmarshalStrict(data, &gc); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
+	gc := readCase(t, path)
 	if gc.Mesh == "" {
 		gc.Mesh = "default"
 	}
@@ -121,7 +114,21 @@ func loadCase(t *testing.T, path string) (*goldenCase, *MeshSnapshot) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &gc, snap
+	return gc, snap
+}
+
+// readCase reads a golden input, refusing unknown keys.
+func readCase(tb testing.TB, path string) *goldenCase {
+	tb.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var gc goldenCase
+	if err := yaml.UnmarshalStrict(data, &gc); err != nil {
+		tb.Fatalf("%s: %v", path, err)
+	}
+	return &gc
 }
 
 // decodeResources decodes and validates test resources the way the zone API
