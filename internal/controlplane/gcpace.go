@@ -9,8 +9,8 @@ import (
 )
 
 // gcHeadroom paces Go's garbage collector so that a collection comes after
-// at least headroom bytes of new allocation, not after the live heap's size
-// again (GOGC=100). A control plane's live heap is small next to what a
+// headroom bytes of new allocation (at most maxPercent of the live heap),
+// not after the live heap's size again (GOGC=100). A control plane's live heap is small next to what a
 // burst of writes allocates: at 10,000 policies the global's live heap is
 // about 20 MiB, and each PUT (its request, decoding, validation, the
 // store's transaction, the fan-out to every zone) allocates tens of KiB, so
