@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meridian-mesh/meridian/internal/sync/mapping"
+	"github.com/meridian-mesh/meridian/internal/kds/mapping"
 )
 
 // TestCLIPolish runs the real meridianctl against a real global and zone:

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meridian-mesh/meridian/internal/sync/mapping"
+	"github.com/meridian-mesh/meridian/internal/kds/mapping"
 )
 
 // soak runs the kill -9 scenarios for 20 rounds each instead of 3:

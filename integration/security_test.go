@@ -20,7 +20,7 @@ import (
 
 	"github.com/meridian-mesh/meridian/internal/auth"
 	"github.com/meridian-mesh/meridian/internal/launcher"
-	meridiansync "github.com/meridian-mesh/meridian/internal/sync"
+	"github.com/meridian-mesh/meridian/internal/kds"
 	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
 
@@ -263,7 +263,7 @@ func kdsDial(t *testing.T, g *node, kds, zone, token string) (syncv1.SyncService
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	ctx = metadata.AppendToOutgoingContext(ctx, meridiansync.MetadataZone, zone, meridiansync.MetadataAuthorization, "Bearer "+token)
+	ctx = metadata.AppendToOutgoingContext(ctx, kds.MetadataZone, zone, kds.MetadataAuthorization, "Bearer "+token)
 	stream, err := syncv1.NewSyncServiceClient(conn).Stream(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,7 @@
 // the write it guards.
 //
 // The sync sinks also check each received resource before the batch
-// (internal/sync/mapping: names, labels, origin), so a bad resource is
+// (internal/kds/mapping: names, labels, origin), so a bad resource is
 // NACKed with a precise reason; FromZone closes the window between those
 // checks and the write.
 package admission
@@ -21,7 +21,7 @@ import (
 
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
-	"github.com/meridian-mesh/meridian/internal/sync/mapping"
+	"github.com/meridian-mesh/meridian/internal/kds/mapping"
 )
 
 // Mode says which control plane runs.

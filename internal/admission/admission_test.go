@@ -13,7 +13,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
 	"github.com/meridian-mesh/meridian/internal/storage/boltstore"
-	"github.com/meridian-mesh/meridian/internal/sync/mapping"
+	"github.com/meridian-mesh/meridian/internal/kds/mapping"
 )
 
 func newStore(t *testing.T) *boltstore.Store {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/meridian-mesh/meridian/internal/policy"
 	"github.com/meridian-mesh/meridian/internal/resource"
-	meridiansync "github.com/meridian-mesh/meridian/internal/sync"
+	"github.com/meridian-mesh/meridian/internal/kds"
 )
 
 // Policy status (SPEC 3.6.4). A zone serves every policy with the status
@@ -29,7 +29,7 @@ type statusSource struct {
 }
 
 // SyncRejections says whether the global rejected one of this zone's
-// resources, and why (internal/sync.Client).
+// resources, and why (internal/kds.Client).
 type SyncRejections interface {
 	Rejected(key resource.Key) (string, bool)
 }
@@ -100,15 +100,15 @@ func (src statusSource) attachZones(res *resource.Resource) *resource.Resource {
 	out.Status = nil
 	zones := src.zones.PolicyStatuses(res.Type, res.Mesh, res.Name)
 	if zones == nil {
-		zones = []meridiansync.ZonePolicyStatus{}
+		zones = []kds.ZonePolicyStatus{}
 	}
 	for _, rej := range src.zones.RejectedBy(res.Key()) {
-		i := slices.IndexFunc(zones, func(z meridiansync.ZonePolicyStatus) bool { return z.Zone == rej.Zone })
+		i := slices.IndexFunc(zones, func(z kds.ZonePolicyStatus) bool { return z.Zone == rej.Zone })
 		if i < 0 {
-			zones = append(zones, meridiansync.ZonePolicyStatus{Zone: rej.Zone})
+			zones = append(zones, kds.ZonePolicyStatus{Zone: rej.Zone})
 			i = len(zones) - 1
 		}
-		zones[i].Conditions = append(slices.Clone(zones[i].Conditions), meridiansync.ReportCondition{Type: condSynced,
+		zones[i].Conditions = append(slices.Clone(zones[i].Conditions), kds.ReportCondition{Type: condSynced,
 			Status: conditionStatusFalse, Reason: reasonRejectedByPeer, Message: fmt.Sprintf(syncedRejectedMessage, "zone "+rej.Zone, rej.Message)})
 	}
 	if b, err := json.Marshal(map[string]any{"zones": zones}); err == nil {

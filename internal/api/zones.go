@@ -11,20 +11,20 @@ import (
 	"github.com/meridian-mesh/meridian/internal/auth"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
-	meridiansync "github.com/meridian-mesh/meridian/internal/sync"
+	"github.com/meridian-mesh/meridian/internal/kds"
 )
 
-// ZoneStatuses is the global's per-zone sync status (internal/sync.Server).
+// ZoneStatuses is the global's per-zone sync status (internal/kds.Server).
 type ZoneStatuses interface {
-	Statuses() []meridiansync.ZoneStatus
-	Status(zone string) (meridiansync.ZoneStatus, bool)
+	Statuses() []kds.ZoneStatus
+	Status(zone string) (kds.ZoneStatus, bool)
 	// PolicyStatuses is what each zone reported for one of the global's
 	// policies.
-	PolicyStatuses(typ, mesh, name string) []meridiansync.ZonePolicyStatus
+	PolicyStatuses(typ, mesh, name string) []kds.ZonePolicyStatus
 	// RejectedBy lists the zones that rejected one of the global's resources.
-	RejectedBy(key resource.Key) []meridiansync.ZoneRejection
+	RejectedBy(key resource.Key) []kds.ZoneRejection
 	// RejectedIn lists the global's resources a zone rejected.
-	RejectedIn(zone string) []meridiansync.RejectedResource
+	RejectedIn(zone string) []kds.RejectedResource
 }
 
 // TokenIssuer issues zone tokens (internal/auth.ZoneTokens).
@@ -64,7 +64,7 @@ func (s *Server) registerGlobal() {
 type zoneItem struct {
 	Type string `json:"type"`
 	Name string `json:"name"`
-	meridiansync.ZoneStatus
+	kds.ZoneStatus
 	// Rejected (overview only) are the global's resources this zone
 	// rejected and has not accepted since.
 	Rejected []rejectedItem `json:"rejected,omitempty"`

@@ -13,7 +13,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/auth"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage/boltstore"
-	meridiansync "github.com/meridian-mesh/meridian/internal/sync"
+	"github.com/meridian-mesh/meridian/internal/kds"
 )
 
 // fakeIssuer records what it was asked to issue.
@@ -24,22 +24,22 @@ func (f *fakeIssuer) IssueToken(zone string, validFor time.Duration) (string, au
 	return "token-for-" + zone, auth.Claims{Zone: zone, ID: "id-1", ExpiresAt: time.Now().Add(validFor).Unix()}, nil
 }
 
-type fakeZones struct{ statuses []meridiansync.ZoneStatus }
+type fakeZones struct{ statuses []kds.ZoneStatus }
 
-func (f fakeZones) Statuses() []meridiansync.ZoneStatus { return f.statuses }
-func (f fakeZones) PolicyStatuses(string, string, string) []meridiansync.ZonePolicyStatus {
+func (f fakeZones) Statuses() []kds.ZoneStatus { return f.statuses }
+func (f fakeZones) PolicyStatuses(string, string, string) []kds.ZonePolicyStatus {
 	return nil
 }
-func (f fakeZones) RejectedBy(resource.Key) []meridiansync.ZoneRejection { return nil }
+func (f fakeZones) RejectedBy(resource.Key) []kds.ZoneRejection { return nil }
 
-func (f fakeZones) RejectedIn(string) []meridiansync.RejectedResource { return nil }
-func (f fakeZones) Status(zone string) (meridiansync.ZoneStatus, bool) {
+func (f fakeZones) RejectedIn(string) []kds.RejectedResource { return nil }
+func (f fakeZones) Status(zone string) (kds.ZoneStatus, bool) {
 	for _, s := range f.statuses {
 		if s.Zone == zone {
 			return s, true
 		}
 	}
-	return meridiansync.ZoneStatus{}, false
+	return kds.ZoneStatus{}, false
 }
 
 func newGlobal(t *testing.T, issuer *fakeIssuer, zones fakeZones) *fixture {
@@ -94,7 +94,7 @@ func TestZoneTokenEndpoint(t *testing.T) {
 
 func TestZonesEndpoints(t *testing.T) {
 	now := time.Now()
-	f := newGlobal(t, &fakeIssuer{}, fakeZones{statuses: []meridiansync.ZoneStatus{{Zone: "zone-1", Connected: true, ConnectTime: &now}}})
+	f := newGlobal(t, &fakeIssuer{}, fakeZones{statuses: []kds.ZoneStatus{{Zone: "zone-1", Connected: true, ConnectTime: &now}}})
 	r := f.mustDo("GET", "/zones", "", http.StatusOK)
 	if !strings.Contains(string(r.body), `"total":1`) || !strings.Contains(string(r.body), `"name":"zone-1"`) || !strings.Contains(string(r.body), `"connected":true`) {
 		t.Errorf("GET /zones: %s", r.body)

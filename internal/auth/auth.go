@@ -4,7 +4,7 @@
 // self-signed certificate generated into the data dir when none is given)
 // together with the zone's client TLS configuration.
 //
-// The package depends on nothing else in the project; internal/sync declares
+// The package depends on nothing else in the project; internal/kds declares
 // the small interface it needs (ZoneTokens.Authenticate satisfies it).
 package auth
 

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	meridiansync "github.com/meridian-mesh/meridian/internal/sync"
+	"github.com/meridian-mesh/meridian/internal/kds"
 )
 
 // page is what the layout needs around a page's own data.
@@ -41,7 +41,7 @@ func (c *Console) parseTemplates() error {
 		"sub":      func(a, b int) int { return a - b },
 		"inc":      func(i int) int { return i + 1 },
 		"add":      func(a, b int) int { return a + b },
-		"flowOf": func(name string, f meridiansync.FlowStatus) map[string]any {
+		"flowOf": func(name string, f kds.FlowStatus) map[string]any {
 			return map[string]any{"Name": name, "Flow": f}
 		},
 		"sortedKeys": func(m map[string]string) []string {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/meridian-mesh/meridian/internal/policy"
-	meridiansync "github.com/meridian-mesh/meridian/internal/sync"
+	"github.com/meridian-mesh/meridian/internal/kds"
 )
 
 // The API's JSON as the pages read it (SPEC 5 shapes; unknown fields are
@@ -206,7 +206,7 @@ type evaluation struct {
 // API's name and, in the overview, the resources the zone rejected.
 type zoneStatus struct {
 	Name string `json:"name"`
-	meridiansync.ZoneStatus
+	kds.ZoneStatus
 	Rejected []struct {
 		Type, Mesh, Namespace, Name, Message string
 	} `json:"rejected"`

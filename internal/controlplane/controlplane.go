@@ -25,7 +25,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
 	"github.com/meridian-mesh/meridian/internal/storage/boltstore"
-	meridiansync "github.com/meridian-mesh/meridian/internal/sync"
+	"github.com/meridian-mesh/meridian/internal/kds"
 )
 
 // StoreFileName is the bbolt file inside the data dir.
@@ -63,7 +63,7 @@ type Config struct {
 	KDSCAFile     string
 	KDSSkipVerify bool
 	// SyncStream tunes heartbeats and batching (zero = defaults).
-	SyncStream meridiansync.StreamConfig
+	SyncStream kds.StreamConfig
 	// LocalhostIsAdmin: loopback API callers without a token are admin.
 	LocalhostIsAdmin bool
 	// APITLS serves the API over HTTPS with TLSCertFile/TLSKeyFile (or the
@@ -179,22 +179,22 @@ func Run(ctx context.Context, cfg Config) error {
 		if rep != nil {
 			ready = rep.ready
 		}
-		kds, err := startGlobalKDS(cfg, reg, store, metrics, ready, trimmer.grpcStats())
+		endpoint, err := startGlobalKDS(cfg, reg, store, metrics, ready, trimmer.grpcStats())
 		if err != nil {
 			return err
 		}
-		defer kds.stop(cfg.ShutdownTimeout / 2)
+		defer endpoint.stop(cfg.ShutdownTimeout / 2)
 		if rep != nil {
-			startReplica(ctx, cfg, rep, kds, &apiCfg, &background, failed)
+			startReplica(ctx, cfg, rep, endpoint, &apiCfg, &background, failed)
 			runBackground(ctx, &background, failed, func(ctx context.Context) error { return rep.watchZones(ctx, feed.notify) })
 		}
-		apiCfg.Zones, apiCfg.Tokens, apiCfg.ZoneTokenAdmin = kds.server, kds.tokens, kds.access
+		apiCfg.Zones, apiCfg.Tokens, apiCfg.ZoneTokenAdmin = endpoint.server, endpoint.tokens, endpoint.access
 		if rep != nil {
-			apiCfg.Zones = replicaZones{Server: kds.server, rep: rep}
+			apiCfg.Zones = replicaZones{Server: endpoint.server, rep: rep}
 		}
-		runBackground(ctx, &background, failed, func(ctx context.Context) error { return feed.watchSignal(ctx, kds.server.StatusChanged) })
-		runBackground(ctx, &background, failed, func(context.Context) error { return kds.serve() })
-		runBackground(ctx, &background, failed, kds.access.watchZones)
+		runBackground(ctx, &background, failed, func(ctx context.Context) error { return feed.watchSignal(ctx, endpoint.server.StatusChanged) })
+		runBackground(ctx, &background, failed, func(context.Context) error { return endpoint.serve() })
+		runBackground(ctx, &background, failed, endpoint.access.watchZones)
 	} else if err := startZone(ctx, cfg, reg, store, metrics, trimmer.grpcStats(), &apiCfg, &background, failed); err != nil {
 		return err
 	}
@@ -338,20 +338,20 @@ func createGlobalSecrets(cfg Config) error {
 
 // startReplica wires a global replica's health into the API and KDS and
 // runs its monitor and election.
-func startReplica(ctx context.Context, cfg Config, rep *replica, kds *globalKDS, apiCfg *api.Config,
+func startReplica(ctx context.Context, cfg Config, rep *replica, endpoint *globalKDS, apiCfg *api.Config,
 	background *sync.WaitGroup, failed chan<- error) {
-	kds.access.lock = func(ctx context.Context) (func(), error) { return rep.lock(ctx, "revocations-lock/") }
-	kds.access.keysChanged = func() error { return rep.publishSecrets(cfg.DataDir) }
+	endpoint.access.lock = func(ctx context.Context) (func(), error) { return rep.lock(ctx, "revocations-lock/") }
+	endpoint.access.keysChanged = func() error { return rep.publishSecrets(cfg.DataDir) }
 	runBackground(ctx, background, failed, func(ctx context.Context) error {
-		return rep.watchSecrets(ctx, cfg.DataDir, kds.access.keysReloaded)
+		return rep.watchSecrets(ctx, cfg.DataDir, endpoint.access.keysReloaded)
 	})
 	rep.whenLost(func() {
-		n := kds.server.EndStreams(func(meridiansync.StreamInfo) bool { return true }, errStoreLost)
+		n := endpoint.server.EndStreams(func(kds.StreamInfo) bool { return true }, errStoreLost)
 		cfg.Logger.Warn("ended zone streams", "count", n)
 	})
 	apiCfg.Ready, apiCfg.StoreReady = rep.ready, rep.ready
 	runBackground(ctx, background, failed, rep.monitor)
-	runBackground(ctx, background, failed, func(ctx context.Context) error { return rep.publishZones(ctx, kds.server) })
+	runBackground(ctx, background, failed, func(ctx context.Context) error { return rep.publishZones(ctx, endpoint.server) })
 	interval := expiryInterval(cfg.TombstoneRetention)
 	if interval == 0 {
 		interval = boltstore.DefaultExpiryInterval

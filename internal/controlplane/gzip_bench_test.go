@@ -10,7 +10,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	meridiansync "github.com/meridian-mesh/meridian/internal/sync"
+	"github.com/meridian-mesh/meridian/internal/kds"
 	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
 
@@ -57,7 +57,7 @@ func BenchmarkSyncGzip(b *testing.B) {
 				return w
 			})
 		}
-		c := meridiansync.NewGzipCompressor(meridiansync.DefaultDeflateFrom)
+		c := kds.NewGzipCompressor(kds.DefaultDeflateFrom)
 		benchCompress(b, m.name+"/sync", m.data, func(out io.Writer) io.WriteCloser {
 			w, err := c.Compress(out)
 			if err != nil {

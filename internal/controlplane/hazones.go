@@ -11,7 +11,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/meridian-mesh/meridian/internal/api"
-	meridiansync "github.com/meridian-mesh/meridian/internal/sync"
+	"github.com/meridian-mesh/meridian/internal/kds"
 )
 
 // Zone status across replicas. Each replica's tracker knows the streams it
@@ -26,7 +26,7 @@ const zoneStatusPublish = 2 * time.Second
 func (r *replica) zonesPrefix() string { return r.cfg.Prefix + "zones/" }
 
 // publishZones keeps this replica's connected zones in etcd until ctx ends.
-func (r *replica) publishZones(ctx context.Context, srv *meridiansync.Server) error {
+func (r *replica) publishZones(ctx context.Context, srv *kds.Server) error {
 	for ctx.Err() == nil {
 		if err := r.publishZonesOnce(ctx, srv); err != nil && ctx.Err() == nil {
 			r.log.Debug("publishing zone statuses", "error", err)
@@ -39,7 +39,7 @@ func (r *replica) publishZones(ctx context.Context, srv *meridiansync.Server) er
 	return nil
 }
 
-func (r *replica) publishZonesOnce(ctx context.Context, srv *meridiansync.Server) error {
+func (r *replica) publishZonesOnce(ctx context.Context, srv *kds.Server) error {
 	sess, err := concurrency.NewSession(r.cli, concurrency.WithTTL(electionTTL), concurrency.WithContext(ctx))
 	if err != nil {
 		return err
@@ -105,16 +105,16 @@ func (r *replica) watchZones(ctx context.Context, notify func()) error {
 
 // remoteZones reads the zones other replicas serve (this replica's own
 // entries are skipped by the caller's merge: its tracker is fresher).
-func (r *replica) remoteZones() map[string]meridiansync.ZoneStatus {
+func (r *replica) remoteZones() map[string]kds.ZoneStatus {
 	ctx, cancel := context.WithTimeout(context.Background(), healthTimeout)
 	defer cancel()
 	resp, err := r.cli.Get(ctx, r.zonesPrefix(), clientv3.WithPrefix())
 	if err != nil {
 		return nil
 	}
-	out := map[string]meridiansync.ZoneStatus{}
+	out := map[string]kds.ZoneStatus{}
 	for _, kv := range resp.Kvs {
-		var st meridiansync.ZoneStatus
+		var st kds.ZoneStatus
 		if json.Unmarshal(kv.Value, &st) == nil {
 			out[strings.TrimPrefix(string(kv.Key), r.zonesPrefix())] = st
 		}
@@ -125,16 +125,16 @@ func (r *replica) remoteZones() map[string]meridiansync.ZoneStatus {
 // replicaZones is the API's view of zones on a replica: its own tracker,
 // with the zones another replica serves shown as connected there.
 type replicaZones struct {
-	*meridiansync.Server
+	*kds.Server
 	rep *replica
 }
 
 var _ api.ZoneStatuses = replicaZones{}
 
-func (z replicaZones) Statuses() []meridiansync.ZoneStatus {
+func (z replicaZones) Statuses() []kds.ZoneStatus {
 	local := z.Server.Statuses()
 	remote := z.rep.remoteZones()
-	byZone := map[string]meridiansync.ZoneStatus{}
+	byZone := map[string]kds.ZoneStatus{}
 	for _, st := range local {
 		if st.Connected {
 			st.ServedBy = z.rep.cfg.Name
@@ -146,15 +146,15 @@ func (z replicaZones) Statuses() []meridiansync.ZoneStatus {
 			byZone[name] = st
 		}
 	}
-	out := make([]meridiansync.ZoneStatus, 0, len(byZone))
+	out := make([]kds.ZoneStatus, 0, len(byZone))
 	for _, st := range byZone {
 		out = append(out, st)
 	}
-	slices.SortFunc(out, func(a, b meridiansync.ZoneStatus) int { return strings.Compare(a.Zone, b.Zone) })
+	slices.SortFunc(out, func(a, b kds.ZoneStatus) int { return strings.Compare(a.Zone, b.Zone) })
 	return out
 }
 
-func (z replicaZones) Status(zone string) (meridiansync.ZoneStatus, bool) {
+func (z replicaZones) Status(zone string) (kds.ZoneStatus, bool) {
 	own, ok := z.Server.Status(zone)
 	if ok && own.Connected {
 		own.ServedBy = z.rep.cfg.Name

@@ -27,7 +27,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/policyview"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
-	meridiansync "github.com/meridian-mesh/meridian/internal/sync"
+	"github.com/meridian-mesh/meridian/internal/kds"
 	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
 
@@ -46,7 +46,7 @@ func newMetrics() (*prometheus.Registry, http.Handler) {
 
 // globalKDS is the global's sync endpoint: tokens, TLS, the gRPC server.
 type globalKDS struct {
-	server *meridiansync.Server
+	server *kds.Server
 	grpc   *grpc.Server
 	ln     net.Listener
 	tokens *auth.ZoneKeyRing
@@ -74,7 +74,7 @@ func startGlobalKDS(cfg Config, reg *resource.Registry, store storage.Store, met
 	if err != nil {
 		return nil, err
 	}
-	srv, err := meridiansync.NewServer(meridiansync.ServerConfig{
+	srv, err := kds.NewServer(kds.ServerConfig{
 		Store: store, Registry: reg, Authenticator: access, Admission: adm, Logger: cfg.Logger.Named("kds"),
 		SoftwareVersion: cfg.Version, SystemNamespace: cfg.SystemNamespace, Metrics: metrics, Stream: cfg.SyncStream,
 	})
@@ -134,7 +134,7 @@ func (k *globalKDS) stop(timeout time.Duration) {
 // newZoneClient builds the zone's connection to the global, observed by
 // grpcStats.
 func newZoneClient(cfg Config, reg *resource.Registry, store storage.Store, metrics prometheus.Registerer,
-	reports meridiansync.StatusReporter, grpcStats stats.Handler) (*meridiansync.Client, error) {
+	reports kds.StatusReporter, grpcStats stats.Handler) (*kds.Client, error) {
 	if cfg.ZoneTokenFile == "" {
 		return nil, errors.New("--zone-token-file is required with --global-address (issue one with meridianctl generate zone-token)")
 	}
@@ -154,7 +154,7 @@ func newZoneClient(cfg Config, reg *resource.Registry, store storage.Store, metr
 		return nil, err
 	}
 	target, targets := globalTargets(cfg.GlobalAddress)
-	return meridiansync.NewClient(meridiansync.ClientConfig{
+	return kds.NewClient(kds.ClientConfig{
 		Store: store, Registry: reg, Zone: cfg.Zone, Environment: cfg.Environment, SystemNamespace: cfg.SystemNamespace,
 		Admission:     adm,
 		Token:         func() (string, error) { return readToken(cfg.ZoneTokenFile) },
@@ -168,7 +168,7 @@ func newZoneClient(cfg Config, reg *resource.Registry, store storage.Store, metr
 			// Client.pause), so the zone notices a returning global within
 			// about a second; a dial a second to a down global is cheap.
 			grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 5 * time.Second, Backoff: backoff.Config{
-				BaseDelay: meridiansync.DefaultReconnectBackoff, Multiplier: 1.6, Jitter: 0.2,
+				BaseDelay: kds.DefaultReconnectBackoff, Multiplier: 1.6, Jitter: 0.2,
 				MaxDelay: time.Second}}),
 			grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
 			grpc.WithStatsHandler(grpcStats),

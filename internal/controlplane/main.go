@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/encoding"
 
 	"github.com/meridian-mesh/meridian/internal/flagconfig"
-	meridiansync "github.com/meridian-mesh/meridian/internal/sync"
+	"github.com/meridian-mesh/meridian/internal/kds"
 )
 
 // EnvPrefix prefixes every environment variable that sets a flag.
@@ -40,8 +40,8 @@ type CommonFlags struct {
 }
 
 // SyncStream turns the KDS flags into the sync stream's settings.
-func (f *CommonFlags) SyncStream() meridiansync.StreamConfig {
-	return meridiansync.StreamConfig{HeartbeatInterval: f.HeartbeatInterval, HeartbeatTimeout: f.HeartbeatTimeout}
+func (f *CommonFlags) SyncStream() kds.StreamConfig {
+	return kds.StreamConfig{HeartbeatInterval: f.HeartbeatInterval, HeartbeatTimeout: f.HeartbeatTimeout}
 }
 
 // Register adds the common flags to cmd.
@@ -55,8 +55,8 @@ func (f *CommonFlags) Register(cmd *cobra.Command, defaultAPI string) {
 	fs.StringVar(&f.LogFormat, "log-format", "text", "log format: text or json")
 	fs.DurationVar(&f.TombstoneRetention, "tombstone-retention", 24*time.Hour, "how long deletions are kept for resuming peers")
 	fs.DurationVar(&f.APIReadTimeout, "api-read-timeout", 60*time.Second, "the longest an API request may take to arrive, body included (a slower upload is cut)")
-	fs.DurationVar(&f.HeartbeatInterval, "kds-heartbeat-interval", meridiansync.DefaultHeartbeatInterval, "how often each end of a KDS stream sends a heartbeat")
-	fs.DurationVar(&f.HeartbeatTimeout, "kds-heartbeat-timeout", meridiansync.DefaultHeartbeatTimeout, "a KDS stream silent for this long is dead and reconnects (more than the interval)")
+	fs.DurationVar(&f.HeartbeatInterval, "kds-heartbeat-interval", kds.DefaultHeartbeatInterval, "how often each end of a KDS stream sends a heartbeat")
+	fs.DurationVar(&f.HeartbeatTimeout, "kds-heartbeat-timeout", kds.DefaultHeartbeatTimeout, "a KDS stream silent for this long is dead and reconnects (more than the interval)")
 	fs.BoolVar(&f.APITLS, "api-tls", false, "serve the REST API over HTTPS with --tls-cert-file/--tls-key-file (else a self-signed certificate generated into the data dir)")
 	fs.StringVar(&f.TLSCertFile, "tls-cert-file", "", "TLS certificate (PEM) for KDS (global) and, with --api-tls, the API; self-signed into the data dir when absent")
 	fs.StringVar(&f.TLSKeyFile, "tls-key-file", "", "TLS private key (PEM) of --tls-cert-file")
@@ -112,7 +112,7 @@ func Execute(cmd *cobra.Command) {
 }
 
 // RegisterSyncGzip makes the sync streams' gzip (KDS) the one in
-// internal/sync: a message of 4 KiB or more is deflated at level 1, as RPC
+// internal/kds: a message of 4 KiB or more is deflated at level 1, as RPC
 // stacks commonly do (at the default level every message resets 640 KB of
 // match tables); a smaller one is sent in stored blocks, since deflating the
 // many small batches and acknowledgements of a stream cost more than it
@@ -120,5 +120,5 @@ func Execute(cmd *cobra.Command) {
 // runs before any stream: Execute is the binaries' first step (and the
 // bench's simulated zones call it as zone-cp does).
 func RegisterSyncGzip() {
-	encoding.RegisterCompressor(meridiansync.NewGzipCompressor(meridiansync.DefaultDeflateFrom))
+	encoding.RegisterCompressor(kds.NewGzipCompressor(kds.DefaultDeflateFrom))
 }

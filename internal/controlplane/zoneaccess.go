@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	gosync "sync"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -13,7 +13,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/auth"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
-	meridiansync "github.com/meridian-mesh/meridian/internal/sync"
+	"github.com/meridian-mesh/meridian/internal/kds"
 )
 
 // zoneAccess decides which zones may stream (SPEC 5, issue 13): a zone
@@ -29,9 +29,9 @@ type zoneAccess struct {
 	log   hclog.Logger
 	clock func() time.Time
 
-	mu      gosync.RWMutex
+	mu      sync.RWMutex
 	revoked map[string]int64 // token id → its expiry (Unix s): kept until then
-	server  *meridiansync.Server
+	server  *kds.Server
 
 	// HA hooks (nil with one global): lock serializes revocations across
 	// replicas (the revoked set is one meta value, read, merged, written);
@@ -52,18 +52,18 @@ func newZoneAccess(ctx context.Context, ring *auth.ZoneKeyRing, store storage.St
 }
 
 // attach gives the access the server whose streams it ends.
-func (z *zoneAccess) attach(s *meridiansync.Server) {
+func (z *zoneAccess) attach(s *kds.Server) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	z.server = s
 }
 
 // Authenticate implements sync.ZoneAuthenticator.
-func (z *zoneAccess) Authenticate(zone, token string) (meridiansync.ZoneCredential, error) {
+func (z *zoneAccess) Authenticate(zone, token string) (kds.ZoneCredential, error) {
 	tokens := z.ring.Tokens()
 	claims, keyRetiresAt, err := tokens.VerifyWithKey(token, zone)
 	if err != nil {
-		return meridiansync.ZoneCredential{}, err
+		return kds.ZoneCredential{}, err
 	}
 	kid := claims.KeyID
 	if kid == "" {
@@ -73,14 +73,14 @@ func (z *zoneAccess) Authenticate(zone, token string) (meridiansync.ZoneCredenti
 	_, revoked := z.revoked[claims.ID]
 	z.mu.RUnlock()
 	if revoked {
-		return meridiansync.ZoneCredential{}, fmt.Errorf("zone token %s was revoked", claims.ID)
+		return kds.ZoneCredential{}, fmt.Errorf("zone token %s was revoked", claims.ID)
 	}
 	if disabled, err := z.zoneDisabled(zone); err != nil {
-		return meridiansync.ZoneCredential{}, err
+		return kds.ZoneCredential{}, err
 	} else if disabled {
-		return meridiansync.ZoneCredential{}, fmt.Errorf("zone %q is disabled (its Zone resource says enabled: false)", zone)
+		return kds.ZoneCredential{}, fmt.Errorf("zone %q is disabled (its Zone resource says enabled: false)", zone)
 	}
-	return meridiansync.ZoneCredential{TokenID: claims.ID, KeyID: kid, ExpiresAt: time.Unix(claims.ExpiresAt, 0),
+	return kds.ZoneCredential{TokenID: claims.ID, KeyID: kid, ExpiresAt: time.Unix(claims.ExpiresAt, 0),
 		KeyRetiresAt: keyRetiresAt}, nil
 }
 
@@ -147,8 +147,8 @@ func (z *zoneAccess) Revoke(ctx context.Context, id string) (int, error) {
 	}
 	z.revoked = next
 	z.mu.Unlock()
-	ended := z.endStreams(func(s meridiansync.StreamInfo) bool { return s.TokenID == id },
-		fmt.Errorf("%w: zone token %s was revoked", meridiansync.ErrStreamRevoked, id))
+	ended := z.endStreams(func(s kds.StreamInfo) bool { return s.TokenID == id },
+		fmt.Errorf("%w: zone token %s was revoked", kds.ErrStreamRevoked, id))
 	z.log.Info("zone token revoked", "id", id, "streams_ended", ended)
 	return ended, nil
 }
@@ -212,8 +212,8 @@ func (z *zoneAccess) watchZonesOnce(ctx context.Context) error {
 				continue
 			}
 			name := ev.Resource.Name
-			n := z.endStreams(func(s meridiansync.StreamInfo) bool { return s.Zone == name },
-				fmt.Errorf("%w: zone %q was disabled (enabled: false)", meridiansync.ErrStreamRevoked, name))
+			n := z.endStreams(func(s kds.StreamInfo) bool { return s.Zone == name },
+				fmt.Errorf("%w: zone %q was disabled (enabled: false)", kds.ErrStreamRevoked, name))
 			z.log.Info("zone disabled", "zone", name, "streams_ended", n)
 		}
 	}
@@ -252,8 +252,8 @@ func (z *zoneAccess) reloadRevocations(ctx context.Context) {
 	}
 	z.mu.Unlock()
 	for _, id := range fresh {
-		n := z.endStreams(func(s meridiansync.StreamInfo) bool { return s.TokenID == id },
-			fmt.Errorf("%w: zone token %s was revoked", meridiansync.ErrStreamRevoked, id))
+		n := z.endStreams(func(s kds.StreamInfo) bool { return s.TokenID == id },
+			fmt.Errorf("%w: zone token %s was revoked", kds.ErrStreamRevoked, id))
 		z.log.Info("zone token revoked on another replica", "id", id, "streams_ended", n)
 	}
 }
@@ -272,8 +272,8 @@ func (z *zoneAccess) RotateKey(overlap time.Duration) (newID, oldID string, reti
 	// end them when it retires (streams admitted later get it from their
 	// credential).
 	time.AfterFunc(retireAt.Sub(z.clock()), func() {
-		n := z.endStreams(func(s meridiansync.StreamInfo) bool { return s.KeyID == oldID },
-			fmt.Errorf("%w: signing key %s retired at the end of its rotation overlap", meridiansync.ErrStreamRevoked, oldID))
+		n := z.endStreams(func(s kds.StreamInfo) bool { return s.KeyID == oldID },
+			fmt.Errorf("%w: signing key %s retired at the end of its rotation overlap", kds.ErrStreamRevoked, oldID))
 		z.log.Info("zone token signing key retired", "kid", oldID, "streams_ended", n)
 	})
 	z.log.Info("zone token signing key rotated", "new", newID, "previous", oldID, "previous_retires", retireAt.UTC())
@@ -289,8 +289,8 @@ func (z *zoneAccess) RetireKey(kid string) (int, error) {
 	if err := z.ring.Retire(kid); err != nil {
 		return 0, err
 	}
-	ended := z.endStreams(func(s meridiansync.StreamInfo) bool { return s.KeyID == kid },
-		fmt.Errorf("%w: signing key %s was retired", meridiansync.ErrStreamRevoked, kid))
+	ended := z.endStreams(func(s kds.StreamInfo) bool { return s.KeyID == kid },
+		fmt.Errorf("%w: signing key %s was retired", kds.ErrStreamRevoked, kid))
 	z.log.Info("zone token signing key retired", "kid", kid, "streams_ended", ended)
 	if err := z.publishKeys(); err != nil {
 		return ended, err
@@ -318,14 +318,14 @@ func (z *zoneAccess) keysReloaded() error {
 	for _, k := range z.ring.Keys() {
 		known[k.ID] = true
 	}
-	n := z.endStreams(func(s meridiansync.StreamInfo) bool { return s.KeyID != "" && !known[s.KeyID] },
-		fmt.Errorf("%w: its signing key was retired on another replica", meridiansync.ErrStreamRevoked))
+	n := z.endStreams(func(s kds.StreamInfo) bool { return s.KeyID != "" && !known[s.KeyID] },
+		fmt.Errorf("%w: its signing key was retired on another replica", kds.ErrStreamRevoked))
 	z.log.Info("zone token signing keys reloaded from another replica", "keys", len(known), "streams_ended", n)
 	return nil
 }
 
 // endStreams ends the matching live streams of the attached server.
-func (z *zoneAccess) endStreams(match func(meridiansync.StreamInfo) bool, cause error) int {
+func (z *zoneAccess) endStreams(match func(kds.StreamInfo) bool, cause error) int {
 	z.mu.RLock()
 	server := z.server
 	z.mu.RUnlock()

@@ -48,7 +48,7 @@ const (
 )
 
 // Sync says which directions a type crosses between global and zones. The
-// finer rules (origin, role, environment, labels) live in internal/sync.
+// finer rules (origin, role, environment, labels) live in internal/kds.
 type Sync struct {
 	GlobalToZone bool
 	ZoneToGlobal bool

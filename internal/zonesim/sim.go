@@ -21,7 +21,7 @@ import (
 
 	"github.com/meridian-mesh/meridian/internal/admission"
 	"github.com/meridian-mesh/meridian/internal/resource"
-	meridiansync "github.com/meridian-mesh/meridian/internal/sync"
+	"github.com/meridian-mesh/meridian/internal/kds"
 )
 
 // Config describes the simulated fleet. Zones, Target, DialOptions and
@@ -58,7 +58,7 @@ type Sim struct {
 type zone struct {
 	name     string
 	store    *memStore
-	client   *meridiansync.Client
+	client   *kds.Client
 	reporter *reporter // nil unless Config.ReportStatuses
 }
 
@@ -99,7 +99,7 @@ func New(cfg Config) (*Sim, error) {
 		if err != nil {
 			return nil, fmt.Errorf("zonesim: zone %s: %w", name, err)
 		}
-		ccfg := meridiansync.ClientConfig{
+		ccfg := kds.ClientConfig{
 			Store: z.store, Registry: cfg.Registry, Zone: name, Environment: cfg.Environment, Admission: adm,
 			Token:  func() (string, error) { return cfg.Token(name) },
 			Target: cfg.Target, DialOptions: cfg.DialOptions, SoftwareVersion: "zonesim",
@@ -110,7 +110,7 @@ func New(cfg Config) (*Sim, error) {
 			z.store.onHeld = z.reporter.held
 			ccfg.StatusReports = z.reporter
 		}
-		client, err := meridiansync.NewClient(ccfg)
+		client, err := kds.NewClient(ccfg)
 		if err != nil {
 			return nil, fmt.Errorf("zonesim: zone %s: %w", name, err)
 		}
