@@ -19,8 +19,8 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/meridian-mesh/meridian/internal/auth"
-	"github.com/meridian-mesh/meridian/internal/launcher"
 	"github.com/meridian-mesh/meridian/internal/kds"
+	"github.com/meridian-mesh/meridian/internal/launcher"
 	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
 
@@ -252,13 +252,13 @@ func TestZoneTokenRevocationAndDisable(t *testing.T) {
 }
 
 // kdsDial opens a raw KDS stream to g as zone with token.
-func kdsDial(t *testing.T, g *node, kds, zone, token string) (syncv1.SyncService_StreamClient, func()) {
+func kdsDial(t *testing.T, g *node, addr, zone, token string) (syncv1.SyncService_StreamClient, func()) {
 	t.Helper()
 	tlsCfg, err := auth.ClientTLS(auth.ClientTLSConfig{CAFile: filepath.Join(g.dataDir, "kds-server.crt")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient(kds, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
 	if err != nil {
 		t.Fatal(err)
 	}

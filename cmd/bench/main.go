@@ -28,7 +28,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/meridian-mesh/meridian/internal/controlplane"
+	"github.com/meridian-mesh/meridian/internal/kds"
 	"github.com/meridian-mesh/meridian/internal/launcher"
 )
 
@@ -143,7 +143,7 @@ func figures(n, simZones int) []figure {
 }
 
 func main() {
-	controlplane.RegisterSyncGzip() // the simulated zones compress as zone-cp does
+	kds.RegisterGzip() // the simulated zones compress as zone-cp does
 	runs := flag.Int("runs", 3, "runs of every scenario")
 	n := flag.Int("n", 10000, "policies per scenario")
 	simZones := flag.Int("sim-zones", 100, "simulated zones (0: skip)")

@@ -32,11 +32,11 @@ func fleet(bins binariesAndN, r results) error {
 		return err
 	}
 	defer e.close()
-	z1, err := e.zone(g, "zone-1", resource.EnvKubernetes)
+	z1, err := e.zone(g, "zone-1", "kubernetes")
 	if err != nil {
 		return err
 	}
-	z2, err := e.zone(g, "zone-2", resource.EnvUniversal)
+	z2, err := e.zone(g, "zone-2", "universal")
 	if err != nil {
 		return err
 	}
@@ -66,7 +66,7 @@ func fleet(bins binariesAndN, r results) error {
 	quiesce([]*plane{g, z1, z2}, 500*time.Millisecond)
 	_, globalCPU0 := usage(g.proc.PID())
 	var start time.Time
-	z3, err := e.zoneStarted(g, "zone-3", resource.EnvUniversal, &start)
+	z3, err := e.zoneStarted(g, "zone-3", "universal", &start)
 	if err != nil {
 		return err
 	}
@@ -344,7 +344,7 @@ func tenZones(bins binariesAndN, r results) error {
 	defer e.close()
 	var zones []*plane
 	for i := range 10 {
-		z, err := e.zone(g, fmt.Sprintf("zone-%d", i+1), resource.EnvUniversal)
+		z, err := e.zone(g, fmt.Sprintf("zone-%d", i+1), "universal")
 		if err != nil {
 			return err
 		}

@@ -5,8 +5,9 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/meridian-mesh/meridian/internal/api"
 	"github.com/meridian-mesh/meridian/internal/controlplane"
+	"github.com/meridian-mesh/meridian/internal/plane"
+	"github.com/meridian-mesh/meridian/internal/replica"
 	"github.com/meridian-mesh/meridian/internal/version"
 )
 
@@ -19,7 +20,7 @@ func newCommand() *cobra.Command {
 		common     controlplane.CommonFlags
 		kdsAddress string
 		store      string
-		etcd       controlplane.EtcdConfig
+		etcd       replica.EtcdConfig
 	)
 	cmd := &cobra.Command{
 		Use:   "global-cp",
@@ -31,7 +32,7 @@ func newCommand() *cobra.Command {
 				return err
 			}
 			return controlplane.Run(cmd.Context(), controlplane.Config{
-				Mode:               api.ModeGlobal,
+				Plane:              plane.NewGlobal(""),
 				DataDir:            common.DataDir,
 				APIAddress:         common.APIAddress,
 				DebugAddress:       common.DebugAddress,

@@ -4,11 +4,10 @@
 package main
 
 import (
+	"github.com/meridian-mesh/meridian/internal/plane"
 	"github.com/spf13/cobra"
 
-	"github.com/meridian-mesh/meridian/internal/api"
 	"github.com/meridian-mesh/meridian/internal/controlplane"
-	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/version"
 )
 
@@ -36,11 +35,12 @@ func newCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			p, err := plane.NewZone(zone, environment, systemNamespace, globalAddress != "")
+			if err != nil {
+				return err
+			}
 			return controlplane.Run(cmd.Context(), controlplane.Config{
-				Mode:               api.ModeZone,
-				Zone:               zone,
-				Environment:        environment,
-				SystemNamespace:    systemNamespace,
+				Plane:              p,
 				DataDir:            common.DataDir,
 				APIAddress:         common.APIAddress,
 				DebugAddress:       common.DebugAddress,
@@ -64,7 +64,7 @@ func newCommand() *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&zone, "zone", "", "name of this zone (required)")
 	fs.StringVar(&globalAddress, "global-address", "", "global control plane KDS address HOST:PORT; empty = standalone zone")
-	fs.StringVar(&systemNamespace, "system-namespace", resource.DefaultSystemNamespace, "the control plane's system namespace")
+	fs.StringVar(&systemNamespace, "system-namespace", plane.DefaultSystemNamespace, "the control plane's system namespace")
 	fs.StringVar(&environment, "environment", "kubernetes", "zone environment: kubernetes or universal")
 	fs.StringVar(&tokenFile, "zone-token-file", "", "file holding this zone's token issued by the global")
 	fs.StringVar(&caFile, "kds-ca-file", "", "CA bundle (PEM) to verify the global's KDS certificate")

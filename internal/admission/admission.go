@@ -19,17 +19,11 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/meridian-mesh/meridian/internal/plane"
+
+	"github.com/meridian-mesh/meridian/internal/kds/mapping"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
-	"github.com/meridian-mesh/meridian/internal/kds/mapping"
-)
-
-// Mode says which control plane runs.
-type Mode string
-
-const (
-	Global Mode = "global"
-	Zone   Mode = "zone"
 )
 
 // Errors of admission; the API maps them to status codes with errors.Is.
@@ -46,19 +40,15 @@ var (
 
 // Config describes the control plane.
 type Config struct {
-	Registry        *resource.Registry
-	Mode            Mode
-	Zone            string // zone mode
-	Environment     string // zone mode: kubernetes | universal
-	SystemNamespace string
-	// Federated is a zone connected to a global: its meshes come from the
-	// global, so it creates none.
-	Federated bool
+	Registry *resource.Registry
+	// Plane is the control plane the writes are made to.
+	Plane plane.Plane
 }
 
 // Controller applies the rules. Immutable; safe for concurrent use.
 type Controller struct {
-	cfg Config
+	reg   *resource.Registry
+	plane plane.Plane
 }
 
 // New checks cfg.
@@ -66,35 +56,10 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Registry == nil {
 		return nil, errors.New("admission: Registry is required")
 	}
-	switch cfg.Mode {
-	case Global:
-	case Zone:
-		if cfg.Zone == "" {
-			return nil, errors.New("admission: Zone is required in zone mode")
-		}
-	default:
-		return nil, fmt.Errorf("admission: unknown mode %q", cfg.Mode)
+	if err := cfg.Plane.Check(); err != nil {
+		return nil, fmt.Errorf("admission: %w", err)
 	}
-	if cfg.SystemNamespace == "" {
-		cfg.SystemNamespace = resource.DefaultSystemNamespace
-	}
-	return &Controller{cfg: cfg}, nil
-}
-
-func (c *Controller) origin() string {
-	if c.cfg.Mode == Zone {
-		return resource.OriginZone
-	}
-	return resource.OriginGlobal
-}
-
-// ValidateOptions are the options resources written here validate with.
-func (c *Controller) ValidateOptions() resource.ValidateOptions {
-	opts := resource.ValidateOptions{Mode: resource.ModeGlobal, SystemNamespace: c.cfg.SystemNamespace}
-	if c.cfg.Mode == Zone {
-		opts.Mode, opts.Environment = resource.ModeZone, c.cfg.Environment
-	}
-	return opts
+	return &Controller{reg: cfg.Registry, plane: cfg.Plane}, nil
 }
 
 // Prepare turns a decoded resource into what this plane stores: a status
@@ -102,38 +67,38 @@ func (c *Controller) ValidateOptions() resource.ValidateOptions {
 // the control plane owns are set (and a caller claiming other values is
 // refused), then the resource is normalized and validated.
 func (c *Controller) Prepare(res *resource.Resource) error {
-	d, ok := c.cfg.Registry.Lookup(res.Type)
+	d, ok := c.reg.Lookup(res.Type)
 	if !ok {
 		return fmt.Errorf("%w: unknown type %q", ErrForbidden, res.Type)
 	}
-	if c.cfg.Mode == Global && res.Type == "Dataplane" {
+	if c.plane.IsGlobal() && res.Type == "Dataplane" {
 		// Kuma refuses it too: a Dataplane lives in the zone that runs its
 		// proxy; on the global it would configure nothing.
 		return fmt.Errorf("%w: a Dataplane is created on the zone control plane that runs its proxy, not on the global", ErrForbidden)
 	}
 	res.Status = nil
-	c.cfg.Registry.Normalize(res, c.cfg.SystemNamespace)
+	c.reg.Normalize(res, c.plane.SystemNamespace)
 	if err := c.systemLabels(res, d); err != nil {
 		return err
 	}
-	return c.cfg.Registry.Validate(res, c.ValidateOptions())
+	return c.reg.Validate(res, c.plane)
 }
 
 // systemLabels sets origin, zone, namespace and policy role (SPEC 2).
 func (c *Controller) systemLabels(res *resource.Resource, d *resource.TypeDescriptor) error {
-	origin := c.origin()
+	origin := c.plane.Origin()
 	if claimed := res.Labels.Get(resource.LabelOrigin); claimed != "" && claimed != origin {
 		return fmt.Errorf("%w: the %s control plane accepts only resources of origin %q, not %q (label %s)",
-			ErrForbidden, c.cfg.Mode, origin, claimed, resource.LabelOrigin)
+			ErrForbidden, c.plane.Mode, origin, claimed, resource.LabelOrigin)
 	}
 	res.Labels.Set(resource.LabelOrigin, origin)
-	if res.Labels.Get(resource.LabelNamespace) == c.cfg.SystemNamespace {
+	if res.Labels.Get(resource.LabelNamespace) == c.plane.SystemNamespace {
 		// The system namespace is no namespace: Kuma accepts the label with
 		// that value everywhere; it means what its absence means.
 		res.Labels.Delete(resource.LabelNamespace)
 	}
-	switch c.cfg.Mode {
-	case Global:
+	switch c.plane.Mode {
+	case plane.Global:
 		// Only sync writes zone labels on the global: a resource written
 		// here claiming a zone or a namespace would replace that zone's
 		// synced copies in other zones.
@@ -143,13 +108,13 @@ func (c *Controller) systemLabels(res *resource.Resource, d *resource.TypeDescri
 					"the global does not accept it on its own resources", ErrForbidden, l, v)
 			}
 		}
-	case Zone:
-		if z := res.Labels.Get(resource.LabelZone); z != "" && z != c.cfg.Zone {
-			return fmt.Errorf("%w: zone %q cannot write resources of zone %q (label %s)", ErrForbidden, c.cfg.Zone, z, resource.LabelZone)
+	case plane.Zone:
+		if z := res.Labels.Get(resource.LabelZone); z != "" && z != c.plane.Zone {
+			return fmt.Errorf("%w: zone %q cannot write resources of zone %q (label %s)", ErrForbidden, c.plane.Zone, z, resource.LabelZone)
 		}
-		res.Labels.Set(resource.LabelZone, c.cfg.Zone)
+		res.Labels.Set(resource.LabelZone, c.plane.Zone)
 		ns := res.Namespace
-		if ns == c.cfg.SystemNamespace {
+		if ns == c.plane.SystemNamespace {
 			ns = ""
 		}
 		if v, ok := res.Labels.Lookup(resource.LabelNamespace); ok && v != ns {
@@ -161,7 +126,7 @@ func (c *Controller) systemLabels(res *resource.Resource, d *resource.TypeDescri
 		}
 	}
 	if d.Shape == resource.ShapeTargetRef {
-		role, err := resource.PolicyRole(res, d, c.cfg.SystemNamespace)
+		role, err := resource.PolicyRole(res, d, c.plane.SystemNamespace)
 		if err != nil {
 			return err
 		}
@@ -185,9 +150,9 @@ func (c *Controller) Put(res *resource.Resource) storage.Batch {
 		if err := c.notSquatting(res, existing); err != nil {
 			return nil, err
 		}
-		if res.Type == "Mesh" && existing == nil && c.cfg.Mode == Zone && c.cfg.Federated {
+		if res.Type == "Mesh" && existing == nil && c.plane.IsZone() && c.plane.Federated {
 			return nil, fmt.Errorf("%w: zone %q is connected to a global control plane: create meshes there, "+
-				"they reach every zone", ErrForbidden, c.cfg.Zone)
+				"they reach every zone", ErrForbidden, c.plane.Zone)
 		}
 		if res.Mesh != "" {
 			if _, err := tx.Get(resource.Key{Type: "Mesh", Name: res.Mesh}); errors.Is(err, storage.ErrNotFound) {
@@ -204,10 +169,10 @@ func (c *Controller) Put(res *resource.Resource) storage.Batch {
 // global's resource of the same type gets in zones (a hashed name): the
 // global's copy would be refused there for good (issue 8).
 func (c *Controller) notSquatting(res, existing *resource.Resource) error {
-	if c.cfg.Mode != Zone || existing != nil || res.Type == "Mesh" {
+	if !c.plane.IsZone() || existing != nil || res.Type == "Mesh" {
 		return nil
 	}
-	d, ok := c.cfg.Registry.Lookup(res.Type)
+	d, ok := c.reg.Lookup(res.Type)
 	if !ok || !d.Sync.GlobalToZone {
 		return nil
 	}
@@ -243,8 +208,8 @@ func (c *Controller) DeleteMesh(name string, version uint64) storage.Batch {
 		}
 		deletes := []resource.Key{key}
 		var zoneOwned []string
-		for _, typ := range c.cfg.Registry.Names() {
-			d, _ := c.cfg.Registry.Lookup(typ)
+		for _, typ := range c.reg.Names() {
+			d, _ := c.reg.Lookup(typ)
 			if d.Scope != resource.ScopeMesh {
 				continue
 			}
@@ -253,7 +218,7 @@ func (c *Controller) DeleteMesh(name string, version uint64) storage.Batch {
 				return nil, err
 			}
 			for _, r := range list.Items {
-				if c.cfg.Mode == Global && r.Labels.Get(resource.LabelOrigin) == resource.OriginZone {
+				if c.plane.IsGlobal() && r.Labels.Get(resource.LabelOrigin) == resource.OriginZone {
 					zoneOwned = append(zoneOwned, fmt.Sprintf("%s %s (zone %s)", r.Type, r.Name, r.Labels.Get(resource.LabelZone)))
 				}
 				deletes = append(deletes, r.Key())
@@ -291,7 +256,7 @@ func (c *Controller) owns(key resource.Key, existing *resource.Resource) error {
 		return nil
 	}
 	origin := existing.Labels.Get(resource.LabelOrigin)
-	if c.cfg.Mode == Global {
+	if c.plane.IsGlobal() {
 		if origin == resource.OriginZone {
 			return fmt.Errorf("%w: %s has origin %q (zone %q): change it in that zone, not on the global",
 				ErrOwned, key, origin, existing.Labels.Get(resource.LabelZone))
@@ -299,10 +264,10 @@ func (c *Controller) owns(key resource.Key, existing *resource.Resource) error {
 		return nil
 	}
 	if origin != "" && origin != resource.OriginZone {
-		return fmt.Errorf("%w: %s has origin %q: change it on the global control plane, not in zone %q", ErrOwned, key, origin, c.cfg.Zone)
+		return fmt.Errorf("%w: %s has origin %q: change it on the global control plane, not in zone %q", ErrOwned, key, origin, c.plane.Zone)
 	}
-	if z := existing.Labels.Get(resource.LabelZone); z != "" && z != c.cfg.Zone {
-		return fmt.Errorf("%w: %s belongs to zone %q, not %q", ErrOwned, key, z, c.cfg.Zone)
+	if z := existing.Labels.Get(resource.LabelZone); z != "" && z != c.plane.Zone {
+		return fmt.Errorf("%w: %s belongs to zone %q, not %q", ErrOwned, key, z, c.plane.Zone)
 	}
 	return nil
 }
@@ -407,15 +372,15 @@ func (c *Controller) FromGlobal(puts []*resource.Resource, deletes []resource.Ke
 	return func(tx storage.TxReader) ([]resource.Key, error) {
 		rejected := map[resource.Key]error{}
 		check := func(key resource.Key) error {
-			d, ok := c.cfg.Registry.Lookup(key.Type)
+			d, ok := c.reg.Lookup(key.Type)
 			if !ok || !d.Sync.ZoneToGlobal {
 				return nil
 			}
 			existing, err := getOrNil(tx, key)
-			if err != nil || existing == nil || !mapping.OwnedByZone(existing, c.cfg.Zone) {
+			if err != nil || existing == nil || !mapping.OwnedByZone(existing, c.plane.Zone) {
 				return err
 			}
-			return fmt.Errorf("%w: %s is a resource of zone %s, not the global's", ErrOwned, key, c.cfg.Zone)
+			return fmt.Errorf("%w: %s is a resource of zone %s, not the global's", ErrOwned, key, c.plane.Zone)
 		}
 		for _, r := range puts {
 			if err := check(r.Key()); err != nil {

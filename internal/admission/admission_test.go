@@ -10,10 +10,11 @@ import (
 	"testing"
 
 	"github.com/meridian-mesh/meridian/internal/admission"
+	"github.com/meridian-mesh/meridian/internal/kds/mapping"
+	"github.com/meridian-mesh/meridian/internal/plane"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
 	"github.com/meridian-mesh/meridian/internal/storage/boltstore"
-	"github.com/meridian-mesh/meridian/internal/kds/mapping"
 )
 
 func newStore(t *testing.T) *boltstore.Store {
@@ -26,13 +27,13 @@ func newStore(t *testing.T) *boltstore.Store {
 	return s
 }
 
-func controller(t *testing.T, mode admission.Mode, federated bool) *admission.Controller {
+func controller(t *testing.T, mode plane.Mode, federated bool) *admission.Controller {
 	t.Helper()
-	cfg := admission.Config{Registry: resource.NewDefaultRegistry(), Mode: mode, Federated: federated}
-	if mode == admission.Zone {
-		cfg.Zone, cfg.Environment = "zone-1", "kubernetes"
+	p := plane.NewGlobal("")
+	if mode == plane.Zone {
+		p = plane.Plane{Mode: plane.Zone, Zone: "zone-1", Environment: plane.EnvKubernetes, SystemNamespace: plane.DefaultSystemNamespace, Federated: federated}
 	}
-	c, err := admission.New(cfg)
+	c, err := admission.New(admission.Config{Registry: resource.NewDefaultRegistry(), Plane: p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,9 +66,9 @@ func mesh(name string, labels map[string]string) *resource.Resource {
 }
 
 func TestPrepareAndPut(t *testing.T) {
-	global := controller(t, admission.Global, false)
-	zone := controller(t, admission.Zone, false)
-	federated := controller(t, admission.Zone, true)
+	global := controller(t, plane.Global, false)
+	zone := controller(t, plane.Zone, false)
+	federated := controller(t, plane.Zone, true)
 	tests := []struct {
 		name string
 		c    *admission.Controller
@@ -130,7 +131,7 @@ func TestPrepareAndPut(t *testing.T) {
 }
 
 func TestClientStatusIsDropped(t *testing.T) {
-	c := controller(t, admission.Global, false)
+	c := controller(t, plane.Global, false)
 	r := timeout("default", "t", nil)
 	r.Status = []byte(`{"conditions":[{"type":"Enforced","status":"True"}]}`)
 	if err := c.Prepare(r); err != nil {
@@ -142,7 +143,7 @@ func TestClientStatusIsDropped(t *testing.T) {
 }
 
 func TestDeleteMeshOnGlobal(t *testing.T) {
-	c := controller(t, admission.Global, false)
+	c := controller(t, plane.Global, false)
 	s := newStore(t)
 	ctx := context.Background()
 	seed(t, s, mesh("default", nil), timeout("default", "own", map[string]string{resource.LabelOrigin: "global"}),
@@ -173,7 +174,7 @@ func TestDeleteMeshOnGlobal(t *testing.T) {
 // mesh's delete never leave a resource in a mesh that does not exist (the
 // mesh check and the cascade run in the write's transaction).
 func TestNoOrphanAfterRacingMeshDelete(t *testing.T) {
-	c := controller(t, admission.Global, false)
+	c := controller(t, plane.Global, false)
 	s := newStore(t)
 	ctx := context.Background()
 	for round := 0; round < 20; round++ {
@@ -208,7 +209,7 @@ func TestNoOrphanAfterRacingMeshDelete(t *testing.T) {
 }
 
 func TestDeleteChecksVersionAndOwner(t *testing.T) {
-	c := controller(t, admission.Zone, false)
+	c := controller(t, plane.Zone, false)
 	s := newStore(t)
 	ctx := context.Background()
 	seed(t, s, mesh("default", nil), timeout("default", "mine", nil),
@@ -229,7 +230,7 @@ func TestDeleteChecksVersionAndOwner(t *testing.T) {
 }
 
 func TestFromZone(t *testing.T) {
-	c := controller(t, admission.Global, false)
+	c := controller(t, plane.Global, false)
 	s := newStore(t)
 	ctx := context.Background()
 	own := timeout("default", "own", map[string]string{resource.LabelOrigin: "zone", resource.LabelZone: "zone-1"})
@@ -263,7 +264,7 @@ func TestFromZone(t *testing.T) {
 // remove the zone's own resources; what the global sent before, and new
 // keys, are free.
 func TestFromGlobal(t *testing.T) {
-	c := controller(t, admission.Zone, true)
+	c := controller(t, plane.Zone, true)
 	s := newStore(t)
 	ctx := context.Background()
 	own := timeout("default", "own", map[string]string{resource.LabelOrigin: "zone", resource.LabelZone: "zone-1"})

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/meridian-mesh/meridian/internal/api"
+	"github.com/meridian-mesh/meridian/internal/plane"
 	"github.com/meridian-mesh/meridian/internal/policyview"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage/boltstore"
@@ -23,12 +24,19 @@ type fixture struct {
 	store *boltstore.Store
 }
 
-func newFixture(t testing.TB, mode api.Mode) *fixture {
+// Planes of the tests.
+var (
+	testGlobal = plane.NewGlobal("")
+	testZone   = zonePlane("zone-1", plane.EnvKubernetes, false)
+)
+
+func zonePlane(name, env string, federated bool) plane.Plane {
+	return plane.Plane{Mode: plane.Zone, Zone: name, Environment: env, SystemNamespace: plane.DefaultSystemNamespace, Federated: federated}
+}
+
+func newFixture(t testing.TB, p plane.Plane) *fixture {
 	t.Helper()
-	cfg := api.Config{Mode: mode, MaxBodyBytes: 64 << 10, LocalhostIsAdmin: true}
-	if mode == api.ModeZone {
-		cfg.Zone, cfg.Environment = "zone-1", "kubernetes"
-	}
+	cfg := api.Config{Plane: p, MaxBodyBytes: 64 << 10, LocalhostIsAdmin: true}
 	srv, store := serveAPI(t, cfg)
 	f := &fixture{t: t, srv: srv, store: store}
 	f.mustDo("PUT", "/meshes/default", `{"type":"Mesh","name":"default"}`, http.StatusCreated)
@@ -49,8 +57,8 @@ func serveAPI(t testing.TB, cfg api.Config) (*httptest.Server, *boltstore.Store)
 	if cfg.Registry == nil {
 		cfg.Registry = resource.NewDefaultRegistry()
 	}
-	if cfg.Mode == api.ModeZone && cfg.Snapshots == nil {
-		view, err := policyview.New(policyview.Config{Registry: cfg.Registry, Store: store, Zone: cfg.Zone})
+	if cfg.Plane.IsZone() && cfg.Snapshots == nil {
+		view, err := policyview.New(policyview.Config{Registry: cfg.Registry, Store: store, Plane: cfg.Plane})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,7 +139,7 @@ spec:
 `
 
 func TestPutOutcomesAndVersions(t *testing.T) {
-	f := newFixture(t, api.ModeGlobal)
+	f := newFixture(t, testGlobal)
 	r := f.mustDo("PUT", "/meshes/default/meshtimeouts/t1", fmt.Sprintf(timeoutYAML, "5s"), http.StatusCreated)
 	if got := r.header.Get(api.OutcomeHeader); got != "created" {
 		t.Errorf("outcome = %q", got)
@@ -158,7 +166,7 @@ func TestPutOutcomesAndVersions(t *testing.T) {
 }
 
 func TestStaleVersionConflicts(t *testing.T) {
-	f := newFixture(t, api.ModeGlobal)
+	f := newFixture(t, testGlobal)
 	f.mustDo("PUT", "/meshes/default/meshtimeouts/t1", fmt.Sprintf(timeoutYAML, "5s"), http.StatusCreated)
 	f.mustDo("PUT", "/meshes/default/meshtimeouts/t1", fmt.Sprintf(timeoutYAML, "6s")+"version: 1\n", http.StatusOK)
 	r := f.mustDo("PUT", "/meshes/default/meshtimeouts/t1", fmt.Sprintf(timeoutYAML, "7s")+"version: 1\n", http.StatusConflict)
@@ -168,7 +176,7 @@ func TestStaleVersionConflicts(t *testing.T) {
 }
 
 func TestBadRequests(t *testing.T) {
-	f := newFixture(t, api.ModeGlobal)
+	f := newFixture(t, testGlobal)
 	tests := []struct {
 		name, method, path, body string
 		status                   int
@@ -213,7 +221,7 @@ func TestBadRequests(t *testing.T) {
 }
 
 func TestListPaginationAndFilters(t *testing.T) {
-	f := newFixture(t, api.ModeGlobal)
+	f := newFixture(t, testGlobal)
 	for i := 0; i < 5; i++ {
 		body := strings.Replace(fmt.Sprintf(timeoutYAML, "5s"), "name: t1", fmt.Sprintf("name: t%d\nlabels:\n  team: %s", i, []string{"a", "b"}[i%2]), 1)
 		f.mustDo("PUT", fmt.Sprintf("/meshes/default/meshtimeouts/t%d", i), body, http.StatusCreated)
@@ -250,7 +258,7 @@ func TestListPaginationAndFilters(t *testing.T) {
 }
 
 func TestYAMLResponses(t *testing.T) {
-	f := newFixture(t, api.ModeGlobal)
+	f := newFixture(t, testGlobal)
 	f.mustDo("PUT", "/meshes/default/meshtimeouts/t1", fmt.Sprintf(timeoutYAML, "5s"), http.StatusCreated)
 	r := f.do("GET", "/meshes/default/meshtimeouts/t1", "", "Accept", "application/yaml")
 	if r.header.Get("Content-Type") != "application/yaml" || !strings.Contains(string(r.body), "name: t1") {
@@ -259,7 +267,7 @@ func TestYAMLResponses(t *testing.T) {
 }
 
 func TestZoneRefusesEditsOfGlobalResources(t *testing.T) {
-	f := newFixture(t, api.ModeZone)
+	f := newFixture(t, testZone)
 	// What sync would have written: a policy from the global.
 	_, err := f.store.Create(context.Background(), &resource.Resource{
 		Type: "MeshTimeout", Mesh: "default", Name: "from-global",
@@ -289,7 +297,7 @@ func TestZoneRefusesEditsOfGlobalResources(t *testing.T) {
 }
 
 func TestDeleteMeshRemovesItsResources(t *testing.T) {
-	f := newFixture(t, api.ModeGlobal)
+	f := newFixture(t, testGlobal)
 	f.mustDo("PUT", "/meshes/default/meshtimeouts/t1", fmt.Sprintf(timeoutYAML, "5s"), http.StatusCreated)
 	f.mustDo("DELETE", "/meshes/default", "", http.StatusOK)
 	f.mustDo("GET", "/meshes/default", "", http.StatusNotFound)
@@ -298,7 +306,7 @@ func TestDeleteMeshRemovesItsResources(t *testing.T) {
 }
 
 func TestIndexAndHealth(t *testing.T) {
-	f := newFixture(t, api.ModeZone)
+	f := newFixture(t, testZone)
 	idx := decode[map[string]any](t, f.mustDo("GET", "/", "", 200).body)
 	if idx["mode"] != "zone" || idx["zone"] != "zone-1" || idx["product"] != "Meridian" {
 		t.Errorf("index = %v", idx)
@@ -315,7 +323,8 @@ func TestIndexAndHealth(t *testing.T) {
 func TestSystemNamespaceInBodyAndURL(t *testing.T) {
 	universal := `{"type":"MeshTimeout","mesh":"default","name":"t1","namespace":"kuma-system","spec":{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"5s"}}]}}`
 	kube := "apiVersion: kuma.io/v1alpha1\nkind: MeshTimeout\nmetadata:\n  name: t1\n  namespace: kuma-system\n  labels:\n    kuma.io/mesh: default\nspec:\n  targetRef:\n    kind: Mesh\n  to:\n    - targetRef:\n        kind: Mesh\n      default:\n        idleTimeout: 5s\n"
-	for _, mode := range []api.Mode{api.ModeGlobal, api.ModeZone} {
+	for _, p := range []plane.Plane{testGlobal, testZone} {
+		mode := p.Mode
 		for _, tc := range []struct {
 			name, query, body string
 			want              int
@@ -329,7 +338,7 @@ func TestSystemNamespaceInBodyAndURL(t *testing.T) {
 			{"body another, URL system", "?namespace=kuma-system", strings.Replace(universal, `"namespace":"kuma-system"`, `"namespace":"web"`, 1), http.StatusBadRequest, `\"web\" in the body does not match \"kuma-system\" in the URL`},
 		} {
 			t.Run(string(mode)+"/"+tc.name, func(t *testing.T) {
-				f := newFixture(t, mode)
+				f := newFixture(t, p)
 				r := f.do("PUT", "/meshes/default/meshtimeouts/t1"+tc.query, tc.body)
 				if r.status != tc.want || !strings.Contains(string(r.body), tc.msg) {
 					t.Fatalf("status %d, want %d with %s: %s", r.status, tc.want, tc.msg, r.body)
@@ -348,7 +357,7 @@ func TestSystemNamespaceInBodyAndURL(t *testing.T) {
 
 // TestDryRun: ?dryRun=true runs every check of a PUT and stores nothing.
 func TestDryRun(t *testing.T) {
-	f := newFixture(t, api.ModeGlobal)
+	f := newFixture(t, testGlobal)
 	body := `{"type":"MeshTimeout","mesh":"default","name":"t","spec":{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"5s"}}]}}`
 	r := f.mustDo("PUT", "/meshes/default/meshtimeouts/t?dryRun=true", body, http.StatusCreated)
 	if got := r.header.Get(api.OutcomeHeader); got != "created (dry run)" {

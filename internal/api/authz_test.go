@@ -11,6 +11,7 @@ import (
 
 	"github.com/meridian-mesh/meridian/internal/api"
 	"github.com/meridian-mesh/meridian/internal/auth"
+	"github.com/meridian-mesh/meridian/internal/plane"
 )
 
 type fixedClock struct{ now time.Time }
@@ -45,7 +46,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 	clock := &fixedClock{now: time.Now()}
 	users := newUsers(t, clock)
 	other := newUsers(t, clock)
-	srv, _ := serveAPI(t, api.Config{Mode: api.ModeGlobal, Users: users, Metrics: http.NotFoundHandler()})
+	srv, _ := serveAPI(t, api.Config{Plane: testGlobal, Users: users, Metrics: http.NotFoundHandler()})
 
 	admin := issue(t, users, "root", []string{auth.GroupAdmin}, nil, time.Hour)
 	viewer := issue(t, users, "ro", []string{auth.GroupViewer}, nil, time.Hour)
@@ -124,7 +125,7 @@ func TestZoneAuthorizationMatrix(t *testing.T) {
 	clock := &fixedClock{now: time.Now()}
 	users := newUsers(t, clock)
 	other := newUsers(t, clock)
-	srv, _ := serveAPI(t, api.Config{Mode: api.ModeZone, Zone: "zone-1", Environment: "universal", Users: users})
+	srv, _ := serveAPI(t, api.Config{Plane: zonePlane("zone-1", plane.EnvUniversal, false), Users: users})
 	admin := issue(t, users, "root", []string{auth.GroupAdmin}, nil, time.Hour)
 	callers := []struct{ name, token string }{
 		{"anonymous", ""},

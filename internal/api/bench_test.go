@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/meridian-mesh/meridian/internal/api"
 )
 
 // BenchmarkPutRate8Clients measures SPEC 7's "PUT rate on the global REST API,
@@ -21,7 +19,7 @@ const timeoutJSON = `{"type":"MeshTimeout","mesh":"default","name":"t%d","spec":
 	`"to":[{"targetRef":{"kind":"Mesh"},"default":{"connectionTimeout":"%ds"}}]}}`
 
 func BenchmarkPutRate8Clients(b *testing.B) {
-	f := newFixture(b, api.ModeGlobal)
+	f := newFixture(b, testGlobal)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
 	var next atomic.Int64
 	var wg sync.WaitGroup

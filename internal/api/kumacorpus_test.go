@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meridian-mesh/meridian/internal/plane"
+
 	"github.com/meridian-mesh/meridian/internal/api"
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
@@ -75,12 +77,12 @@ func TestKumaCorpus(t *testing.T) {
 	accepted, refused, stricter := 0, 0, 0
 	for _, file := range files {
 		name := filepath.Base(file)
-		env := resource.EnvUniversal
+		env := plane.EnvUniversal
 		if strings.Contains(name, ".kube") {
-			env = resource.EnvKubernetes
+			env = plane.EnvKubernetes
 		}
 		t.Run(name, func(t *testing.T) {
-			srv, _ := serveAPI(t, api.Config{Mode: api.ModeZone, Zone: "zone-1", Environment: env, MaxBodyBytes: 1 << 20, LocalhostIsAdmin: true})
+			srv, _ := serveAPI(t, api.Config{Plane: zonePlane("zone-1", env, false), MaxBodyBytes: 1 << 20, LocalhostIsAdmin: true})
 			put(t, srv.URL+"/meshes/default", `{"type":"Mesh","name":"default"}`) // as a standalone zone starts
 			raw, err := os.ReadFile(file)
 			if err != nil {

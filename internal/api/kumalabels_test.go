@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meridian-mesh/meridian/internal/plane"
+
 	"github.com/meridian-mesh/meridian/internal/api"
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
@@ -53,12 +55,12 @@ func TestKumaLabelValidation(t *testing.T) {
 		first, _, _ := strings.Cut(string(golden), "\n")
 		kumaAccepts := strings.HasPrefix(first, "HTTP/1.1 2") || strings.Contains(first, " created") || strings.Contains(first, " configured")
 		t.Run(name, func(t *testing.T) {
-			cfg := api.Config{Mode: api.ModeGlobal, MaxBodyBytes: 1 << 20, LocalhostIsAdmin: true}
+			cfg := api.Config{Plane: testGlobal, MaxBodyBytes: 1 << 20, LocalhostIsAdmin: true}
 			switch target, _, _ := strings.Cut(name, "."); target {
 			case "zone-uni":
-				cfg = api.Config{Mode: api.ModeZone, Zone: "kuma-4", Environment: resource.EnvUniversal, Federated: true, MaxBodyBytes: 1 << 20, LocalhostIsAdmin: true}
+				cfg = api.Config{Plane: zonePlane("kuma-4", plane.EnvUniversal, true), MaxBodyBytes: 1 << 20, LocalhostIsAdmin: true}
 			case "zone-k8s":
-				cfg = api.Config{Mode: api.ModeZone, Zone: "kuma-1", Environment: resource.EnvKubernetes, Federated: true, MaxBodyBytes: 1 << 20, LocalhostIsAdmin: true}
+				cfg = api.Config{Plane: zonePlane("kuma-1", plane.EnvKubernetes, true), MaxBodyBytes: 1 << 20, LocalhostIsAdmin: true}
 			}
 			srv, store := serveAPI(t, cfg)
 			m := &resource.Resource{Type: "Mesh", Name: mesh, Spec: []byte(`{}`), Labels: resource.NewLabels(map[string]string{resource.LabelOrigin: resource.OriginGlobal})}

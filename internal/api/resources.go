@@ -105,7 +105,7 @@ func (s *Server) globalScopedType(plural string) (*resource.TypeDescriptor, erro
 // namespaceParam reads ?namespace=, mapping the system namespace to "".
 func (s *Server) namespaceParam(r *http.Request) string {
 	ns := r.URL.Query().Get("namespace")
-	if ns == s.cfg.SystemNamespace {
+	if ns == s.cfg.Plane.SystemNamespace {
 		return ""
 	}
 	return ns
@@ -486,7 +486,7 @@ func (s *Server) decodeBody(r *http.Request, d *resource.TypeDescriptor, key res
 		}
 		return nil, badRequest("cannot parse body: %v", err)
 	}
-	if err := matchURL(res, key, r.URL.Query(), s.cfg.SystemNamespace); err != nil {
+	if err := matchURL(res, key, r.URL.Query(), s.cfg.Plane.SystemNamespace); err != nil {
 		return nil, err
 	}
 	if err := s.adm.Prepare(res); err != nil {

@@ -11,12 +11,13 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/meridian-mesh/meridian/internal/api"
+	"github.com/meridian-mesh/meridian/internal/plane"
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
 // Regression tests for issue 13's REST findings (admission rules).
 func TestSecurityFindings(t *testing.T) {
-	g := newFixture(t, api.ModeGlobal)
+	g := newFixture(t, testGlobal)
 	ms := `{"type":"MeshService","mesh":"default","name":"payments","labels":{"kuma.io/zone":"zone-1","k8s.kuma.io/namespace":"pay"},"spec":{"selector":{"dataplaneTags":{"app":"x"}},"ports":[{"port":80}]}}`
 	resp := g.do("PUT", "/meshes/default/meshservices/payments", ms)
 	if resp.status != http.StatusForbidden || !strings.Contains(string(resp.body), "kuma.io/zone") {
@@ -50,7 +51,7 @@ func TestSecurityFindings(t *testing.T) {
 // TestYAMLListIsValidAndEquivalent: the streamed YAML list decodes to the
 // same document as the JSON one.
 func TestYAMLListIsValidAndEquivalent(t *testing.T) {
-	g := newFixture(t, api.ModeGlobal)
+	g := newFixture(t, testGlobal)
 	for i := 0; i < 3; i++ {
 		g.mustDo("PUT", fmt.Sprintf("/meshes/default/meshtimeouts/t%d", i), fmt.Sprintf(`{"type":"MeshTimeout","mesh":"default","name":"t%d","labels":{"a":"b"},"spec":{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"1s","http":{"requestTimeout":"2s"}}}]}}`, i), http.StatusCreated)
 	}
@@ -81,7 +82,7 @@ func (f fakeRejections) Rejected(k resource.Key) (string, bool) { msg, ok := f[k
 // Synced False condition where it was written, beside the engine's ones.
 func TestSyncedConditionOnTheZone(t *testing.T) {
 	rej := fakeRejections{{Type: "MeshTimeout", Mesh: "default", Name: "t"}: "mesh \"default\" does not exist on the global"}
-	srv, store := serveAPI(t, api.Config{Mode: api.ModeZone, Zone: "zone-1", Environment: "universal", LocalhostIsAdmin: true, Rejections: rej})
+	srv, store := serveAPI(t, api.Config{Plane: zonePlane("zone-1", plane.EnvUniversal, false), LocalhostIsAdmin: true, Rejections: rej})
 	f := &fixture{t: t, srv: srv, store: store}
 	f.mustDo("PUT", "/meshes/default", `{"type":"Mesh","name":"default"}`, http.StatusCreated)
 	f.mustDo("PUT", "/meshes/default/meshtimeouts/t", `{"type":"MeshTimeout","mesh":"default","name":"t","spec":{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"1s"}}]}}`, http.StatusCreated)

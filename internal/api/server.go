@@ -8,22 +8,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/meridian-mesh/meridian/internal/plane"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meridian-mesh/meridian/internal/admission"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
-)
-
-// Mode says which control plane serves the API (admission owns it).
-type Mode = admission.Mode
-
-const (
-	ModeGlobal = admission.Global
-	ModeZone   = admission.Zone
 )
 
 // DefaultMaxBodyBytes bounds request bodies; a resource larger than this is a
@@ -39,19 +34,15 @@ type Store interface {
 	Apply(ctx context.Context, b storage.Batch) (*storage.BatchResult, error)
 }
 
-// Config wires a Server. Registry, Store and Mode are required.
+// Config wires a Server. Registry, Store and Plane are required.
 type Config struct {
 	Registry *resource.Registry
 	Store    Store
 	Logger   hclog.Logger
-	Mode     Mode
-	// Zone is the zone's name (zone mode only).
-	Zone string
-	// Environment is "kubernetes" or "universal" (zone mode only).
-	Environment     string
-	SystemNamespace string
-	Version         string
-	MaxBodyBytes    int64
+	// Plane is the control plane that serves the API.
+	Plane        plane.Plane
+	Version      string
+	MaxBodyBytes int64
 	// Ready reports readiness for /readyz; nil means always ready.
 	Ready func() error
 	// Console, when set, builds the web console from the API's Inner
@@ -81,8 +72,6 @@ type Config struct {
 	// (POST /tokens/user). Without it only loopback callers (with
 	// LocalhostIsAdmin) get in.
 	Users UserTokens
-	// Federated is a zone connected to a global (it creates no meshes).
-	Federated bool
 	// LocalhostIsAdmin makes every loopback caller without a token an admin
 	// (Kuma's default); remote callers always need a token.
 	LocalhostIsAdmin bool
@@ -108,32 +97,19 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("api: Store is required")
 	}
-	switch cfg.Mode {
-	case ModeGlobal:
-	case ModeZone:
-		if cfg.Zone == "" {
-			return nil, errors.New("api: Zone is required in zone mode")
-		}
-		if cfg.Environment != "kubernetes" && cfg.Environment != "universal" {
-			return nil, errors.New(`api: Environment must be "kubernetes" or "universal" in zone mode`)
-		}
-		if cfg.Snapshots == nil {
-			return nil, errors.New("api: Snapshots is required in zone mode")
-		}
-	default:
-		return nil, errors.New(`api: Mode must be "global" or "zone"`)
+	if err := cfg.Plane.Check(); err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	if cfg.Plane.IsZone() && cfg.Snapshots == nil {
+		return nil, errors.New("api: Snapshots is required in zone mode")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	if cfg.SystemNamespace == "" {
-		cfg.SystemNamespace = resource.DefaultSystemNamespace
-	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
-	adm, err := admission.New(admission.Config{Registry: cfg.Registry, Mode: cfg.Mode, Zone: cfg.Zone,
-		Environment: cfg.Environment, SystemNamespace: cfg.SystemNamespace, Federated: cfg.Federated})
+	adm, err := admission.New(admission.Config{Registry: cfg.Registry, Plane: cfg.Plane})
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +144,7 @@ func (s *Server) routes() {
 		s.mux.HandleFunc("POST /tokens/user", s.handleUserToken)
 	}
 
-	if s.cfg.Mode == ModeZone {
+	if s.cfg.Plane.IsZone() {
 		s.registerInspect()
 	} else {
 		s.registerGlobal()
@@ -233,11 +209,11 @@ func (s *Server) handleIndex(w http.ResponseWriter, r *http.Request) {
 	body := map[string]any{
 		"product": "Meridian",
 		"version": s.cfg.Version,
-		"mode":    string(s.cfg.Mode),
+		"mode":    string(s.cfg.Plane.Mode),
 	}
-	if s.cfg.Mode == ModeZone {
-		body["zone"] = s.cfg.Zone
-		body["environment"] = s.cfg.Environment
+	if s.cfg.Plane.IsZone() {
+		body["zone"] = s.cfg.Plane.Zone
+		body["environment"] = s.cfg.Plane.Environment
 		if s.cfg.SyncStatus != nil {
 			body["sync"] = s.cfg.SyncStatus()
 		}

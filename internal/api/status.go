@@ -6,9 +6,9 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/meridian-mesh/meridian/internal/kds"
 	"github.com/meridian-mesh/meridian/internal/policy"
 	"github.com/meridian-mesh/meridian/internal/resource"
-	"github.com/meridian-mesh/meridian/internal/kds"
 )
 
 // Policy status (SPEC 3.6.4). A zone serves every policy with the status
@@ -50,7 +50,7 @@ func (s *Server) policyStatuses(r *http.Request, typeName, mesh string) (statusS
 	if !ok || !d.IsPolicy() || mesh == "" {
 		return statusSource{}, nil
 	}
-	if s.cfg.Mode == ModeGlobal {
+	if s.cfg.Plane.IsGlobal() {
 		return statusSource{zones: s.cfg.Zones}, nil
 	}
 	snap, err := s.cfg.Snapshots.StatusSnapshot(r.Context(), mesh)

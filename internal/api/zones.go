@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/meridian-mesh/meridian/internal/auth"
+	"github.com/meridian-mesh/meridian/internal/kds"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
-	"github.com/meridian-mesh/meridian/internal/kds"
 )
 
 // ZoneStatuses is the global's per-zone sync status (internal/kds.Server).

@@ -11,9 +11,9 @@ import (
 
 	"github.com/meridian-mesh/meridian/internal/api"
 	"github.com/meridian-mesh/meridian/internal/auth"
+	"github.com/meridian-mesh/meridian/internal/kds"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage/boltstore"
-	"github.com/meridian-mesh/meridian/internal/kds"
 )
 
 // fakeIssuer records what it was asked to issue.
@@ -49,7 +49,7 @@ func newGlobal(t *testing.T, issuer *fakeIssuer, zones fakeZones) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	h, err := api.New(api.Config{Registry: resource.NewDefaultRegistry(), Store: store, Mode: api.ModeGlobal, Tokens: issuer, Zones: zones, LocalhostIsAdmin: true})
+	h, err := api.New(api.Config{Registry: resource.NewDefaultRegistry(), Store: store, Plane: testGlobal, Tokens: issuer, Zones: zones, LocalhostIsAdmin: true})
 	if err != nil {
 		t.Fatal(err)
 	}

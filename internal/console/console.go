@@ -26,6 +26,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meridian-mesh/meridian/internal/api"
+	"github.com/meridian-mesh/meridian/internal/plane"
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
@@ -45,9 +46,9 @@ type API interface {
 
 // Config of the console. API, Registry and Logger are required.
 type Config struct {
-	API      API
-	Mode     api.Mode
-	Zone     string
+	API API
+	// Plane is the control plane the console shows.
+	Plane    plane.Plane
 	Registry *resource.Registry
 	// Changed returns a channel closed at the next change worth showing (a
 	// store write, a zone connecting or leaving); nil: pages never update
@@ -86,7 +87,7 @@ func New(cfg Config) (*Console, error) {
 	return c, nil
 }
 
-func (c *Console) global() bool { return c.cfg.Mode == api.ModeGlobal }
+func (c *Console) global() bool { return c.cfg.Plane.IsGlobal() }
 
 func (c *Console) routes() {
 	static, _ := fs.Sub(staticFS, "static")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/meridian-mesh/meridian/internal/api"
 	"github.com/meridian-mesh/meridian/internal/auth"
+	"github.com/meridian-mesh/meridian/internal/plane"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage/boltstore"
 )
@@ -20,8 +21,10 @@ import (
 // TestTemplatesParse: every page template parses with the layout (a
 // template error would otherwise only show when the process starts).
 func TestTemplatesParse(t *testing.T) {
-	for _, mode := range []api.Mode{api.ModeGlobal, api.ModeZone} {
-		c, err := New(Config{API: fakeAPI{}, Mode: mode, Registry: resource.NewDefaultRegistry(), Logger: hclog.NewNullLogger()})
+	zone, _ := plane.NewZone("zone-1", plane.EnvKubernetes, "", false)
+	for _, p := range []plane.Plane{plane.NewGlobal(""), zone} {
+		mode := p.Mode
+		c, err := New(Config{API: fakeAPI{}, Plane: p, Registry: resource.NewDefaultRegistry(), Logger: hclog.NewNullLogger()})
 		if err != nil {
 			t.Fatalf("%s: %v", mode, err)
 		}
@@ -52,9 +55,9 @@ func testServer(t *testing.T) (http.Handler, string, string) {
 		t.Fatal(err)
 	}
 	reg := resource.NewDefaultRegistry()
-	srv, err := api.New(api.Config{Registry: reg, Store: store, Mode: api.ModeGlobal, Users: users, LocalhostIsAdmin: true, Tokens: ring,
+	srv, err := api.New(api.Config{Registry: reg, Store: store, Plane: plane.NewGlobal(""), Users: users, LocalhostIsAdmin: true, Tokens: ring,
 		Console: func(s *api.Server) (http.Handler, error) {
-			return New(Config{API: s, Mode: api.ModeGlobal, Registry: reg, Logger: hclog.NewNullLogger()})
+			return New(Config{API: s, Plane: plane.NewGlobal(""), Registry: reg, Logger: hclog.NewNullLogger()})
 		}})
 	if err != nil {
 		t.Fatal(err)

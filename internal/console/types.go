@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/meridian-mesh/meridian/internal/policy"
 	"github.com/meridian-mesh/meridian/internal/kds"
+	"github.com/meridian-mesh/meridian/internal/policy"
 )
 
 // The API's JSON as the pages read it (SPEC 5 shapes; unknown fields are

@@ -1,6 +1,8 @@
-// Package controlplane runs one control plane process: it opens the store,
-// serves the API and shuts everything down in order. cmd/global and cmd/zone
-// are thin wrappers that turn flags into a Config.
+// Package controlplane wires one control plane process: it opens the store,
+// starts the components a global or a zone runs, serves the API and shuts
+// everything down in order. It holds no rules of its own: each component
+// lives in the package named for its job (docs/architecture.md). cmd/global
+// and cmd/zone turn flags into a Config.
 package controlplane
 
 import (
@@ -17,15 +19,19 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/stats"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/meridian-mesh/meridian/internal/api"
 	"github.com/meridian-mesh/meridian/internal/auth"
-	"github.com/meridian-mesh/meridian/internal/policyview"
+	"github.com/meridian-mesh/meridian/internal/console"
+	"github.com/meridian-mesh/meridian/internal/kds"
+	"github.com/meridian-mesh/meridian/internal/plane"
+	"github.com/meridian-mesh/meridian/internal/replica"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
 	"github.com/meridian-mesh/meridian/internal/storage/boltstore"
-	"github.com/meridian-mesh/meridian/internal/kds"
+	"github.com/meridian-mesh/meridian/internal/tuning"
 )
 
 // StoreFileName is the bbolt file inside the data dir.
@@ -33,10 +39,9 @@ const StoreFileName = "meridian.db"
 
 // Config describes one control plane process.
 type Config struct {
-	Mode            api.Mode
-	Zone            string // zone mode
-	Environment     string // zone mode: kubernetes | universal
-	SystemNamespace string
+	// Plane is the process's identity (global or zone, zone name,
+	// environment, system namespace), built once by the command.
+	Plane plane.Plane
 	// GlobalAddress is the global's KDS address; empty = standalone zone.
 	// Several comma-separated addresses name global replicas (failover).
 	GlobalAddress string
@@ -44,7 +49,7 @@ type Config struct {
 	// Store is "bolt" (default: the embedded file in DataDir) or "etcd"
 	// (global only: replicas sharing Etcd).
 	Store      string
-	Etcd       EtcdConfig
+	Etcd       replica.EtcdConfig
 	APIAddress string
 	// DebugAddress, when set, serves net/http/pprof (loopback only).
 	DebugAddress string
@@ -52,7 +57,7 @@ type Config struct {
 	Logger       hclog.Logger
 	// TombstoneRetention bounds how long deletions are remembered for resume.
 	TombstoneRetention time.Duration
-	// ShutdownTimeout bounds graceful shutdown (SPEC: within 5 s).
+	// ShutdownTimeout bounds graceful shutdown (within 5 s in all).
 	ShutdownTimeout time.Duration
 	// KDS (multizone sync). Global: KDSAddress, TLS files (self-signed into
 	// the data dir when empty). Zone: GlobalAddress, token file, CA/skip.
@@ -81,35 +86,30 @@ func (c *Config) check() error {
 	if c.Logger == nil {
 		return errors.New("logger is required")
 	}
+	if err := c.Plane.Check(); err != nil {
+		return err
+	}
+	if c.Plane.Federated != (c.Plane.IsZone() && c.GlobalAddress != "") {
+		return errors.New("a plane is federated exactly when it is a zone with --global-address")
+	}
 	if c.DataDir == "" {
 		return errors.New("--data-dir is required")
 	}
 	if c.APIAddress == "" {
 		return errors.New("--api-address is required")
 	}
-	if c.Mode == api.ModeGlobal && c.KDSAddress == "" {
+	if c.Plane.IsGlobal() && c.KDSAddress == "" {
 		return errors.New("--kds-address is required")
-	}
-	if c.Mode == api.ModeZone {
-		if c.Zone == "" {
-			return errors.New("--zone is required")
-		}
-		if c.Environment != "kubernetes" && c.Environment != "universal" {
-			return fmt.Errorf("--environment must be kubernetes or universal, got %q", c.Environment)
-		}
 	}
 	switch c.Store {
 	case "", "bolt":
 		c.Store = "bolt"
 	case "etcd":
-		if c.Mode != api.ModeGlobal {
+		if !c.Plane.IsGlobal() {
 			return errors.New("--store etcd is for the global control plane (a zone keeps its own embedded store)")
 		}
 	default:
 		return fmt.Errorf("--store must be bolt or etcd, got %q", c.Store)
-	}
-	if c.SystemNamespace == "" {
-		c.SystemNamespace = resource.DefaultSystemNamespace
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 4 * time.Second
@@ -123,6 +123,23 @@ func (c *Config) check() error {
 	return nil
 }
 
+// process is what every control plane runs: its store, registry, metrics,
+// the API's configuration being assembled, and the background components
+// that stop before the store closes.
+type process struct {
+	cfg     Config
+	store   storage.Store
+	rep     *replica.Replica // global replicas on etcd; nil otherwise
+	reg     *resource.Registry
+	metrics *prometheus.Registry
+	trimmer *tuning.MemoryTrimmer
+	feed    *console.Feed
+	api     api.Config
+
+	background sync.WaitGroup
+	failed     chan error
+}
+
 // Run starts the control plane and blocks until ctx ends (graceful shutdown)
 // or a component fails. Startup errors are returned as one readable line.
 func Run(ctx context.Context, cfg Config) error {
@@ -132,94 +149,122 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := serveDebug(ctx, cfg); err != nil {
 		return err
 	}
-	metrics, metricsHandler := newMetrics()
-	store, rep, err := openStore(ctx, cfg, metrics)
+	p := &process{cfg: cfg, reg: resource.NewDefaultRegistry(), feed: console.NewFeed(), failed: make(chan error, 1)}
+	var metricsHandler http.Handler
+	p.metrics, metricsHandler = newMetrics()
+	err := p.openStore(ctx)
+	defer p.closeStore()
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if rep != nil {
-			rep.close()
-		} else if err := store.Close(); err != nil {
-			cfg.Logger.Error("closing store", "error", err)
-		}
-	}()
-	if rep != nil {
-		if err := rep.shareSecrets(ctx, cfg.DataDir, func() error { return createGlobalSecrets(cfg) }); err != nil {
-			return err
-		}
-	}
-	reg := resource.NewDefaultRegistry()
-	if err := ensureDefaultMesh(ctx, cfg, reg, store); err != nil {
+	if err := ensureDefaultMesh(ctx, cfg, p.store); err != nil {
 		return err
 	}
 	users, err := userTokens(cfg)
 	if err != nil {
 		return err
 	}
-	apiCfg := api.Config{
-		Registry: reg, Store: store, Logger: cfg.Logger.Named("api"), Mode: cfg.Mode,
-		Zone: cfg.Zone, Environment: cfg.Environment, SystemNamespace: cfg.SystemNamespace, Version: cfg.Version,
+	p.api = api.Config{
+		Registry: p.reg, Store: p.store, Logger: cfg.Logger.Named("api"), Plane: cfg.Plane, Version: cfg.Version,
 		Metrics: metricsHandler, Users: users, LocalhostIsAdmin: cfg.LocalhostIsAdmin,
-		Federated: cfg.Mode == api.ModeZone && cfg.GlobalAddress != "",
 	}
 	// Background components stop before the store closes (deferred earlier).
 	ctx, cancel := context.WithCancel(ctx)
-	var background sync.WaitGroup
 	defer func() {
 		cancel()
-		background.Wait()
+		p.background.Wait()
 	}()
-	failed := make(chan error, 1)
-	trimmer := newMemoryTrimmer(mapReleaser(ctx, store, cfg.Logger))
-	runBackground(ctx, &background, failed, trimmer.run)
-	feed := newChangeFeed() // the console's live updates
-	if cfg.Mode == api.ModeGlobal {
-		var ready func() error
-		if rep != nil {
-			ready = rep.ready
-		}
-		endpoint, err := startGlobalKDS(cfg, reg, store, metrics, ready, trimmer.grpcStats())
+	p.trimmer = tuning.NewMemoryTrimmer(tuning.MapReleaser(ctx, p.store, cfg.Logger))
+	p.run(ctx, p.trimmer.Run)
+	if cfg.Plane.IsGlobal() {
+		stop, err := p.startGlobal(ctx)
 		if err != nil {
 			return err
 		}
-		defer endpoint.stop(cfg.ShutdownTimeout / 2)
-		if rep != nil {
-			startReplica(ctx, cfg, rep, endpoint, &apiCfg, &background, failed)
-			runBackground(ctx, &background, failed, func(ctx context.Context) error { return rep.watchZones(ctx, feed.notify) })
-		}
-		apiCfg.Zones, apiCfg.Tokens, apiCfg.ZoneTokenAdmin = endpoint.server, endpoint.tokens, endpoint.access
-		if rep != nil {
-			apiCfg.Zones = replicaZones{Server: endpoint.server, rep: rep}
-		}
-		runBackground(ctx, &background, failed, func(ctx context.Context) error { return feed.watchSignal(ctx, endpoint.server.StatusChanged) })
-		runBackground(ctx, &background, failed, func(context.Context) error { return endpoint.serve() })
-		runBackground(ctx, &background, failed, endpoint.access.watchZones)
-	} else if err := startZone(ctx, cfg, reg, store, metrics, trimmer.grpcStats(), &apiCfg, &background, failed); err != nil {
+		defer stop()
+	} else if err := p.startZone(ctx); err != nil {
 		return err
 	}
-	apiCfg.Console = consoleFactory(cfg, reg, feed)
-	runBackground(ctx, &background, failed, func(ctx context.Context) error { return feed.watchStore(ctx, store, cfg.Logger) })
-	handler, err := api.New(apiCfg)
+	p.api.Console = func(s *api.Server) (http.Handler, error) {
+		return console.New(console.Config{API: s, Plane: cfg.Plane, Registry: p.reg, Changed: p.feed.Next, Logger: cfg.Logger.Named("console")})
+	}
+	p.run(ctx, func(ctx context.Context) error { return p.feed.WatchStore(ctx, p.store, cfg.Logger) })
+	handler, err := api.New(p.api)
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", cfg.APIAddress)
+	ln, err := listenAPI(cfg)
 	if err != nil {
-		return fmt.Errorf("api address %s: %w", cfg.APIAddress, err)
+		return err
 	}
-	if cfg.APITLS {
-		mat, err := auth.LoadOrCreateServerTLS(auth.ServerTLSConfig{CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile, DataDir: cfg.DataDir})
+	return serve(ctx, cfg, ln, p.trimmer.WakeOn(handler), p.failed)
+}
+
+// run runs fn in the background group; a failure ends the process.
+func (p *process) run(ctx context.Context, fn func(context.Context) error) {
+	p.background.Go(func() {
+		if err := fn(ctx); err != nil && ctx.Err() == nil {
+			select {
+			case p.failed <- err:
+			default:
+			}
+		}
+	})
+}
+
+// openStore opens the embedded store, or with --store etcd the replica's
+// link to etcd and its store (then the key material every replica shares).
+func (p *process) openStore(ctx context.Context) error {
+	cfg := p.cfg
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
+	}
+	if cfg.Store == "etcd" {
+		rep, err := replica.Open(ctx, replica.Config{Etcd: cfg.Etcd, APIAddress: cfg.APIAddress,
+			TombstoneRetention: cfg.TombstoneRetention, Logger: cfg.Logger})
 		if err != nil {
-			_ = ln.Close()
-			return fmt.Errorf("api tls: %w", err)
+			return err
 		}
-		tlsCfg := mat.Config.Clone()
-		tlsCfg.NextProtos = []string{"h2", "http/1.1"}
-		ln = tls.NewListener(ln, tlsCfg)
-		cfg.Logger.Info("api serves https", "cert", mat.CertFile, "generated_cert", mat.Generated)
+		p.rep, p.store = rep, rep.Store()
+		return rep.ShareSecrets(ctx, cfg.DataDir, func() error { return createGlobalSecrets(cfg) })
 	}
-	return serve(ctx, cfg, ln, trimmer.wakeOn(handler), failed)
+	commits, err := boltstore.NewCommitMetrics(p.metrics)
+	if err != nil {
+		return fmt.Errorf("store metrics: %w", err)
+	}
+	store, err := boltstore.Open(boltstore.Config{
+		Path:               filepath.Join(cfg.DataDir, StoreFileName),
+		Logger:             cfg.Logger.Named("store"),
+		Commits:            commits,
+		TombstoneRetention: cfg.TombstoneRetention,
+		ExpiryInterval:     expiryInterval(cfg.TombstoneRetention),
+	})
+	if err != nil {
+		return fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
+	}
+	p.store = store
+	return nil
+}
+
+func (p *process) closeStore() {
+	if p.rep != nil {
+		p.rep.Close()
+		return
+	}
+	if p.store == nil {
+		return
+	}
+	if err := p.store.Close(); err != nil {
+		p.cfg.Logger.Error("closing store", "error", err)
+	}
+}
+
+// newMetrics returns a process-local Prometheus registry (never the default
+// global one) and its HTTP handler.
+func newMetrics() (*prometheus.Registry, http.Handler) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 }
 
 // userTokens loads the API's user token key and writes the admin token on
@@ -258,61 +303,6 @@ func loopbackOnly(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// startZone starts the zone's policy view and, with a global address, its
-// sync client (observed by grpcStats), and points the API at them.
-func startZone(ctx context.Context, cfg Config, reg *resource.Registry, store storage.Store, metrics prometheus.Registerer,
-	grpcStats stats.Handler, apiCfg *api.Config, background *sync.WaitGroup, failed chan<- error) error {
-	view, err := policyview.New(policyview.Config{Registry: reg, Store: store, Zone: cfg.Zone,
-		SystemNamespace: cfg.SystemNamespace, Logger: cfg.Logger.Named("policy")})
-	if err != nil {
-		return err
-	}
-	apiCfg.Snapshots = view
-	runBackground(ctx, background, failed, view.Run)
-	if cfg.GlobalAddress == "" {
-		return nil
-	}
-	client, err := newZoneClient(cfg, reg, store, metrics, viewReports{view}, grpcStats)
-	if err != nil {
-		return err
-	}
-	runBackground(ctx, background, failed, view.RunStatusReports)
-	apiCfg.SyncStatus = func() any { return client.Status() }
-	apiCfg.Rejections = client
-	runBackground(ctx, background, failed, client.Run)
-	return nil
-}
-
-// openStore opens the embedded store, or with --store etcd the replica's
-// link to etcd (rep) and its store.
-func openStore(ctx context.Context, cfg Config, metrics prometheus.Registerer) (storage.Store, *replica, error) {
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
-	}
-	if cfg.Store == "etcd" {
-		rep, err := openReplica(ctx, cfg)
-		if err != nil {
-			return nil, nil, err
-		}
-		return rep.store, rep, nil
-	}
-	commits, err := newStoreCommitMetrics(metrics)
-	if err != nil {
-		return nil, nil, fmt.Errorf("store metrics: %w", err)
-	}
-	store, err := boltstore.Open(boltstore.Config{
-		Path:               filepath.Join(cfg.DataDir, StoreFileName),
-		Logger:             cfg.Logger.Named("store"),
-		Commits:            commits,
-		TombstoneRetention: cfg.TombstoneRetention,
-		ExpiryInterval:     expiryInterval(cfg.TombstoneRetention),
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
-	}
-	return store, nil, nil
-}
-
 // createGlobalSecrets creates what a global keeps in its data dir (zone
 // token keys, user token key and admin token, the generated KDS
 // certificate), as a single global does at its first start; with etcd the
@@ -336,31 +326,6 @@ func createGlobalSecrets(cfg Config) error {
 	return nil
 }
 
-// startReplica wires a global replica's health into the API and KDS and
-// runs its monitor and election.
-func startReplica(ctx context.Context, cfg Config, rep *replica, endpoint *globalKDS, apiCfg *api.Config,
-	background *sync.WaitGroup, failed chan<- error) {
-	endpoint.access.lock = func(ctx context.Context) (func(), error) { return rep.lock(ctx, "revocations-lock/") }
-	endpoint.access.keysChanged = func() error { return rep.publishSecrets(cfg.DataDir) }
-	runBackground(ctx, background, failed, func(ctx context.Context) error {
-		return rep.watchSecrets(ctx, cfg.DataDir, endpoint.access.keysReloaded)
-	})
-	rep.whenLost(func() {
-		n := endpoint.server.EndStreams(func(kds.StreamInfo) bool { return true }, errStoreLost)
-		cfg.Logger.Warn("ended zone streams", "count", n)
-	})
-	apiCfg.Ready, apiCfg.StoreReady = rep.ready, rep.ready
-	runBackground(ctx, background, failed, rep.monitor)
-	runBackground(ctx, background, failed, func(ctx context.Context) error { return rep.publishZones(ctx, endpoint.server) })
-	interval := expiryInterval(cfg.TombstoneRetention)
-	if interval == 0 {
-		interval = boltstore.DefaultExpiryInterval
-	}
-	runBackground(ctx, background, failed, func(ctx context.Context) error {
-		return rep.lead(ctx, func(ctx context.Context) error { return rep.store.RunExpiry(ctx, interval) })
-	})
-}
-
 // expiryInterval runs the tombstone expiry pass often enough for a short
 // retention (tests, small installs) to be honoured within a quarter of it,
 // and at most once a second.
@@ -374,23 +339,43 @@ func expiryInterval(retention time.Duration) time.Duration {
 // ensureDefaultMesh creates mesh "default" on the global and on a standalone
 // zone, as Kuma does, so that a fresh install accepts policies at once. A zone
 // connected to a global gets its meshes from the global instead.
-func ensureDefaultMesh(ctx context.Context, cfg Config, reg *resource.Registry, store storage.Store) error {
-	if cfg.Mode == api.ModeZone && cfg.GlobalAddress != "" {
+func ensureDefaultMesh(ctx context.Context, cfg Config, store storage.Store) error {
+	if cfg.Plane.Federated {
 		return nil
 	}
 	key := resource.Key{Type: "Mesh", Name: "default"}
 	if _, err := store.Get(ctx, key); !errors.Is(err, storage.ErrNotFound) {
 		return err
 	}
-	labels := resource.LabelsOf(resource.LabelOrigin, resource.OriginGlobal)
-	if cfg.Mode == api.ModeZone {
-		labels = resource.LabelsOf(resource.LabelOrigin, resource.OriginZone, resource.LabelZone, cfg.Zone)
+	labels := resource.LabelsOf(resource.LabelOrigin, cfg.Plane.Origin())
+	if cfg.Plane.IsZone() {
+		labels.Set(resource.LabelZone, cfg.Plane.Zone)
 	}
 	_, err := store.Create(ctx, &resource.Resource{Type: "Mesh", Name: "default", Labels: labels, Spec: []byte("{}")})
 	if err != nil && !errors.Is(err, storage.ErrAlreadyExists) {
 		return fmt.Errorf("create default mesh: %w", err)
 	}
 	return nil
+}
+
+// listenAPI binds the API's address, with TLS when asked.
+func listenAPI(cfg Config) (net.Listener, error) {
+	ln, err := net.Listen("tcp", cfg.APIAddress)
+	if err != nil {
+		return nil, fmt.Errorf("api address %s: %w", cfg.APIAddress, err)
+	}
+	if !cfg.APITLS {
+		return ln, nil
+	}
+	mat, err := auth.LoadOrCreateServerTLS(auth.ServerTLSConfig{CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile, DataDir: cfg.DataDir})
+	if err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("api tls: %w", err)
+	}
+	tlsCfg := mat.Config.Clone()
+	tlsCfg.NextProtos = []string{"h2", "http/1.1"}
+	cfg.Logger.Info("api serves https", "cert", mat.CertFile, "generated_cert", mat.Generated)
+	return tls.NewListener(ln, tlsCfg), nil
 }
 
 // serve runs the API until ctx ends or a background component fails.
@@ -403,7 +388,7 @@ func serve(ctx context.Context, cfg Config, ln net.Listener, handler http.Handle
 		MaxHeaderBytes: 64 << 10, ErrorLog: cfg.Logger.StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug})}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	cfg.Logger.Info("control plane started", "mode", cfg.Mode, "zone", cfg.Zone, "api", ln.Addr().String(), "data_dir", cfg.DataDir)
+	cfg.Logger.Info("control plane started", "mode", cfg.Plane.Mode, "zone", cfg.Plane.Zone, "api", ln.Addr().String(), "data_dir", cfg.DataDir)
 	if cfg.Listening != nil {
 		cfg.Listening(ln.Addr().String())
 	}

@@ -12,10 +12,10 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc/encoding"
 
 	"github.com/meridian-mesh/meridian/internal/flagconfig"
 	"github.com/meridian-mesh/meridian/internal/kds"
+	"github.com/meridian-mesh/meridian/internal/tuning"
 )
 
 // EnvPrefix prefixes every environment variable that sets a flag.
@@ -98,8 +98,8 @@ func (f *CommonFlags) NewLogger(name string, w io.Writer) (hclog.Logger, error) 
 // error into one line on stderr and exit status 1. It first makes the
 // process-wide settings: the sync streams' gzip and the collector's pacing.
 func Execute(cmd *cobra.Command) {
-	RegisterSyncGzip()
-	StartGCPacing()
+	kds.RegisterGzip()
+	tuning.StartGCPacing()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cmd.SilenceUsage = true
@@ -109,16 +109,4 @@ func Execute(cmd *cobra.Command) {
 		stop()
 		os.Exit(1)
 	}
-}
-
-// RegisterSyncGzip makes the sync streams' gzip (KDS) the one in
-// internal/kds: a message of 4 KiB or more is deflated at level 1, as RPC
-// stacks commonly do (at the default level every message resets 640 KB of
-// match tables); a smaller one is sent in stored blocks, since deflating the
-// many small batches and acknowledgements of a stream cost more than it
-// saved. It replaces grpc-go's "gzip" in gRPC's process-wide registry, so it
-// runs before any stream: Execute is the binaries' first step (and the
-// bench's simulated zones call it as zone-cp does).
-func RegisterSyncGzip() {
-	encoding.RegisterCompressor(kds.NewGzipCompressor(kds.DefaultDeflateFrom))
 }

@@ -6,8 +6,10 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/meridian-mesh/meridian/internal/resource"
+	"github.com/meridian-mesh/meridian/internal/plane"
+
 	"github.com/meridian-mesh/meridian/internal/kds/mapping"
+	"github.com/meridian-mesh/meridian/internal/resource"
 	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
 
@@ -16,7 +18,7 @@ import (
 func BenchmarkZoneSinkUpsert(b *testing.B) {
 	st := openStore(b, filepath.Join(b.TempDir(), "z.db"), storeOpts{})
 	defer st.Close()
-	sink := zoneSink{reg: testRegistry, store: st, zone: mapping.Zone{Name: "zone-1", Environment: resource.EnvKubernetes}}
+	sink := zoneSink{reg: testRegistry, store: st, zone: zonePlane("zone-1", plane.EnvKubernetes)}
 	r := timeout("default-timeout-global", "", "")
 	r.Labels = resource.NewLabels(map[string]string{resource.LabelOrigin: "global", resource.LabelPolicyRole: "system"})
 	d, _ := testRegistry.Lookup("MeshTimeout")
@@ -34,7 +36,7 @@ func BenchmarkValidate(b *testing.B) {
 	r := timeout("default-timeout-global", "", "")
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = testRegistry.Validate(r, resource.ValidateOptions{Mode: resource.ModeZone, Environment: "kubernetes"})
+		_ = testRegistry.Validate(r, zonePlane("zone-1", plane.EnvKubernetes))
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meridian-mesh/meridian/internal/plane"
+
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -18,7 +20,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
-	"github.com/meridian-mesh/meridian/internal/kds/mapping"
 	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
 
@@ -33,12 +34,8 @@ type ClientConfig struct {
 	// Store is the zone's store; Registry its types. Required.
 	Store    Store
 	Registry *resource.Registry
-	// Zone is this zone's name (an RFC 1123 label). Required.
-	Zone string
-	// Environment is resource.EnvKubernetes or resource.EnvUniversal.
-	Environment string
-	// SystemNamespace defaults to kuma-system.
-	SystemNamespace string
+	// Plane is this zone (its name is an RFC 1123 label). Required.
+	Plane plane.Plane
 	// Token returns the zone token; it is called before every connection
 	// attempt, so a rotated token file is picked up. Required.
 	Token func() (string, error)
@@ -85,7 +82,6 @@ type Client struct {
 	cfg     ClientConfig
 	log     hclog.Logger
 	metrics *Metrics
-	zone    mapping.Zone
 
 	// mu guards st (the flows of a session write into it too).
 	mu sync.Mutex
@@ -111,9 +107,6 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = RealClock{}
 	}
-	if cfg.SystemNamespace == "" {
-		cfg.SystemNamespace = resource.DefaultSystemNamespace
-	}
 	if cfg.ReconnectBackoff == 0 {
 		cfg.ReconnectBackoff = DefaultReconnectBackoff
 	}
@@ -126,9 +119,8 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 			return nil, err
 		}
 	}
-	return &Client{cfg: cfg, log: cfg.Logger.With("zone", cfg.Zone), metrics: m,
-		zone: mapping.Zone{Name: cfg.Zone, Environment: cfg.Environment, SystemNamespace: cfg.SystemNamespace},
-		st:   ClientStatus{Zone: cfg.Zone}}, nil
+	return &Client{cfg: cfg, log: cfg.Logger.With("zone", cfg.Plane.Zone), metrics: m,
+		st: ClientStatus{Zone: cfg.Plane.Zone}}, nil
 }
 
 func (c *ClientConfig) check() error {
@@ -147,14 +139,17 @@ func (c *ClientConfig) check() error {
 		return errors.New("set Target or Targets, not both")
 	case len(c.DialOptions) == 0:
 		return errors.New("DialOptions are required (at least transport credentials)")
-	case c.Environment != resource.EnvKubernetes && c.Environment != resource.EnvUniversal:
-		return fmt.Errorf("Environment must be %s or %s, got %q", resource.EnvKubernetes, resource.EnvUniversal, c.Environment)
+	case !c.Plane.IsZone():
+		return errors.New("Plane must be a zone")
 	case c.ReconnectBackoff < 0 || c.MaxReconnectBackoff < 0:
 		return errors.New("reconnect backoffs must not be negative")
 	case c.MaxReconnectBackoff != 0 && c.MaxReconnectBackoff < c.ReconnectBackoff:
 		return errors.New("MaxReconnectBackoff is below ReconnectBackoff")
 	}
-	return checkZoneName(c.Zone)
+	if err := c.Plane.Check(); err != nil {
+		return err
+	}
+	return checkZoneName(c.Plane.Zone)
 }
 
 // Status returns a copy of the connection state.
@@ -185,7 +180,7 @@ func (c *Client) Run(ctx context.Context) error {
 	cur, failures := 0, 0
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
-			c.metrics.reconnected(c.cfg.Zone)
+			c.metrics.reconnected(c.cfg.Plane.Zone)
 			c.update(func(st *ClientStatus) { st.Reconnects++ })
 		}
 		c.update(func(st *ClientStatus) { st.Global = targets[cur] })
@@ -285,7 +280,7 @@ func (c *Client) connectOnce(ctx context.Context, rpc syncv1.SyncServiceClient) 
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	stopEarly := context.AfterFunc(ctx, cancel) // until the session runs
-	sctx = metadata.AppendToOutgoingContext(sctx, MetadataZone, c.cfg.Zone, MetadataAuthorization, "Bearer "+token)
+	sctx = metadata.AppendToOutgoingContext(sctx, MetadataZone, c.cfg.Plane.Zone, MetadataAuthorization, "Bearer "+token)
 	stream, err := rpc.Stream(sctx)
 	if err != nil {
 		return false, fmt.Errorf("open stream: %w", err)
@@ -309,16 +304,16 @@ func (c *Client) connectOnce(ctx context.Context, rpc syncv1.SyncServiceClient) 
 }
 
 func (c *Client) handshake(ctx context.Context, ws wireStream, token string, resume uint64, resumeStore string) (*syncv1.HandshakeResponse, error) {
-	hs := &syncv1.Handshake{Zone: c.cfg.Zone, ZoneToken: token, SoftwareVersion: c.cfg.SoftwareVersion,
-		Features: c.features(), Environment: envToWire(c.cfg.Environment),
-		SystemNamespace: c.cfg.SystemNamespace, ResumeRevision: resume,
+	hs := &syncv1.Handshake{Zone: c.cfg.Plane.Zone, ZoneToken: token, SoftwareVersion: c.cfg.SoftwareVersion,
+		Features: c.features(), Environment: envToWire(c.cfg.Plane.Environment),
+		SystemNamespace: c.cfg.Plane.SystemNamespace, ResumeRevision: resume,
 		StoreId: c.cfg.Store.ID(), ResumeStoreId: resumeStore}
 	if err := ws.Send(&syncv1.Message{Kind: &syncv1.Message_Handshake{Handshake: hs}}); err != nil {
 		return nil, fmt.Errorf("send handshake: %w", err)
 	}
 	m, err := recvFirst(ctx, ws, c.cfg.Clock, c.cfg.Stream.HandshakeTimeout)
 	if status.Code(err) == codes.Unauthenticated {
-		return nil, fmt.Errorf("%w: the global refused zone %s: %s", ErrRefused, c.cfg.Zone, status.Convert(err).Message())
+		return nil, fmt.Errorf("%w: the global refused zone %s: %s", ErrRefused, c.cfg.Plane.Zone, status.Convert(err).Message())
 	}
 	if err != nil {
 		return nil, fmt.Errorf("receive handshake response: %w", err)
@@ -328,7 +323,7 @@ func (c *Client) handshake(ctx context.Context, ws wireStream, token string, res
 	case resp == nil:
 		return nil, fmt.Errorf("%w: first message is %T, not a handshake response", errProtocol, m.GetKind())
 	case !resp.GetAccepted():
-		return nil, fmt.Errorf("%w: the global refused zone %s: %s", ErrRefused, c.cfg.Zone, resp.GetError())
+		return nil, fmt.Errorf("%w: the global refused zone %s: %s", ErrRefused, c.cfg.Plane.Zone, resp.GetError())
 	}
 	return resp, nil
 }
@@ -344,16 +339,16 @@ func (c *Client) runSession(ctx context.Context, ws wireStream, resp *syncv1.Han
 		st.GlobalToZone.RevisionAcked = resume
 		st.ZoneToGlobal.RevisionAcked = resp.GetResumeRevision()
 	})
-	c.metrics.connected(c.cfg.Zone, true)
+	c.metrics.connected(c.cfg.Plane.Zone, true)
 	c.log.Info("connected to the global", "global_version", resp.GetSoftwareVersion(),
 		"global_resume_revision", resume, "zone_resume_revision", resp.GetResumeRevision())
-	z2g := &flow{mu: &c.mu, st: &c.st.ZoneToGlobal, clock: c.cfg.Clock, m: c.metrics.flow(DirectionZoneToGlobal, c.cfg.Zone)}
-	g2z := &flow{mu: &c.mu, st: &c.st.GlobalToZone, clock: c.cfg.Clock, m: c.metrics.flow(DirectionGlobalToZone, c.cfg.Zone)}
+	z2g := &flow{mu: &c.mu, st: &c.st.ZoneToGlobal, clock: c.cfg.Clock, m: c.metrics.flow(DirectionZoneToGlobal, c.cfg.Plane.Zone)}
+	g2z := &flow{mu: &c.mu, st: &c.st.GlobalToZone, clock: c.cfg.Clock, m: c.metrics.flow(DirectionGlobalToZone, c.cfg.Plane.Zone)}
 	p := sessionParams{
 		log: c.log, clock: c.cfg.Clock, stream: ws, cfg: c.cfg.Stream, store: c.cfg.Store,
-		src: zoneSource{reg: c.cfg.Registry, zone: c.cfg.Zone}, sendLog: c.log.Named("to-global"), sent: z2g,
+		src: zoneSource{reg: c.cfg.Registry, zone: c.cfg.Plane.Zone}, sendLog: c.log.Named("to-global"), sent: z2g,
 		rej:  &c.rejected,
-		sink: zoneSink{reg: c.cfg.Registry, store: c.cfg.Store, zone: c.zone}, recvLog: c.log.Named("from-global"),
+		sink: zoneSink{reg: c.cfg.Registry, store: c.cfg.Store, zone: c.cfg.Plane}, recvLog: c.log.Named("from-global"),
 		received: g2z, metaKey: MetaKeyGlobalRevision, storeKey: MetaKeyGlobalStoreID,
 		peerStore: resp.GetStoreId(), applied: resume,
 		onHeartbeat: func() {
@@ -397,5 +392,5 @@ func (c *Client) disconnected(err error) {
 			st.LastError, st.LastErrorTime = err.Error(), timePtr(now)
 		}
 	})
-	c.metrics.connected(c.cfg.Zone, false)
+	c.metrics.connected(c.cfg.Plane.Zone, false)
 }

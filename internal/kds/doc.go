@@ -108,7 +108,7 @@
 //	// upserts are encoded once for every zone (zonecache.go): the proto codec copies their bytes
 //	syncv1.RegisterSyncServiceServer(gs, srv)
 //	// gzip: encoding.RegisterCompressor(sync.NewGzipCompressor(sync.DefaultDeflateFrom)) before any stream
-//	// (controlplane.RegisterSyncGzip): stored blocks under 4 KiB, level 1 above; any gzip peer reads both.
+//	// (RegisterGzip): stored blocks under 4 KiB, level 1 above; any gzip peer reads both.
 //	go gs.Serve(kdsListener)
 //	// on shutdown: srv.Shutdown(); gs.GracefulStop()
 //	// API: srv.Statuses() for GET /zones, srv.Status(name) for /zones/{name}/_overview,

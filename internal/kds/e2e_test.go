@@ -11,15 +11,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-mesh/meridian/internal/plane"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/meridian-mesh/meridian/internal/auth"
+	"github.com/meridian-mesh/meridian/internal/kds/mapping"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
 	"github.com/meridian-mesh/meridian/internal/storage/boltstore"
-	"github.com/meridian-mesh/meridian/internal/kds/mapping"
 	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
 
@@ -69,7 +71,7 @@ func TestGlobalResourcesReachZone(t *testing.T) {
 // "never" row is about zone -> other zones).
 func TestZonePolicyReachesGlobalOnly(t *testing.T) {
 	c := newCluster(t, clusterOpts{})
-	z1 := c.zone("zone-1", zoneOpts{env: resource.EnvUniversal}).start()
+	z1 := c.zone("zone-1", zoneOpts{env: plane.EnvUniversal}).start()
 	z2 := c.zone("zone-2", zoneOpts{}).start()
 	eventually(t, wait, "mesh in zone-1", func() bool { return exists(z1.store, "Mesh", "", "default") })
 	writeZone(t, z1.store, "zone-1", timeout("default-timeout-zone-1", "", ""))
@@ -132,8 +134,8 @@ func TestKDSSyncDisabled(t *testing.T) {
 
 func TestMeshServiceRelayedWithoutStatus(t *testing.T) {
 	c := newCluster(t, clusterOpts{})
-	z1 := c.zone("zone-1", zoneOpts{env: resource.EnvUniversal}).start()
-	z2 := c.zone("zone-2", zoneOpts{env: resource.EnvUniversal}).start()
+	z1 := c.zone("zone-1", zoneOpts{env: plane.EnvUniversal}).start()
+	z2 := c.zone("zone-2", zoneOpts{env: plane.EnvUniversal}).start()
 	svc := meshService("redis-zone-1", "")
 	svc.Status = json.RawMessage(`{"addresses":[{"hostname":"redis.svc"}]}`)
 	writeZone(t, z1.store, "zone-1", svc)
@@ -191,8 +193,8 @@ func TestProducerPolicyRelayed(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := spec.To[0].TargetRef
-	if ref["name"] != svcName || ref["namespace"] != resource.DefaultSystemNamespace {
-		t.Errorf("reference in zone-2 = %v, want %s in %s", ref, svcName, resource.DefaultSystemNamespace)
+	if ref["name"] != svcName || ref["namespace"] != plane.DefaultSystemNamespace {
+		t.Errorf("reference in zone-2 = %v, want %s in %s", ref, svcName, plane.DefaultSystemNamespace)
 	}
 	if prod.Labels.Get(resource.LabelPolicyRole) != "producer" || prod.Labels.Get(resource.LabelNamespace) != "backend-ns" {
 		t.Errorf("producer labels %v", prod.Labels)

@@ -5,6 +5,8 @@ import (
 	"compress/gzip"
 	"io"
 	"sync"
+
+	"google.golang.org/grpc/encoding"
 )
 
 // GzipName is the grpc-encoding of the sync streams' compression.
@@ -32,6 +34,17 @@ type GzipCompressor struct {
 	deflaters   sync.Pool // *gzip.Writer at flate.BestSpeed
 	storers     sync.Pool // *gzip.Writer at gzip.NoCompression
 	readers     sync.Pool // *gzipReader
+}
+
+// RegisterGzip makes this package's compressor gRPC's "gzip" for the whole
+// process: a message of 4 KiB or more is deflated at level 1, as RPC stacks
+// commonly do (at the default level every message resets 640 KB of match
+// tables); a smaller one is sent in stored blocks, since deflating the many
+// small batches and acknowledgements of a stream cost more than it saved.
+// gRPC's compressor registry is process-wide, so the binaries call it
+// first, before any stream.
+func RegisterGzip() {
+	encoding.RegisterCompressor(NewGzipCompressor(DefaultDeflateFrom))
 }
 
 // NewGzipCompressor returns a compressor that deflates messages of at least

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-mesh/meridian/internal/plane"
+
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -315,11 +317,11 @@ func newCluster(t testing.TB, o clusterOpts) *cluster {
 		t.Fatal(err)
 	}
 	c.tokens = tokens
-	adm, err := admission.New(admission.Config{Registry: testRegistry, Mode: admission.Global})
+	adm, err := admission.New(admission.Config{Registry: testRegistry, Plane: testGlobal})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.server, err = NewServer(ServerConfig{Store: c.global, Registry: testRegistry, Authenticator: tokenAuth{tokens}, Admission: adm,
+	c.server, err = NewServer(ServerConfig{Plane: testGlobal, Store: c.global, Registry: testRegistry, Authenticator: tokenAuth{tokens}, Admission: adm,
 		Logger: c.logger("global"), SoftwareVersion: "test-global", Stream: o.stream, Metrics: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
@@ -340,7 +342,7 @@ func newCluster(t testing.TB, o clusterOpts) *cluster {
 // was shut down (a restart of the global), on a fresh listener.
 func (c *cluster) serveAgain(name string) {
 	c.t.Helper()
-	srv, err := NewServer(ServerConfig{Store: c.global, Registry: testRegistry, Authenticator: tokenAuth{c.tokens},
+	srv, err := NewServer(ServerConfig{Plane: testGlobal, Store: c.global, Registry: testRegistry, Authenticator: tokenAuth{c.tokens},
 		Logger: c.logger(name), Stream: c.stream})
 	if err != nil {
 		c.t.Fatal(err)
@@ -407,7 +409,7 @@ type zoneOpts struct {
 func (c *cluster) zone(name string, o zoneOpts) *zoneCP {
 	c.t.Helper()
 	if o.env == "" {
-		o.env = resource.EnvKubernetes
+		o.env = plane.EnvKubernetes
 	}
 	if o.token == "" {
 		o.token = c.token(name)
@@ -436,7 +438,7 @@ func (z *zoneCP) start() *zoneCP {
 	if z.wrap != nil {
 		st = z.wrap(z.store)
 	}
-	client, err := NewClient(ClientConfig{Store: st, Registry: testRegistry, Zone: z.name, Environment: z.env,
+	client, err := NewClient(ClientConfig{Store: st, Registry: testRegistry, Plane: zonePlane(z.name, z.env),
 		Admission: testZoneAdmission(z.c.t, z.name, z.env),
 		Token:     func() (string, error) { return z.token, nil }, Target: "passthrough:///bufnet", DialOptions: z.c.dialOptions(),
 		SoftwareVersion: "test-zone", Logger: z.c.logger(z.name), Stream: z.stream, StatusReports: z.reporter,
@@ -507,11 +509,18 @@ func grpcClient(c *cluster) (*grpc.ClientConn, error) {
 	return grpc.NewClient("passthrough:///bufnet", c.dialOptions()...)
 }
 
+// testGlobal is the global control plane of the tests.
+var testGlobal = plane.NewGlobal("")
+
+// zonePlane is a federated zone of the tests.
+func zonePlane(name, env string) plane.Plane {
+	return plane.Plane{Mode: plane.Zone, Zone: name, Environment: env, SystemNamespace: plane.DefaultSystemNamespace, Federated: true}
+}
+
 // testZoneAdmission is the admission controller of a zone's client.
 func testZoneAdmission(t testing.TB, zone, env string) *admission.Controller {
 	t.Helper()
-	adm, err := admission.New(admission.Config{Registry: testRegistry, Mode: admission.Zone, Zone: zone,
-		Environment: env, Federated: true})
+	adm, err := admission.New(admission.Config{Registry: testRegistry, Plane: zonePlane(zone, env)})
 	if err != nil {
 		t.Fatal(err)
 	}

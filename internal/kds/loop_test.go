@@ -9,11 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-mesh/meridian/internal/plane"
+
 	"google.golang.org/protobuf/proto"
 
+	"github.com/meridian-mesh/meridian/internal/kds/mapping"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
-	"github.com/meridian-mesh/meridian/internal/kds/mapping"
 	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
 
@@ -106,12 +108,12 @@ func startLoop(t *testing.T, cfg StreamConfig, store storage.Store, resume uint6
 	tr := newTracker(h.clock, nil)
 	_, g2z, z2g := tr.connected("zone-1", &syncv1.Handshake{ResumeRevision: resume}, "kubernetes", 0)
 	h.obs = g2z
-	zone := mapping.Zone{Name: "zone-1", Environment: resource.EnvKubernetes}
+	zone := zonePlane("zone-1", plane.EnvKubernetes)
 	sess := &session{log: testLogger(t, "loop"), clock: h.clock, stream: h.stream,
 		heartbeatInterval: cfg.HeartbeatInterval, heartbeatTimeout: cfg.HeartbeatTimeout, drain: h.drain}
 	sess.out = newOutbound(cfg.outbound(), store, globalSource{reg: testRegistry, zone: "zone-1"}, sess.log, h.clock, g2z, sess.enqueue, sess.backlog)
 	sess.in = &inbound{store: store, metaKey: MetaKeyZoneRevision("zone-1"), log: sess.log, obs: z2g, clock: h.clock,
-		sink: globalSink{reg: testRegistry, store: store, zone: zone, systemNS: "kuma-system"}}
+		sink: globalSink{reg: testRegistry, store: store, zone: zone, global: testGlobal}}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	go func() { h.done <- sess.run(ctx, resume) }()
@@ -506,11 +508,11 @@ func TestSnapshotChunkWaitsForSender(t *testing.T) {
 // last chunk; then absent zone resources are deleted in the same write.
 func TestInboundSnapshotStaging(t *testing.T) {
 	store := newTestStore(t)
-	zone := mapping.Zone{Name: "zone-1", Environment: resource.EnvUniversal}
+	zone := zonePlane("zone-1", plane.EnvUniversal)
 	tr := newTracker(newFakeClock(), nil)
 	_, _, z2g := tr.connected("zone-1", &syncv1.Handshake{}, "universal", 0)
 	in := &inbound{store: store, metaKey: MetaKeyZoneRevision("zone-1"), log: testLogger(t, "in"), obs: z2g, clock: newFakeClock(),
-		sink: globalSink{reg: testRegistry, store: store, zone: zone, systemNS: "kuma-system"}}
+		sink: globalSink{reg: testRegistry, store: store, zone: zone, global: testGlobal}}
 	ctx := context.Background()
 	// The global holds an old resource of zone-1 and one of zone-2.
 	for _, r := range []*resource.Resource{timeout("old", "", ""), timeout("kept", "", "")} {
@@ -520,7 +522,7 @@ func TestInboundSnapshotStaging(t *testing.T) {
 		}
 		put(t, store, g)
 	}
-	other, _ := mapping.FromZone(mustDesc(t, "MeshTimeout"), timeout("other", "", ""), mapping.Zone{Name: "zone-2"}, "")
+	other, _ := mapping.FromZone(mustDesc(t, "MeshTimeout"), timeout("other", "", ""), zonePlane("zone-2", plane.EnvUniversal), plane.DefaultSystemNamespace)
 	put(t, store, other)
 	chunk := func(i uint32, last bool, names ...string) *syncv1.DeltaBatch {
 		b := &syncv1.DeltaBatch{Nonce: itoa(int(i)), Revision: 9, FullSnapshot: true, ChunkIndex: i, LastChunk: last}
@@ -578,12 +580,12 @@ func TestInboundStreamsWhenChunksComeQuickly(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			counted := &streamCounter{Store: openStore(t, filepath.Join(t.TempDir(), "s.db"), storeOpts{})}
 			t.Cleanup(func() { _ = counted.Close() })
-			zone := mapping.Zone{Name: "zone-1", Environment: resource.EnvUniversal}
+			zone := zonePlane("zone-1", plane.EnvUniversal)
 			tr := newTracker(newFakeClock(), nil)
 			_, _, z2g := tr.connected("zone-1", &syncv1.Handshake{}, "universal", 0)
 			clock := newFakeClock()
 			in := &inbound{store: counted, metaKey: MetaKeyZoneRevision("zone-1"), log: testLogger(t, "in"), obs: z2g, clock: clock,
-				sink: globalSink{reg: testRegistry, store: counted, zone: zone, systemNS: "kuma-system"}, streamSnapshots: tt.allowed}
+				sink: globalSink{reg: testRegistry, store: counted, zone: zone, global: testGlobal}, streamSnapshots: tt.allowed}
 			ctx := context.Background()
 			for i := range tt.chunks {
 				b := &syncv1.DeltaBatch{Nonce: itoa(i), Revision: 9, FullSnapshot: true, ChunkIndex: uint32(i), LastChunk: i == tt.chunks-1}

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/meridian-mesh/meridian/internal/plane"
+
+	"github.com/meridian-mesh/meridian/internal/kds/mapping"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
-	"github.com/meridian-mesh/meridian/internal/kds/mapping"
 	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
 
@@ -111,10 +113,10 @@ func (s zoneSource) snapshotTypes() []string {
 // the zone, references rewritten), validated as a global resource, and
 // refused when it would replace a resource that is not this zone's.
 type globalSink struct {
-	reg      *resource.Registry
-	store    Store
-	zone     mapping.Zone
-	systemNS string
+	reg    *resource.Registry
+	store  Store
+	zone   plane.Plane // the sending zone
+	global plane.Plane
 }
 
 func (s globalSink) upsert(ctx context.Context, w *syncv1.Resource) (*resource.Resource, error) {
@@ -124,16 +126,15 @@ func (s globalSink) upsert(ctx context.Context, w *syncv1.Resource) (*resource.R
 		return nil, err
 	}
 	r.Type = d.Name // the registry's string, not the decoder's copy
-	zoneOpts := resource.ValidateOptions{Mode: resource.ModeZone, Environment: s.zone.Environment, SystemNamespace: s.zone.SystemNS()}
-	if err := s.reg.Validate(r, zoneOpts); err != nil {
+	if err := s.reg.Validate(r, s.zone); err != nil {
 		return nil, err
 	}
-	g, err := mapping.FromZone(d, r, s.zone, s.systemNS)
+	g, err := mapping.FromZone(d, r, s.zone, s.global.SystemNamespace)
 	if err != nil {
 		return nil, err
 	}
-	s.reg.Normalize(g, s.systemNS)
-	if err := s.reg.Validate(g, resource.ValidateOptions{Mode: resource.ModeGlobal, SystemNamespace: s.systemNS}); err != nil {
+	s.reg.Normalize(g, s.global.SystemNamespace)
+	if err := s.reg.Validate(g, s.global); err != nil {
 		return nil, fmt.Errorf("as stored on the global: %w", err)
 	}
 	if err := s.checkOwner(ctx, g.Key()); err != nil && !errors.Is(err, storage.ErrNotFound) {
@@ -165,7 +166,7 @@ func (s globalSink) checkOwner(ctx context.Context, key resource.Key) error {
 	case err != nil:
 		return fmt.Errorf("read %s: %w", key, err)
 	}
-	if existing.Labels.Get(resource.LabelOrigin) != resource.OriginZone || existing.Labels.Get(resource.LabelZone) != s.zone.Name {
+	if existing.Labels.Get(resource.LabelOrigin) != resource.OriginZone || existing.Labels.Get(resource.LabelZone) != s.zone.Zone {
 		return fmt.Errorf("%w: %s exists on the global with origin %q and zone %q", mapping.ErrForeign, key,
 			existing.Labels.Get(resource.LabelOrigin), existing.Labels.Get(resource.LabelZone))
 	}
@@ -187,9 +188,9 @@ func (s globalSink) owned(ctx context.Context) ([]resource.Key, error) {
 	var keys []resource.Key
 	for _, typ := range typesWhere(s.reg, func(d *resource.TypeDescriptor) bool { return d.Sync.ZoneToGlobal }) {
 		list, err := s.store.List(ctx, storage.ListOptions{Type: typ,
-			Labels: map[string]string{resource.LabelOrigin: resource.OriginZone, resource.LabelZone: s.zone.Name}})
+			Labels: map[string]string{resource.LabelOrigin: resource.OriginZone, resource.LabelZone: s.zone.Zone}})
 		if err != nil {
-			return nil, fmt.Errorf("list %s of zone %s: %w", typ, s.zone.Name, err)
+			return nil, fmt.Errorf("list %s of zone %s: %w", typ, s.zone.Zone, err)
 		}
 		for _, r := range list.Items {
 			keys = append(keys, r.Key())
@@ -205,7 +206,7 @@ func (s globalSink) owned(ctx context.Context) ([]resource.Key, error) {
 type zoneSink struct {
 	reg   *resource.Registry
 	store Store
-	zone  mapping.Zone
+	zone  plane.Plane
 }
 
 func (s zoneSink) upsert(ctx context.Context, w *syncv1.Resource) (*resource.Resource, error) {
@@ -215,15 +216,14 @@ func (s zoneSink) upsert(ctx context.Context, w *syncv1.Resource) (*resource.Res
 		return nil, err
 	}
 	r.Type = d.Name // the registry's string, not the decoder's copy
-	if !mapping.IsGlobalOrigin(r) && r.Labels.Get(resource.LabelZone) == s.zone.Name {
-		return nil, fmt.Errorf("%w: the global sent zone %s its own resource", mapping.ErrForeign, s.zone.Name)
+	if !mapping.IsGlobalOrigin(r) && r.Labels.Get(resource.LabelZone) == s.zone.Zone {
+		return nil, fmt.Errorf("%w: the global sent zone %s its own resource", mapping.ErrForeign, s.zone.Zone)
 	}
 	c, err := mapping.FromGlobal(d, r, s.zone)
 	if err != nil {
 		return nil, err
 	}
-	opts := resource.ValidateOptions{Mode: resource.ModeZone, Environment: s.zone.Environment, SystemNamespace: s.zone.SystemNS()}
-	if err := s.reg.Validate(c, opts); err != nil {
+	if err := s.reg.Validate(c, s.zone); err != nil {
 		return nil, err
 	}
 	// Whether c would overwrite one of the zone's own resources is checked
@@ -268,7 +268,7 @@ func (s zoneSink) owned(ctx context.Context) ([]resource.Key, error) {
 			return nil, fmt.Errorf("list %s: %w", typ, err)
 		}
 		for _, r := range list.Items {
-			if !mapping.OwnedByZone(r, s.zone.Name) {
+			if !mapping.OwnedByZone(r, s.zone.Zone) {
 				keys = append(keys, r.Key())
 			}
 		}

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-mesh/meridian/internal/kds/mapping"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
-	"github.com/meridian-mesh/meridian/internal/kds/mapping"
 )
 
 // TestSyncPerformance measures SPEC 7's sync figures in process (real

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meridian-mesh/meridian/internal/plane"
+
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
@@ -20,7 +22,6 @@ import (
 
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
-	"github.com/meridian-mesh/meridian/internal/kds/mapping"
 	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
 
@@ -93,9 +94,9 @@ type ServerConfig struct {
 	Clock  Clock
 	// SoftwareVersion is reported to zones.
 	SoftwareVersion string
-	// SystemNamespace of the global (default kuma-system): the namespace
-	// rewritten references of zone policies get (seed 004).
-	SystemNamespace string
+	// Plane is the global control plane; its system namespace is the one
+	// rewritten references of zone policies get (docs/kds.md#names-labels-references).
+	Plane plane.Plane
 	// Features the global supports; the handshake answers the intersection
 	// with the zone's.
 	Features []string
@@ -154,6 +155,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, fmt.Errorf("%w: Registry is required", ErrInvalidConfig)
 	case cfg.Authenticator == nil:
 		return nil, fmt.Errorf("%w: Authenticator is required", ErrInvalidConfig)
+	case !cfg.Plane.IsGlobal():
+		return nil, fmt.Errorf("%w: Plane must be the global", ErrInvalidConfig)
 	}
 	stream, err := cfg.Stream.withDefaults()
 	if err != nil {
@@ -165,9 +168,6 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = RealClock{}
-	}
-	if cfg.SystemNamespace == "" {
-		cfg.SystemNamespace = resource.DefaultSystemNamespace
 	}
 	var m *Metrics
 	if cfg.Metrics != nil {
@@ -244,14 +244,14 @@ func (s *Server) Stream(stream syncv1.SyncService_StreamServer) error {
 		s.refuse(ws, zone, err)
 		return toStatus(err)
 	}
-	log := s.log.With("zone", z.Name)
+	log := s.log.With("zone", z.Zone)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	a, err := s.register(StreamInfo{Zone: z.Name, TokenID: cred.TokenID, KeyID: cred.KeyID}, cancel)
+	a, err := s.register(StreamInfo{Zone: z.Zone, TokenID: cred.TokenID, KeyID: cred.KeyID}, cancel)
 	if err != nil {
 		return toStatus(err)
 	}
-	defer s.unregister(z.Name, a)
+	defer s.unregister(z.Zone, a)
 	stopExpiry := s.endAtExpiry(ctx, cred, cancel)
 	defer stopExpiry()
 	err = s.serve(ctx, ws, hs, z, a.drain, log)
@@ -353,12 +353,12 @@ func peerAddr(ctx context.Context) string {
 }
 
 // serve answers an admitted handshake and runs the session.
-func (s *Server) serve(ctx context.Context, ws wireStream, hs *syncv1.Handshake, z mapping.Zone, drain <-chan struct{}, log hclog.Logger) error {
-	applied, err := readRevision(ctx, s.cfg.Store, MetaKeyZoneRevision(z.Name))
+func (s *Server) serve(ctx context.Context, ws wireStream, hs *syncv1.Handshake, z plane.Plane, drain <-chan struct{}, log hclog.Logger) error {
+	applied, err := readRevision(ctx, s.cfg.Store, MetaKeyZoneRevision(z.Zone))
 	if err != nil {
 		return err
 	}
-	knownStore, err := readStoreID(ctx, s.cfg.Store, MetaKeyZoneStoreID(z.Name))
+	knownStore, err := readStoreID(ctx, s.cfg.Store, MetaKeyZoneStoreID(z.Zone))
 	if err != nil {
 		return err
 	}
@@ -381,23 +381,23 @@ func (s *Server) serve(ctx context.Context, ws wireStream, hs *syncv1.Handshake,
 	if err := ws.Send(&syncv1.Message{Kind: &syncv1.Message_HandshakeResponse{HandshakeResponse: resp}}); err != nil {
 		return fmt.Errorf("send handshake response: %w", err)
 	}
-	id, g2z, z2g := s.tracker.connected(z.Name, hs, z.Environment, applied)
+	id, g2z, z2g := s.tracker.connected(z.Zone, hs, z.Environment, applied)
 	log.Info("zone connected", "version", hs.GetSoftwareVersion(), "environment", z.Environment,
 		"zone_resume_revision", applied, "global_resume_revision", hs.GetResumeRevision())
 	p := sessionParams{
 		log: log, clock: s.cfg.Clock, stream: ws, cfg: s.cfg.Stream, store: s.cfg.Store,
-		src: globalSource{reg: s.cfg.Registry, zone: z.Name, copies: s.copies}, sendLog: log.Named("to-zone"), sent: g2z,
-		rej:     s.rejectionsOf(z.Name),
-		sink:    globalSink{reg: s.cfg.Registry, store: s.cfg.Store, zone: z, systemNS: s.cfg.SystemNamespace},
-		recvLog: log.Named("from-zone"), received: z2g, metaKey: MetaKeyZoneRevision(z.Name),
-		storeKey: MetaKeyZoneStoreID(z.Name), peerStore: hs.GetStoreId(), applied: applied,
-		onHeartbeat: func() { s.tracker.heartbeat(z.Name, id) },
-		onReport:    func() reportAssembly { return s.reports.assemble(z.Name) },
+		src: globalSource{reg: s.cfg.Registry, zone: z.Zone, copies: s.copies}, sendLog: log.Named("to-zone"), sent: g2z,
+		rej:     s.rejectionsOf(z.Zone),
+		sink:    globalSink{reg: s.cfg.Registry, store: s.cfg.Store, zone: z, global: s.cfg.Plane},
+		recvLog: log.Named("from-zone"), received: z2g, metaKey: MetaKeyZoneRevision(z.Zone),
+		storeKey: MetaKeyZoneStoreID(z.Zone), peerStore: hs.GetStoreId(), applied: applied,
+		onHeartbeat: func() { s.tracker.heartbeat(z.Zone, id) },
+		onReport:    func() reportAssembly { return s.reports.assemble(z.Zone) },
 		drain:       drain,
 	}
 	if s.cfg.Admission != nil {
 		p.checkBatch = func(puts []*resource.Resource, deletes []resource.Key) func(storage.TxReader) ([]resource.Key, error) {
-			return s.cfg.Admission.FromZone(z.Name, puts, deletes)
+			return s.cfg.Admission.FromZone(z.Zone, puts, deletes)
 		}
 	}
 	sess := newSession(p)
@@ -408,7 +408,7 @@ func (s *Server) serve(ctx context.Context, ws wireStream, hs *syncv1.Handshake,
 	if zoneWentAway(err) {
 		err = errZoneGone
 	}
-	s.tracker.disconnected(z.Name, id, errString(err))
+	s.tracker.disconnected(z.Zone, id, errString(err))
 	return err
 }
 
@@ -420,22 +420,26 @@ var (
 )
 
 // admit checks the handshake of a stream authenticated as zone.
-func (s *Server) admit(hs *syncv1.Handshake, zone string) (mapping.Zone, error) {
+func (s *Server) admit(hs *syncv1.Handshake, zone string) (plane.Plane, error) {
 	name := hs.GetZone()
 	if size := proto.Size(hs); size > MaxHandshakeBytes {
-		return mapping.Zone{}, fmt.Errorf("%w: %d bytes, at most %d", errBadHandshake, size, MaxHandshakeBytes)
+		return plane.Plane{}, fmt.Errorf("%w: %d bytes, at most %d", errBadHandshake, size, MaxHandshakeBytes)
 	}
 	if name != zone {
-		return mapping.Zone{}, fmt.Errorf("%w: handshake for zone %q on a stream authenticated as %q", errBadHandshake, name, zone)
+		return plane.Plane{}, fmt.Errorf("%w: handshake for zone %q on a stream authenticated as %q", errBadHandshake, name, zone)
 	}
 	env, err := envFromWire(hs.GetEnvironment())
 	if err != nil {
-		return mapping.Zone{}, fmt.Errorf("%w: %v", errBadHandshake, err)
+		return plane.Plane{}, fmt.Errorf("%w: %v", errBadHandshake, err)
 	}
 	if ns := hs.GetSystemNamespace(); ns != "" && !isDNSLabel(ns) {
-		return mapping.Zone{}, fmt.Errorf("%w: system namespace %q is not an RFC 1123 label", errBadHandshake, ns)
+		return plane.Plane{}, fmt.Errorf("%w: system namespace %q is not an RFC 1123 label", errBadHandshake, ns)
 	}
-	return mapping.Zone{Name: name, Environment: env, SystemNamespace: hs.GetSystemNamespace()}, nil
+	z, err := plane.NewZone(name, env, hs.GetSystemNamespace(), true)
+	if err != nil {
+		return plane.Plane{}, fmt.Errorf("%w: %v", errBadHandshake, err)
+	}
+	return z, nil
 }
 
 // checkZoneName: zone names become label values and hash inputs; they

@@ -9,13 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-mesh/meridian/internal/plane"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/encoding/gzip"
 
 	"github.com/meridian-mesh/meridian/internal/auth"
-	"github.com/meridian-mesh/meridian/internal/resource"
 	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
 
@@ -38,7 +39,7 @@ func TestOverTLSWithGzip(t *testing.T) {
 		t.Fatal(err)
 	}
 	greg := prometheus.NewRegistry()
-	srv, err := NewServer(ServerConfig{Store: global, Registry: testRegistry, Authenticator: tokenAuth{tokens},
+	srv, err := NewServer(ServerConfig{Plane: testGlobal, Store: global, Registry: testRegistry, Authenticator: tokenAuth{tokens},
 		Logger: testLogger(t, "global"), Metrics: greg, SoftwareVersion: "g"})
 	if err != nil {
 		t.Fatal(err)
@@ -60,8 +61,8 @@ func TestOverTLSWithGzip(t *testing.T) {
 	zstore := openStore(t, filepath.Join(dir, "zone.db"), storeOpts{})
 	defer zstore.Close()
 	zreg := prometheus.NewRegistry()
-	client, err := NewClient(ClientConfig{Store: zstore, Registry: testRegistry, Zone: "zone-1", Environment: resource.EnvKubernetes,
-		Admission: testZoneAdmission(t, "zone-1", resource.EnvKubernetes),
+	client, err := NewClient(ClientConfig{Store: zstore, Registry: testRegistry, Plane: zonePlane("zone-1", plane.EnvKubernetes),
+		Admission: testZoneAdmission(t, "zone-1", plane.EnvKubernetes),
 		Token:     func() (string, error) { return token, nil }, Target: ln.Addr().String(), Logger: testLogger(t, "zone-1"),
 		DialOptions: []grpc.DialOption{
 			grpc.WithTransportCredentials(credentials.NewTLS(clientTLS)),
@@ -206,25 +207,25 @@ func TestReplacedStream(t *testing.T) {
 func TestConfigChecks(t *testing.T) {
 	store := newTestStore(t)
 	tokens, _ := auth.LoadOrCreateZoneTokens(t.TempDir(), nil)
-	if _, err := NewServer(ServerConfig{Store: store, Registry: testRegistry}); err == nil {
+	if _, err := NewServer(ServerConfig{Plane: testGlobal, Store: store, Registry: testRegistry}); err == nil {
 		t.Error("server without authenticator")
 	}
-	if _, err := NewServer(ServerConfig{Store: store, Registry: testRegistry, Authenticator: tokenAuth{tokens},
+	if _, err := NewServer(ServerConfig{Plane: testGlobal, Store: store, Registry: testRegistry, Authenticator: tokenAuth{tokens},
 		Stream: StreamConfig{HeartbeatInterval: time.Minute, HeartbeatTimeout: time.Second}}); err == nil {
 		t.Error("heartbeat timeout below interval")
 	}
-	if _, err := NewServer(ServerConfig{Store: store, Registry: testRegistry, Authenticator: tokenAuth{tokens},
+	if _, err := NewServer(ServerConfig{Plane: testGlobal, Store: store, Registry: testRegistry, Authenticator: tokenAuth{tokens},
 		Stream: StreamConfig{MaxBatchBytes: 10}}); err == nil {
 		t.Error("tiny MaxBatchBytes")
 	}
-	base := ClientConfig{Store: store, Registry: testRegistry, Zone: "zone-1", Environment: "kubernetes", Admission: testZoneAdmission(t, "zone-1", resource.EnvKubernetes),
+	base := ClientConfig{Store: store, Registry: testRegistry, Plane: zonePlane("zone-1", "kubernetes"), Admission: testZoneAdmission(t, "zone-1", plane.EnvKubernetes),
 		Token: func() (string, error) { return "", nil }, Target: "x:1", DialOptions: []grpc.DialOption{grpc.WithAuthority("x")}}
 	if _, err := NewClient(base); err != nil {
 		t.Errorf("valid client config refused: %v", err)
 	}
 	for name, mutate := range map[string]func(*ClientConfig){
-		"bad zone":     func(c *ClientConfig) { c.Zone = "Zone_1" },
-		"bad env":      func(c *ClientConfig) { c.Environment = "mars" },
+		"bad zone":     func(c *ClientConfig) { c.Plane.Zone = "Zone_1" },
+		"bad env":      func(c *ClientConfig) { c.Plane.Environment = "mars" },
 		"no token":     func(c *ClientConfig) { c.Token = nil },
 		"no target":    func(c *ClientConfig) { c.Target = "" },
 		"no dial opt":  func(c *ClientConfig) { c.DialOptions = nil },

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/meridian-mesh/meridian/internal/plane"
+
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
@@ -114,9 +116,9 @@ func wireKeyOf(w *syncv1.Resource) resource.Key {
 
 func envToWire(env string) syncv1.Environment {
 	switch env {
-	case resource.EnvKubernetes:
+	case plane.EnvKubernetes:
 		return syncv1.Environment_ENVIRONMENT_KUBERNETES
-	case resource.EnvUniversal:
+	case plane.EnvUniversal:
 		return syncv1.Environment_ENVIRONMENT_UNIVERSAL
 	}
 	return syncv1.Environment_ENVIRONMENT_UNSPECIFIED
@@ -125,9 +127,9 @@ func envToWire(env string) syncv1.Environment {
 func envFromWire(e syncv1.Environment) (string, error) {
 	switch e {
 	case syncv1.Environment_ENVIRONMENT_KUBERNETES:
-		return resource.EnvKubernetes, nil
+		return plane.EnvKubernetes, nil
 	case syncv1.Environment_ENVIRONMENT_UNIVERSAL:
-		return resource.EnvUniversal, nil
+		return plane.EnvUniversal, nil
 	}
 	return "", fmt.Errorf("unknown environment %v", e)
 }

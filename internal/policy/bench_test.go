@@ -59,7 +59,7 @@ func hundredPolicies() []*resource.Resource {
 
 func benchSnapshot(b *testing.B, rs []*resource.Resource) *MeshSnapshot {
 	b.Helper()
-	s, err := NewMeshSnapshot(Inputs{Registry: resource.NewDefaultRegistry(), Mesh: "default", Zone: "zone-1", Resources: rs})
+	s, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: resource.NewDefaultRegistry(), Mesh: "default", Zone: "zone-1", Resources: rs})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func changeFirst(b *testing.B, prev *MeshSnapshot, rs []*resource.Resource, i in
 	changed := append([]*resource.Resource(nil), rs...)
 	changed[0] = res("MeshTimeout", rs[0].Name, fmt.Sprintf(
 		`{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"connectionTimeout":"%ds"}}]}`, i%50+1))
-	next, err := NewMeshSnapshot(Inputs{Registry: prev.reg, Mesh: "default", Zone: "zone-1", Resources: changed, Previous: prev})
+	next, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: prev.reg, Mesh: "default", Zone: "zone-1", Resources: changed, Previous: prev})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func changeFirstByChanges(b *testing.B, prev *MeshSnapshot, rs []*resource.Resou
 	changed := slices.Clone(rs)
 	changed[0] = res("MeshTimeout", rs[0].Name, fmt.Sprintf(
 		`{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"connectionTimeout":"%ds"}}]}`, i%50+1))
-	next, err := NewMeshSnapshot(Inputs{Registry: prev.reg, Mesh: "default", Zone: "zone-1", Previous: prev,
+	next, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: prev.reg, Mesh: "default", Zone: "zone-1", Previous: prev,
 		Changes: &Changes{Put: changed[:1]}})
 	if err != nil {
 		b.Fatal(err)
@@ -296,7 +296,7 @@ func BenchmarkRecompute1000Dataplanes(b *testing.B) {
 		changed := append([]*resource.Resource(nil), policies...)
 		changed[0] = res("MeshTimeout", "policy-000", fmt.Sprintf(
 			`{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"connectionTimeout":"%ds"}}]}`, i%50+1))
-		s, err := NewMeshSnapshot(Inputs{Registry: prev.reg, Mesh: "default", Zone: "zone-1",
+		s, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: prev.reg, Mesh: "default", Zone: "zone-1",
 			Resources: append(changed, dps...), Previous: prev})
 		if err != nil {
 			b.Fatal(err)

@@ -38,7 +38,7 @@ func TestChangesBuildAsFresh(t *testing.T) {
 		}
 		return out
 	}
-	prev, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Resources: list()})
+	prev, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Zone: "zone-1", Resources: list()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestChangesBuildAsFresh(t *testing.T) {
 				}
 			}
 		})
-		next, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Changes: ch, Previous: prev})
+		next, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Zone: "zone-1", Changes: ch, Previous: prev})
 		close(built)
 		reading.Wait()
 		if err != nil {
@@ -118,7 +118,7 @@ func TestChangesBuildAsFresh(t *testing.T) {
 		} else {
 			full++
 		}
-		fresh, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Resources: list()})
+		fresh, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Zone: "zone-1", Resources: list()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -242,7 +242,7 @@ func TestChangesErrors(t *testing.T) {
 	a := res("MeshTimeout", "a", `{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"1s"}}]}`)
 	dp := benchDataplane("dp", 1, 0)
 	base := func() *MeshSnapshot {
-		s, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Resources: []*resource.Resource{a, dp}})
+		s, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Zone: "zone-1", Resources: []*resource.Resource{a, dp}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -262,7 +262,7 @@ func TestChangesErrors(t *testing.T) {
 		{"deleted of an unknown type", Changes{Deleted: []resource.Key{{Type: "Nope", Mesh: "default", Name: "x"}}}, `unknown resource type "Nope"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Changes: &tc.ch, Previous: base()})
+			_, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Zone: "zone-1", Changes: &tc.ch, Previous: base()})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want an error with %q", err, tc.want)
 			}
@@ -271,15 +271,15 @@ func TestChangesErrors(t *testing.T) {
 	// The previous snapshot keeps parses, not resources: changes against
 	// one built for another zone (or registry, system namespace, mesh)
 	// cannot be applied.
-	if _, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-2", Changes: &Changes{}, Previous: base()}); err == nil ||
+	if _, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Zone: "zone-2", Changes: &Changes{}, Previous: base()}); err == nil ||
 		!strings.Contains(err.Error(), "pass the resources instead") {
 		t.Fatalf("changes against another zone's snapshot: %v", err)
 	}
 	prev := base()
-	if _, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Resources: []*resource.Resource{a, dp}, Previous: prev}); err != nil {
+	if _, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Zone: "zone-1", Resources: []*resource.Resource{a, dp}, Previous: prev}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Changes: &Changes{}, Previous: prev})
+	_, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Zone: "zone-1", Changes: &Changes{}, Previous: prev})
 	if !errors.Is(err, ErrPreviousTaken) {
 		t.Fatalf("a second build from one previous snapshot: %v, want ErrPreviousTaken", err)
 	}
@@ -292,7 +292,7 @@ func TestChangesErrors(t *testing.T) {
 func TestReplacedSnapshotsAreCollected(t *testing.T) {
 	reg := resource.NewDefaultRegistry()
 	rs := append(timeouts(50), benchDataplane("dp", 2, 0))
-	first, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Resources: rs})
+	first, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Zone: "zone-1", Resources: rs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,12 +302,12 @@ func TestReplacedSnapshotsAreCollected(t *testing.T) {
 	first.ComputeStatuses()
 	collected := make(chan struct{})
 	runtime.AddCleanup(first, func(ch chan struct{}) { close(ch) }, collected)
-	second, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Resources: rs, Previous: first})
+	second, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Zone: "zone-1", Resources: rs, Previous: first})
 	if err != nil {
 		t.Fatal(err)
 	}
 	changed := res("MeshTimeout", rs[0].Name, `{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"9s"}}]}`)
-	third, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Previous: second,
+	third, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Zone: "zone-1", Previous: second,
 		Changes: &Changes{Put: []*resource.Resource{changed}, Deleted: []resource.Key{rs[0].Key()}}})
 	if err != nil {
 		t.Fatal(err)
@@ -320,7 +320,7 @@ func TestReplacedSnapshotsAreCollected(t *testing.T) {
 // PolicyStatus (statusInterner), and only those.
 func TestEqualStatusesAreShared(t *testing.T) {
 	reg := resource.NewDefaultRegistry()
-	s, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1",
+	s, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Zone: "zone-1",
 		Resources: append(timeouts(200), benchDataplane("dp", 2, 0))})
 	if err != nil {
 		t.Fatal(err)
@@ -343,17 +343,17 @@ func TestChangesOfIgnoredTypes(t *testing.T) {
 	reg := resource.NewDefaultRegistry()
 	id := res("MeshIdentity", "id", `{}`)
 	rs := append(timeouts(5), benchDataplane("dp", 1, 0), id)
-	prev, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Resources: rs})
+	prev, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Zone: "zone-1", Resources: rs})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := answers(t, &goldenCase{}, prev)
-	next, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Previous: prev,
+	next, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Zone: "zone-1", Previous: prev,
 		Changes: &Changes{Deleted: []resource.Key{id.Key()}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Previous: next,
+	again, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Zone: "zone-1", Previous: next,
 		Changes: &Changes{Put: []*resource.Resource{res("MeshIdentity", "id", `{}`)}}})
 	if err != nil {
 		t.Fatal(err)
@@ -372,7 +372,7 @@ func TestChangesOfIgnoredTypes(t *testing.T) {
 func TestReplacedClonesAreCollected(t *testing.T) {
 	reg := resource.NewDefaultRegistry()
 	rs := append(timeouts(50), benchDataplane("dp", 2, 0))
-	first, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Resources: rs})
+	first, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Zone: "zone-1", Resources: rs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +380,7 @@ func TestReplacedClonesAreCollected(t *testing.T) {
 	// its from entry: the from entries of the policies after it move up,
 	// so those are cloned.
 	noFrom := res("MeshTimeout", rs[48].Name, `{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"9s"}}]}`)
-	second, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Previous: first,
+	second, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Zone: "zone-1", Previous: first,
 		Changes: &Changes{Put: []*resource.Resource{noFrom}, Deleted: []resource.Key{rs[48].Key()}}})
 	if err != nil {
 		t.Fatal(err)
@@ -403,7 +403,7 @@ func TestReplacedClonesAreCollected(t *testing.T) {
 	// Replacing the victim moves nothing: the third build shares every
 	// other clone of the second and drops the victim's.
 	changed := res("MeshTimeout", victim.Name, string(victim.Spec))
-	third, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Previous: second,
+	third, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Zone: "zone-1", Previous: second,
 		Changes: &Changes{Put: []*resource.Resource{changed}}})
 	if err != nil {
 		t.Fatal(err)

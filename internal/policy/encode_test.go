@@ -55,7 +55,7 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 	if checked == 0 {
 		t.Fatal("no golden _rules request checked")
 	}
-	s, err := NewMeshSnapshot(Inputs{Registry: resource.NewDefaultRegistry(), Mesh: "default", Zone: "zone-1",
+	s, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: resource.NewDefaultRegistry(), Mesh: "default", Zone: "zone-1",
 		Resources: append(hundredPolicies(), benchDataplane("dp", 50, 0))})
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-mesh/meridian/internal/plane"
+
 	"sigs.k8s.io/yaml"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
@@ -30,7 +32,7 @@ func yamlResources(t *testing.T, doc string) []*resource.Resource {
 
 func mustSnapshot(t testing.TB, zone string, rs []*resource.Resource) *MeshSnapshot {
 	t.Helper()
-	s, err := NewMeshSnapshot(Inputs{Registry: resource.NewDefaultRegistry(), Mesh: "default", Zone: zone, Resources: rs})
+	s, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: resource.NewDefaultRegistry(), Mesh: "default", Zone: zone, Resources: rs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,14 +168,15 @@ func TestNewMeshSnapshotErrors(t *testing.T) {
 		in   Inputs
 		want string
 	}{
-		{"no registry", Inputs{Mesh: "default"}, "no registry"},
-		{"nil resource", Inputs{Registry: reg, Mesh: "default", Resources: []*resource.Resource{nil}}, "resources[0] is nil"},
-		{"other mesh", Inputs{Registry: reg, Mesh: "other", Resources: []*resource.Resource{dp}}, "belongs to mesh"},
-		{"unknown type", Inputs{Registry: reg, Mesh: "default", Resources: []*resource.Resource{{Type: "Nope", Mesh: "default", Name: "x"}}}, "unknown resource type"},
-		{"duplicate", Inputs{Registry: reg, Mesh: "default", Resources: []*resource.Resource{dp, dp.Clone()}}, "duplicate"},
-		{"duplicate in the system namespace", Inputs{Registry: reg, Mesh: "default", Resources: []*resource.Resource{
+		{"no registry", Inputs{SystemNamespace: "kuma-system", Mesh: "default"}, "no registry"},
+		{"nil resource", Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Resources: []*resource.Resource{nil}}, "resources[0] is nil"},
+		{"other mesh", Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "other", Resources: []*resource.Resource{dp}}, "belongs to mesh"},
+		{"unknown type", Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Resources: []*resource.Resource{{Type: "Nope", Mesh: "default", Name: "x"}}}, "unknown resource type"},
+		{"duplicate", Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Resources: []*resource.Resource{dp, dp.Clone()}}, "duplicate"},
+		{"no system namespace", Inputs{Registry: reg, Mesh: "default"}, "no system namespace"},
+		{"duplicate in the system namespace", Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Resources: []*resource.Resource{
 			{Type: "MeshTimeout", Mesh: "default", Name: "t"},
-			{Type: "MeshTimeout", Mesh: "default", Name: "t", Namespace: resource.DefaultSystemNamespace}}}, "duplicate"},
+			{Type: "MeshTimeout", Mesh: "default", Name: "t", Namespace: plane.DefaultSystemNamespace}}}, "duplicate"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -184,7 +187,7 @@ func TestNewMeshSnapshotErrors(t *testing.T) {
 		})
 	}
 	// One name in two types, or in two namespaces, is not a duplicate.
-	_, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Resources: []*resource.Resource{
+	_, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Resources: []*resource.Resource{
 		{Type: "MeshTimeout", Mesh: "default", Name: "t"}, {Type: "MeshRetry", Mesh: "default", Name: "t"},
 		{Type: "MeshTimeout", Mesh: "default", Name: "t", Namespace: "ns1"}}})
 	if err != nil {
@@ -299,7 +302,7 @@ func TestConcurrentQueries(t *testing.T) {
 func TestPreviousSnapshotReuse(t *testing.T) {
 	gc, loaded := loadCase(t, "testdata/seed004-roles/input.yaml")
 	rs := decodeResources(t, gc.Resources, "")
-	first, err := NewMeshSnapshot(Inputs{Registry: loaded.reg, Mesh: "default", Zone: "zone-1", Resources: rs})
+	first, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: loaded.reg, Mesh: "default", Zone: "zone-1", Resources: rs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +315,7 @@ func TestPreviousSnapshotReuse(t *testing.T) {
 			rs[i], changedKey = c, c.Key()
 		}
 	}
-	in := Inputs{Registry: first.reg, Mesh: "default", Zone: "zone-1", Resources: rs}
+	in := Inputs{SystemNamespace: "kuma-system", Registry: first.reg, Mesh: "default", Zone: "zone-1", Resources: rs}
 	fresh, err := NewMeshSnapshot(in)
 	if err != nil {
 		t.Fatal(err)
@@ -514,7 +517,7 @@ func TestRebuildKeepsOrder(t *testing.T) {
 			rs = append(rs, r)
 		}
 		build := func(p *MeshSnapshot) *MeshSnapshot {
-			s, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Resources: rs, Previous: p})
+			s, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Zone: "zone-1", Resources: rs, Previous: p})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -636,7 +639,7 @@ func TestReuseByContent(t *testing.T) {
 	dp := benchDataplane("dp", 1, 0)
 	build := func(prev *MeshSnapshot, rs ...*resource.Resource) *MeshSnapshot {
 		t.Helper()
-		s, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Resources: append(rs, dp), Previous: prev})
+		s, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Zone: "zone-1", Resources: append(rs, dp), Previous: prev})
 		if err != nil {
 			t.Fatal(err)
 		}

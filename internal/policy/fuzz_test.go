@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meridian-mesh/meridian/internal/plane"
+
 	jsonv2 "github.com/go-json-experiment/json"
 	"sigs.k8s.io/yaml"
 
@@ -25,7 +27,7 @@ func FuzzSnapshot(f *testing.F) {
 	reg := resource.NewDefaultRegistry()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		rs := fuzzResources(reg, data)
-		s, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Resources: rs})
+		s, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Zone: "zone-1", Resources: rs})
 		if err != nil {
 			return
 		}
@@ -50,7 +52,7 @@ func fuzzResources(reg *resource.Registry, data []byte) []*resource.Resource {
 		if d, _ := reg.Lookup(r.Type); d.Scope == resource.ScopeMesh {
 			r.Mesh = "default"
 		}
-		reg.Normalize(r, resource.DefaultSystemNamespace)
+		reg.Normalize(r, plane.DefaultSystemNamespace)
 		if seen[r.Key()] {
 			continue
 		}
@@ -228,7 +230,7 @@ func goldenSpecs(tb testing.TB) []json.RawMessage {
 				tb.Fatalf("%s: %v", in, err)
 			}
 			if d, _ := reg.Lookup(r.Type); d.Shape != resource.ShapeNone && len(r.Spec) > 0 {
-				reg.Normalize(r, resource.DefaultSystemNamespace)
+				reg.Normalize(r, plane.DefaultSystemNamespace)
 				specs = append(specs, r.Spec)
 			}
 		}

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meridian-mesh/meridian/internal/plane"
+
 	"sigs.k8s.io/yaml"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
@@ -107,6 +109,9 @@ func loadCase(t *testing.T, path string) (*goldenCase, *MeshSnapshot) {
 	if gc.Mesh == "" {
 		gc.Mesh = "default"
 	}
+	if gc.SystemNamespace == "" {
+		gc.SystemNamespace = plane.DefaultSystemNamespace
+	}
 	snap, err := NewMeshSnapshot(Inputs{
 		Registry: resource.NewDefaultRegistry(), Mesh: gc.Mesh, Zone: gc.Zone,
 		SystemNamespace: gc.SystemNamespace, Resources: decodeResources(t, gc.Resources, gc.SystemNamespace),
@@ -137,9 +142,9 @@ func decodeResources(t *testing.T, docs []json.RawMessage, sysNS string) []*reso
 	t.Helper()
 	reg := resource.NewDefaultRegistry()
 	if sysNS == "" {
-		sysNS = resource.DefaultSystemNamespace
+		sysNS = plane.DefaultSystemNamespace
 	}
-	opts := resource.ValidateOptions{Mode: resource.ModeZone, Environment: resource.EnvKubernetes, SystemNamespace: sysNS}
+	opts := plane.Plane{Mode: plane.Zone, Zone: "zone-1", Environment: plane.EnvKubernetes, SystemNamespace: sysNS}
 	out := make([]*resource.Resource, 0, len(docs))
 	for i, doc := range docs {
 		r, err := reg.Decode(doc)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meridian-mesh/meridian/internal/plane"
+
 	"github.com/meridian-mesh/meridian/internal/condition"
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
@@ -270,11 +272,11 @@ func doDataplane() *resource.Resource {
 func doSnapshot(t *testing.T, reg *resource.Registry, rs []*resource.Resource) *MeshSnapshot {
 	t.Helper()
 	for _, res := range rs {
-		if err := reg.Validate(res, resource.ValidateOptions{Mode: resource.ModeZone, Environment: resource.EnvKubernetes}); err != nil {
+		if err := reg.Validate(res, plane.Plane{Mode: plane.Zone, Zone: "zone-1", Environment: plane.EnvKubernetes, SystemNamespace: plane.DefaultSystemNamespace}); err != nil {
 			t.Fatalf("generated policy %s is invalid: %v: %s", res.Name, err, res.Spec)
 		}
 	}
-	snap, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "z1", Resources: append(rs, doDataplane())})
+	snap, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Zone: "z1", Resources: append(rs, doDataplane())})
 	if err != nil {
 		t.Fatal(err)
 	}

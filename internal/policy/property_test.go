@@ -296,7 +296,7 @@ func dpWithBackend() *resource.Resource {
 func checkPropCase(t *testing.T, reg *resource.Registry, r *rand.Rand, typ string, conf func() any, clients int) {
 	t.Helper()
 	rs, entries := propCase(r, typ, conf)
-	snap, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "z1",
+	snap, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Zone: "z1",
 		Resources: append(rs, dpWithBackend())})
 	if err != nil {
 		t.Fatal(err)

@@ -19,7 +19,7 @@ type Inputs struct {
 	// Zone is this zone's name; it becomes the implicit kuma.io/zone tag of
 	// every inbound and the zone of policies written here.
 	Zone string
-	// SystemNamespace defaults to resource.DefaultSystemNamespace.
+	// SystemNamespace is the zone's system namespace. Required.
 	SystemNamespace string
 	// Previous, when set, is the snapshot this one replaces: the policies
 	// it was built from that are among Resources (the same name, spec,
@@ -319,7 +319,7 @@ func NewMeshSnapshot(in Inputs) (*MeshSnapshot, error) {
 	}
 	sysNS := in.SystemNamespace
 	if sysNS == "" {
-		sysNS = resource.DefaultSystemNamespace
+		return nil, errors.New("policy snapshot: no system namespace")
 	}
 	var s *MeshSnapshot
 	var err error

@@ -43,7 +43,7 @@ func BenchmarkViewHeap100000(b *testing.B) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		v, err := policyview.New(policyview.Config{Registry: resource.NewDefaultRegistry(), Store: store, Zone: "zone-1"})
+		v, err := policyview.New(policyview.Config{Registry: resource.NewDefaultRegistry(), Store: store, Plane: testZone})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -20,6 +20,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meridian-mesh/meridian/internal/plane"
+
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meridian-mesh/meridian/internal/policy"
@@ -34,13 +36,12 @@ type Store interface {
 	Revision(ctx context.Context) (uint64, error)
 }
 
-// Config wires a View. Registry, Store and Zone are required.
+// Config wires a View. Registry, Store and Plane (a zone) are required.
 type Config struct {
-	Registry        *resource.Registry
-	Store           Store
-	Zone            string
-	SystemNamespace string
-	Logger          hclog.Logger
+	Registry *resource.Registry
+	Store    Store
+	Plane    plane.Plane
+	Logger   hclog.Logger
 }
 
 // View is safe for concurrent use.
@@ -152,11 +153,8 @@ func New(cfg Config) (*View, error) {
 	if cfg.Registry == nil || cfg.Store == nil {
 		return nil, errors.New("policyview: Registry and Store are required")
 	}
-	if cfg.Zone == "" {
-		return nil, errors.New("policyview: Zone is required")
-	}
-	if cfg.SystemNamespace == "" {
-		cfg.SystemNamespace = resource.DefaultSystemNamespace
+	if err := cfg.Plane.Check(); err != nil || !cfg.Plane.IsZone() {
+		return nil, fmt.Errorf("policyview: Plane must be a zone (%v)", err)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
@@ -431,7 +429,7 @@ func (v *View) reload(ctx context.Context, mesh string) (buildInputs, error) {
 
 func (v *View) newSnapshot(mesh string, in buildInputs) (*policy.MeshSnapshot, error) {
 	return policy.NewMeshSnapshot(policy.Inputs{
-		Registry: v.cfg.Registry, Mesh: mesh, Zone: v.cfg.Zone, SystemNamespace: v.cfg.SystemNamespace,
+		Registry: v.cfg.Registry, Mesh: mesh, Zone: v.cfg.Plane.Zone, SystemNamespace: v.cfg.Plane.SystemNamespace,
 		Resources: in.resources, Changes: in.changes, Previous: in.prev,
 	})
 }

@@ -13,12 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-mesh/meridian/internal/plane"
 	"github.com/meridian-mesh/meridian/internal/policy"
 	"github.com/meridian-mesh/meridian/internal/policyview"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
 	"github.com/meridian-mesh/meridian/internal/storage/boltstore"
 )
+
+// testZone is the zone the views of the tests serve.
+var testZone = plane.Plane{Mode: plane.Zone, Zone: "zone-1", Environment: plane.EnvKubernetes, SystemNamespace: plane.DefaultSystemNamespace}
 
 func dataplane(name, service string) *resource.Resource {
 	return &resource.Resource{Type: "Dataplane", Mesh: "default", Name: name,
@@ -324,7 +328,7 @@ func startView(ctx context.Context, t *testing.T, rs ...*resource.Resource) (*bo
 			t.Fatal(err)
 		}
 	}
-	v, err := policyview.New(policyview.Config{Registry: resource.NewDefaultRegistry(), Store: store, Zone: "zone-1"})
+	v, err := policyview.New(policyview.Config{Registry: resource.NewDefaultRegistry(), Store: store, Plane: testZone})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,7 +391,7 @@ func TestSnapshotsFromChangesMatchTheStore(t *testing.T) {
 			}
 			all = append(all, list.Items...)
 		}
-		fresh, err := policy.NewMeshSnapshot(policy.Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", Resources: all})
+		fresh, err := policy.NewMeshSnapshot(policy.Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Zone: "zone-1", Resources: all})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,10 @@
 package resource
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/meridian-mesh/meridian/internal/plane"
+)
 
 // BenchmarkDecodeValidate measures the write path of one policy (the REST
 // PUT bar in SPEC 7 is 5,000 writes/s for the whole server).
@@ -33,7 +37,7 @@ func BenchmarkValidate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	opts := ValidateOptions{Mode: ModeZone, Environment: EnvUniversal}
+	opts := plane.Plane{Mode: plane.Zone, Zone: "zone-1", Environment: plane.EnvUniversal, SystemNamespace: plane.DefaultSystemNamespace}
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := reg.Validate(r, opts); err != nil {

@@ -5,13 +5,15 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/meridian-mesh/meridian/internal/plane"
 )
 
 // fuzzOptions are the control planes every fuzzed resource is validated for.
-func fuzzOptions() []ValidateOptions {
-	return []ValidateOptions{
-		{Mode: ModeGlobal},
-		{Mode: ModeZone, Environment: EnvUniversal, SystemNamespace: "mesh-system"},
+func fuzzOptions() []plane.Plane {
+	return []plane.Plane{
+		{Mode: plane.Global},
+		{Mode: plane.Zone, Environment: plane.EnvUniversal, SystemNamespace: "mesh-system"},
 		kubernetesZone(),
 	}
 }

@@ -91,9 +91,6 @@ func isOwnNamespaceRef(ref map[string]any, ns string) bool {
 }
 
 func isSystemNamespace(ns, systemNamespace string) bool {
-	if systemNamespace == "" {
-		systemNamespace = DefaultSystemNamespace
-	}
 	return ns == "" || ns == systemNamespace
 }
 

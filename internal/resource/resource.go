@@ -21,9 +21,6 @@ const (
 
 	OriginGlobal = "global"
 	OriginZone   = "zone"
-
-	// DefaultSystemNamespace is the system namespace when none is configured.
-	DefaultSystemNamespace = "kuma-system"
 )
 
 // Key identifies a resource: (type, mesh, namespace, name). Mesh is empty for

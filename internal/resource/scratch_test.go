@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"sync"
 	"testing"
+
+	"github.com/meridian-mesh/meridian/internal/plane"
 )
 
 // TestScratchTreesMatchFreshOnes: a scratch that has lent and taken back
@@ -125,7 +127,7 @@ func decodeNormalizeValidate(reg *Registry, doc []byte) string {
 	if err != nil {
 		return "decode: " + err.Error()
 	}
-	reg.Normalize(r, DefaultSystemNamespace)
+	reg.Normalize(r, plane.DefaultSystemNamespace)
 	verr := reg.Validate(r, kubernetesZone())
 	out, _ := json.Marshal(r)
 	return fmt.Sprintf("%s; validate: %v", out, verr)

@@ -7,12 +7,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/meridian-mesh/meridian/internal/plane"
 )
 
 // kubernetesZone is where every example in testdata/valid is valid: the
 // seed 004 examples use application namespaces.
-func kubernetesZone() ValidateOptions {
-	return ValidateOptions{Mode: ModeZone, Environment: EnvKubernetes, SystemNamespace: DefaultSystemNamespace}
+func kubernetesZone() plane.Plane {
+	return plane.Plane{Mode: plane.Zone, Zone: "zone-1", Environment: plane.EnvKubernetes, SystemNamespace: plane.DefaultSystemNamespace}
 }
 
 func readDocs(t *testing.T, path string) [][]byte {
@@ -42,7 +44,7 @@ func TestValidTestdata(t *testing.T) {
 				t.Errorf("%s doc %d: decode: %v", f, i+1, describeErr(err))
 				continue
 			}
-			reg.Normalize(r, DefaultSystemNamespace)
+			reg.Normalize(r, plane.DefaultSystemNamespace)
 			if err := reg.Validate(r, kubernetesZone()); err != nil {
 				t.Errorf("%s doc %d (%s): %v", f, i+1, r.Key(), describeErr(err))
 			}
@@ -86,7 +88,7 @@ func TestInvalidTestdata(t *testing.T) {
 	}
 }
 
-func decodeAndValidate(reg *Registry, doc []byte, opts ValidateOptions) error {
+func decodeAndValidate(reg *Registry, doc []byte, opts plane.Plane) error {
 	r, err := reg.Decode(doc)
 	if err != nil {
 		return err

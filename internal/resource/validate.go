@@ -5,49 +5,13 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/meridian-mesh/meridian/internal/plane"
 )
-
-// Mode says which control plane validates: custom namespaces exist only in
-// Kubernetes zones (SPEC 2, seed 004).
-type Mode int
-
-const (
-	// ModeGlobal is the global control plane (the zero value: the strictest).
-	ModeGlobal Mode = iota
-	// ModeZone is a zone control plane; see ValidateOptions.Environment.
-	ModeZone
-)
-
-// Zone environments.
-const (
-	EnvKubernetes = "kubernetes"
-	EnvUniversal  = "universal"
-)
-
-// ValidateOptions describe the control plane a resource is written to.
-type ValidateOptions struct {
-	Mode Mode
-	// Environment of a zone: EnvKubernetes or EnvUniversal. Anything else
-	// (including "") is treated as Universal, which allows no namespaces.
-	Environment string
-	// SystemNamespace defaults to DefaultSystemNamespace.
-	SystemNamespace string
-}
-
-func (o ValidateOptions) systemNamespace() string {
-	if o.SystemNamespace == "" {
-		return DefaultSystemNamespace
-	}
-	return o.SystemNamespace
-}
-
-func (o ValidateOptions) allowsNamespaces() bool {
-	return o.Mode == ModeZone && o.Environment == EnvKubernetes
-}
 
 // Validate checks a resource's envelope and spec and returns a
 // *ValidationError carrying every problem found, or nil.
-func (reg *Registry) Validate(r *Resource, opts ValidateOptions) error {
+func (reg *Registry) Validate(r *Resource, opts plane.Plane) error {
 	errs := &ValidationError{}
 	d, ok := reg.Lookup(r.Type)
 	switch {
@@ -121,18 +85,18 @@ func knownLabelValues(key string) []string {
 // validateNamespace: custom namespaces exist only in Kubernetes zones, and
 // only for namespace-scoped types (seed 004). Mesh, Zone, legacy policies,
 // MeshGateway and MeshExternalService live in the system namespace.
-func validateNamespace(d *TypeDescriptor, ns string, opts ValidateOptions, errs *ValidationError) {
-	if isSystemNamespace(ns, opts.systemNamespace()) {
+func validateNamespace(d *TypeDescriptor, ns string, opts plane.Plane, errs *ValidationError) {
+	if isSystemNamespace(ns, opts.SystemNamespace) {
 		return
 	}
 	switch {
 	case !isDNSLabel(ns):
 		errs.Add("namespace", "invalid namespace %q: must be a lowercase RFC 1123 label of at most 63 characters", ns)
-	case !opts.allowsNamespaces():
+	case !opts.AllowsNamespaces():
 		errs.Add("namespace", "namespace %q is not allowed: only zones with the kubernetes environment have namespaces other than %q",
-			ns, opts.systemNamespace())
+			ns, opts.SystemNamespace)
 	case !namespaced(d):
-		errs.Add("namespace", "%s must be in the system namespace %q", d.Name, opts.systemNamespace())
+		errs.Add("namespace", "%s must be in the system namespace %q", d.Name, opts.SystemNamespace)
 	}
 }
 
@@ -147,7 +111,7 @@ func namespaced(d *TypeDescriptor) bool {
 	return true
 }
 
-func (reg *Registry) validateSpec(d *TypeDescriptor, r *Resource, opts ValidateOptions, errs *ValidationError) {
+func (reg *Registry) validateSpec(d *TypeDescriptor, r *Resource, opts plane.Plane, errs *ValidationError) {
 	// The tree is only read here, and the problems found are words: it
 	// goes back to the pool when validation is done.
 	s := reg.scratch.get()
@@ -163,7 +127,7 @@ func (reg *Registry) validateSpec(d *TypeDescriptor, r *Resource, opts ValidateO
 			errs.Add("spec", "must be an object, got %s", jsonType(spec))
 			return
 		}
-		validateTargetRefPolicy(reg.cond, d, r, obj, opts.systemNamespace(), errs)
+		validateTargetRefPolicy(reg.cond, d, r, obj, opts.SystemNamespace, errs)
 		return
 	}
 	if d.Spec != nil {

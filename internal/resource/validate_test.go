@@ -5,18 +5,20 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/meridian-mesh/meridian/internal/plane"
 )
 
 func TestValidateEnvelope(t *testing.T) {
 	timeout := `{"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"1s"}}]}`
 	dataplane := `{"networking":{"address":"10.0.0.1","inbound":[{"port":80,"tags":{"kuma.io/service":"web"}}]}}`
-	global := ValidateOptions{Mode: ModeGlobal}
-	universal := ValidateOptions{Mode: ModeZone, Environment: EnvUniversal}
+	global := plane.Plane{Mode: plane.Global, SystemNamespace: plane.DefaultSystemNamespace}
+	universal := plane.Plane{Mode: plane.Zone, Zone: "zone-1", Environment: plane.EnvUniversal, SystemNamespace: plane.DefaultSystemNamespace}
 	k8s := kubernetesZone()
 	cases := []struct {
 		name string
 		r    Resource
-		opts ValidateOptions
+		opts plane.Plane
 		want []string
 	}{
 		{"valid policy", Resource{Type: "MeshTimeout", Mesh: "default", Name: "t.v1", Spec: json.RawMessage(timeout)}, global, nil},
@@ -55,7 +57,7 @@ func TestValidateEnvelope(t *testing.T) {
 		{"namespace in a universal zone", Resource{Type: "Dataplane", Mesh: "default", Name: "dp", Namespace: "team-a", Spec: json.RawMessage(dataplane)}, universal,
 			[]string{`namespace: namespace "team-a" is not allowed: only zones with the kubernetes environment have namespaces other than "kuma-system"`}},
 		{"other system namespace", Resource{Type: "Dataplane", Mesh: "default", Name: "dp", Namespace: "kuma-system", Spec: json.RawMessage(dataplane)},
-			ValidateOptions{Mode: ModeZone, Environment: EnvUniversal, SystemNamespace: "mesh-system"},
+			plane.Plane{Mode: plane.Zone, Zone: "zone-1", Environment: plane.EnvUniversal, SystemNamespace: "mesh-system"},
 			[]string{`namespace: namespace "kuma-system" is not allowed: only zones with the kubernetes environment have namespaces other than "mesh-system"`}},
 		{"namespace in a kubernetes zone", Resource{Type: "Dataplane", Mesh: "default", Name: "dp", Namespace: "team-a", Spec: json.RawMessage(dataplane)}, k8s, nil},
 		{"cluster-scoped types", Resource{Type: "Mesh", Name: "m", Namespace: "team-a"}, k8s,
@@ -187,7 +189,7 @@ func TestNormalize(t *testing.T) {
 		t.Errorf("Normalize changed what it must keep: %+v", other)
 	}
 	def := &Resource{Namespace: "kuma-system"}
-	reg.Normalize(def, "")
+	reg.Normalize(def, plane.DefaultSystemNamespace)
 	if def.Namespace != "" {
 		t.Errorf("default system namespace not normalized: %q", def.Namespace)
 	}

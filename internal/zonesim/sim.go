@@ -16,12 +16,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meridian-mesh/meridian/internal/plane"
+
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 
 	"github.com/meridian-mesh/meridian/internal/admission"
-	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/kds"
+	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
 // Config describes the simulated fleet. Zones, Target, DialOptions and
@@ -74,7 +76,7 @@ func New(cfg Config) (*Sim, error) {
 		cfg.Prefix = "sim-"
 	}
 	if cfg.Environment == "" {
-		cfg.Environment = resource.EnvUniversal
+		cfg.Environment = plane.EnvUniversal
 	}
 	if cfg.Registry == nil {
 		cfg.Registry = resource.NewDefaultRegistry()
@@ -94,13 +96,16 @@ func New(cfg Config) (*Sim, error) {
 				cfg.OnApply(name, r, at)
 			}
 		})
-		adm, err := admission.New(admission.Config{Registry: cfg.Registry, Mode: admission.Zone, Zone: name,
-			Environment: cfg.Environment, Federated: true})
+		p, err := plane.NewZone(name, cfg.Environment, "", true)
+		if err != nil {
+			return nil, fmt.Errorf("zonesim: zone %s: %w", name, err)
+		}
+		adm, err := admission.New(admission.Config{Registry: cfg.Registry, Plane: p})
 		if err != nil {
 			return nil, fmt.Errorf("zonesim: zone %s: %w", name, err)
 		}
 		ccfg := kds.ClientConfig{
-			Store: z.store, Registry: cfg.Registry, Zone: name, Environment: cfg.Environment, Admission: adm,
+			Store: z.store, Registry: cfg.Registry, Plane: p, Admission: adm,
 			Token:  func() (string, error) { return cfg.Token(name) },
 			Target: cfg.Target, DialOptions: cfg.DialOptions, SoftwareVersion: "zonesim",
 			Logger: cfg.Logger.Named(name),

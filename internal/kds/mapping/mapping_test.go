@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meridian-mesh/meridian/internal/plane"
+
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
@@ -227,7 +229,7 @@ func TestToZone(t *testing.T) {
 }
 
 func TestFromZone(t *testing.T) {
-	z := Zone{Name: "zone-1", Environment: resource.EnvUniversal}
+	z := plane.Plane{Mode: plane.Zone, Zone: "zone-1", Environment: plane.EnvUniversal, SystemNamespace: plane.DefaultSystemNamespace}
 	mt := desc(t, "MeshTimeout")
 	src := res("MeshTimeout", "default-timeout-zone-1", map[string]string{resource.LabelOrigin: "zone", resource.LabelZone: "zone-1"},
 		`{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"connectionTimeout":"2s"}}]}`)
@@ -257,7 +259,7 @@ func TestFromZone(t *testing.T) {
 	}
 
 	// Vector 4: a namespaced resource of a Kubernetes zone.
-	k8s := Zone{Name: "kuma-2", Environment: resource.EnvKubernetes}
+	k8s := plane.Plane{Mode: plane.Zone, Zone: "kuma-2", Environment: plane.EnvKubernetes, SystemNamespace: plane.DefaultSystemNamespace}
 	r := &resource.Resource{Type: "MeshService", Mesh: "producer-policy-flow", Name: "to-test-server", Namespace: "producer-policy-flow-ns"}
 	got, err = FromZone(desc(t, "MeshService"), r, k8s, "")
 	if err != nil {
@@ -278,8 +280,8 @@ func TestFromZone(t *testing.T) {
 // the policy's own). After both cross zone-1 -> global -> zone-2, the
 // policy's reference names zone-2's copy of the MeshService.
 func TestReferenceRewrite(t *testing.T) {
-	zone1 := Zone{Name: "zone-1", Environment: resource.EnvKubernetes}
-	zone2 := Zone{Name: "zone-2", Environment: resource.EnvKubernetes, SystemNamespace: "mesh-system"}
+	zone1 := plane.Plane{Mode: plane.Zone, Zone: "zone-1", Environment: plane.EnvKubernetes, SystemNamespace: plane.DefaultSystemNamespace}
+	zone2 := plane.Plane{Mode: plane.Zone, Zone: "zone-2", Environment: plane.EnvKubernetes, SystemNamespace: "mesh-system"}
 	mt, ms := desc(t, "MeshTimeout"), desc(t, "MeshService")
 
 	svc := &resource.Resource{Type: "MeshService", Mesh: "default", Name: "backend", Namespace: "backend-ns",
@@ -345,10 +347,10 @@ func TestReferenceRewrite(t *testing.T) {
 	if zSvc.Labels.Get(resource.LabelZone) != "zone-1" || zSvc.Labels.Get(resource.LabelNamespace) != "backend-ns" {
 		t.Errorf("relayed labels lost: %v", zSvc.Labels)
 	}
-	if err := reg.Validate(zPol, resource.ValidateOptions{Mode: resource.ModeZone, Environment: resource.EnvKubernetes, SystemNamespace: "mesh-system"}); err != nil {
+	if err := reg.Validate(zPol, plane.Plane{Mode: plane.Zone, Zone: "zone-1", Environment: plane.EnvKubernetes, SystemNamespace: "mesh-system"}); err != nil {
 		t.Errorf("zone-2 copy invalid: %v", err)
 	}
-	if err := reg.Validate(gPol, resource.ValidateOptions{Mode: resource.ModeGlobal}); err != nil {
+	if err := reg.Validate(gPol, plane.Plane{Mode: plane.Global, SystemNamespace: plane.DefaultSystemNamespace}); err != nil {
 		t.Errorf("global copy invalid: %v", err)
 	}
 }
@@ -356,7 +358,7 @@ func TestReferenceRewrite(t *testing.T) {
 func TestLabelReferencesUntouched(t *testing.T) {
 	spec := `{"to":[{"targetRef":{"kind":"MeshService","labels":{"kuma.io/display-name":"backend"}},"default":{}}]}`
 	pol := &resource.Resource{Type: "MeshTimeout", Mesh: "default", Name: "p", Namespace: "ns", Spec: json.RawMessage(spec)}
-	got, err := FromZone(desc(t, "MeshTimeout"), pol, Zone{Name: "z", Environment: resource.EnvKubernetes}, "")
+	got, err := FromZone(desc(t, "MeshTimeout"), pol, plane.Plane{Mode: plane.Zone, Zone: "z", Environment: plane.EnvKubernetes, SystemNamespace: plane.DefaultSystemNamespace}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

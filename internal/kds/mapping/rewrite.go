@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/meridian-mesh/meridian/internal/plane"
+
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
@@ -53,20 +55,20 @@ func ZoneName(d *resource.TypeDescriptor, key resource.Key, labels resource.Labe
 // computed in the zone; and seed 004's reference rewrite of to[].targetRef
 // (see rewriteRefsToGlobal). A resource claiming global origin or another
 // zone is refused with ErrForeign.
-func FromZone(d *resource.TypeDescriptor, r *resource.Resource, z Zone, globalSystemNamespace string) (*resource.Resource, error) {
+func FromZone(d *resource.TypeDescriptor, r *resource.Resource, z plane.Plane, globalSystemNamespace string) (*resource.Resource, error) {
 	if o := r.Labels.Get(resource.LabelOrigin); o != "" && o != resource.OriginZone {
 		return nil, fmt.Errorf("%w: label %s is %q", ErrForeign, resource.LabelOrigin, o)
 	}
-	if zl := r.Labels.Get(resource.LabelZone); zl != "" && zl != z.Name {
-		return nil, fmt.Errorf("%w: label %s is %q, the stream is zone %q", ErrForeign, resource.LabelZone, zl, z.Name)
+	if zl := r.Labels.Get(resource.LabelZone); zl != "" && zl != z.Zone {
+		return nil, fmt.Errorf("%w: label %s is %q, the stream is zone %q", ErrForeign, resource.LabelZone, zl, z.Zone)
 	}
-	ns := zoneNamespace(r.Namespace, z)
+	ns := z.Namespace(r.Namespace)
 	c := r.Clone()
 	clearStoreFields(c)
-	c.Name = HashedName(r.Mesh, r.Name, z.Name, ns)
+	c.Name = HashedName(r.Mesh, r.Name, z.Zone, ns)
 	c.Namespace = ""
 	c.Labels.Set(resource.LabelOrigin, resource.OriginZone)
-	c.Labels.Set(resource.LabelZone, z.Name)
+	c.Labels.Set(resource.LabelZone, z.Zone)
 	c.Labels.Set(resource.LabelDisplayName, r.Name)
 	c.Labels.Delete(resource.LabelNamespace)
 	if ns != "" {
@@ -77,12 +79,12 @@ func FromZone(d *resource.TypeDescriptor, r *resource.Resource, z Zone, globalSy
 	}
 	src := r.Clone()
 	src.Namespace = ns
-	role, err := resource.PolicyRole(src, d, z.SystemNS())
+	role, err := resource.PolicyRole(src, d, z.SystemNamespace)
 	if err != nil {
 		return nil, err
 	}
 	c.Labels.Set(resource.LabelPolicyRole, role)
-	spec, err := rewriteRefsToGlobal(r.Spec, r.Mesh, ns, z, systemNS(globalSystemNamespace))
+	spec, err := rewriteRefsToGlobal(r.Spec, r.Mesh, ns, z, globalSystemNamespace)
 	if err != nil {
 		return nil, err
 	}
@@ -92,9 +94,9 @@ func FromZone(d *resource.TypeDescriptor, r *resource.Resource, z Zone, globalSy
 
 // GlobalKey is the key on the global of zone z's resource key (for
 // removals); see FromZone.
-func GlobalKey(key resource.Key, z Zone) resource.Key {
-	ns := zoneNamespace(key.Namespace, z)
-	return resource.Key{Type: key.Type, Mesh: key.Mesh, Name: HashedName(key.Mesh, key.Name, z.Name, ns)}
+func GlobalKey(key resource.Key, z plane.Plane) resource.Key {
+	ns := z.Namespace(key.Namespace)
+	return resource.Key{Type: key.Type, Mesh: key.Mesh, Name: HashedName(key.Mesh, key.Name, z.Zone, ns)}
 }
 
 // FromGlobal returns the copy a zone stores of a resource the global sent:
@@ -104,7 +106,7 @@ func GlobalKey(key resource.Key, z Zone) resource.Key {
 // copy shares r's labels and spec bytes, which neither writes: a cold zone
 // receives every global policy through here, and copying each one's labels
 // and spec again only fed the garbage collector.
-func FromGlobal(d *resource.TypeDescriptor, r *resource.Resource, z Zone) (*resource.Resource, error) {
+func FromGlobal(d *resource.TypeDescriptor, r *resource.Resource, z plane.Plane) (*resource.Resource, error) {
 	c := new(*r)
 	c.Namespace = ""
 	c.Status = nil
@@ -113,7 +115,7 @@ func FromGlobal(d *resource.TypeDescriptor, r *resource.Resource, z Zone) (*reso
 		return c, nil
 	}
 	spec, err := rewriteRefs(r.Spec, func(ref map[string]any) {
-		ref["namespace"] = z.SystemNS()
+		ref["namespace"] = z.SystemNamespace
 	})
 	if err != nil {
 		return nil, err
@@ -126,7 +128,7 @@ func FromGlobal(d *resource.TypeDescriptor, r *resource.Resource, z Zone) (*reso
 // MeshService or MeshHTTPRoute gets the name that resource has on the global
 // (hashed with the zone and the referenced namespace, where an empty
 // namespace is the policy's own) and the global's system namespace.
-func rewriteRefsToGlobal(spec json.RawMessage, mesh, ownNS string, z Zone, globalNS string) (json.RawMessage, error) {
+func rewriteRefsToGlobal(spec json.RawMessage, mesh, ownNS string, z plane.Plane, globalNS string) (json.RawMessage, error) {
 	return rewriteRefs(spec, func(ref map[string]any) {
 		name, _ := ref["name"].(string)
 		refMesh, _ := ref["mesh"].(string)
@@ -137,7 +139,7 @@ func rewriteRefsToGlobal(spec json.RawMessage, mesh, ownNS string, z Zone, globa
 		if ns == "" {
 			ns = ownNS
 		}
-		ref["name"] = HashedName(refMesh, name, z.Name, zoneNamespace(ns, z))
+		ref["name"] = HashedName(refMesh, name, z.Zone, z.Namespace(ns))
 		ref["namespace"] = globalNS
 	})
 }
@@ -215,22 +217,6 @@ func encodeObject(obj map[string]any) (json.RawMessage, error) {
 		return nil, fmt.Errorf("spec: %w", err)
 	}
 	return out, nil
-}
-
-// zoneNamespace is ns as the hash and the k8s.kuma.io/namespace label see
-// it: empty for the zone's system namespace.
-func zoneNamespace(ns string, z Zone) string {
-	if ns == z.SystemNS() {
-		return ""
-	}
-	return ns
-}
-
-func systemNS(ns string) string {
-	if ns == "" {
-		return resource.DefaultSystemNamespace
-	}
-	return ns
 }
 
 // clearStoreFields drops what the receiving store sets itself.

@@ -29,23 +29,6 @@ func (v Verdict) String() string {
 	return "skip"
 }
 
-// Zone is what sync knows about a zone from its handshake.
-type Zone struct {
-	Name string
-	// Environment is resource.EnvKubernetes or resource.EnvUniversal.
-	Environment string
-	// SystemNamespace defaults to resource.DefaultSystemNamespace.
-	SystemNamespace string
-}
-
-// SystemNS returns the zone's system namespace with the default applied.
-func (z Zone) SystemNS() string {
-	if z.SystemNamespace == "" {
-		return resource.DefaultSystemNamespace
-	}
-	return z.SystemNamespace
-}
-
 // SyncDisabled reports the kuma.io/kds-sync: disabled label, which keeps a
 // resource where it was written.
 func SyncDisabled(r *resource.Resource) bool {

@@ -1,4 +1,4 @@
-package controlplane
+package replica
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/meridian-mesh/meridian/internal/api"
 	"github.com/meridian-mesh/meridian/internal/kds"
 )
 
@@ -23,10 +22,10 @@ import (
 
 const zoneStatusPublish = 2 * time.Second
 
-func (r *replica) zonesPrefix() string { return r.cfg.Prefix + "zones/" }
+func (r *Replica) zonesPrefix() string { return r.cfg.Prefix + "zones/" }
 
-// publishZones keeps this replica's connected zones in etcd until ctx ends.
-func (r *replica) publishZones(ctx context.Context, srv *kds.Server) error {
+// PublishZones keeps this replica's connected zones in etcd until ctx ends.
+func (r *Replica) PublishZones(ctx context.Context, srv *kds.Server) error {
 	for ctx.Err() == nil {
 		if err := r.publishZonesOnce(ctx, srv); err != nil && ctx.Err() == nil {
 			r.log.Debug("publishing zone statuses", "error", err)
@@ -39,7 +38,7 @@ func (r *replica) publishZones(ctx context.Context, srv *kds.Server) error {
 	return nil
 }
 
-func (r *replica) publishZonesOnce(ctx context.Context, srv *kds.Server) error {
+func (r *Replica) publishZonesOnce(ctx context.Context, srv *kds.Server) error {
 	sess, err := concurrency.NewSession(r.cli, concurrency.WithTTL(electionTTL), concurrency.WithContext(ctx))
 	if err != nil {
 		return err
@@ -86,9 +85,9 @@ func (r *replica) publishZonesOnce(ctx context.Context, srv *kds.Server) error {
 	}
 }
 
-// watchZones calls notify when another replica's zone entries change (the
+// WatchZones calls notify when another replica's zone entries change (the
 // console's live zones page).
-func (r *replica) watchZones(ctx context.Context, notify func()) error {
+func (r *Replica) WatchZones(ctx context.Context, notify func()) error {
 	for ctx.Err() == nil {
 		for resp := range r.cli.Watch(clientv3.WithRequireLeader(ctx), r.zonesPrefix(), clientv3.WithPrefix()) {
 			if len(resp.Events) > 0 {
@@ -105,7 +104,7 @@ func (r *replica) watchZones(ctx context.Context, notify func()) error {
 
 // remoteZones reads the zones other replicas serve (this replica's own
 // entries are skipped by the caller's merge: its tracker is fresher).
-func (r *replica) remoteZones() map[string]kds.ZoneStatus {
+func (r *Replica) remoteZones() map[string]kds.ZoneStatus {
 	ctx, cancel := context.WithTimeout(context.Background(), healthTimeout)
 	defer cancel()
 	resp, err := r.cli.Get(ctx, r.zonesPrefix(), clientv3.WithPrefix())
@@ -122,16 +121,17 @@ func (r *replica) remoteZones() map[string]kds.ZoneStatus {
 	return out
 }
 
-// replicaZones is the API's view of zones on a replica: its own tracker,
+// Zones is the API's view of zones on a replica: this replica's tracker,
 // with the zones another replica serves shown as connected there.
-type replicaZones struct {
+func (r *Replica) Zones(srv *kds.Server) Zones { return Zones{Server: srv, rep: r} }
+
+// Zones serves GET /zones on a replica (api.ZoneStatuses).
+type Zones struct {
 	*kds.Server
-	rep *replica
+	rep *Replica
 }
 
-var _ api.ZoneStatuses = replicaZones{}
-
-func (z replicaZones) Statuses() []kds.ZoneStatus {
+func (z Zones) Statuses() []kds.ZoneStatus {
 	local := z.Server.Statuses()
 	remote := z.rep.remoteZones()
 	byZone := map[string]kds.ZoneStatus{}
@@ -154,7 +154,7 @@ func (z replicaZones) Statuses() []kds.ZoneStatus {
 	return out
 }
 
-func (z replicaZones) Status(zone string) (kds.ZoneStatus, bool) {
+func (z Zones) Status(zone string) (kds.ZoneStatus, bool) {
 	own, ok := z.Server.Status(zone)
 	if ok && own.Connected {
 		own.ServedBy = z.rep.cfg.Name

@@ -1,4 +1,4 @@
-package controlplane
+package tuning
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 // trimmed again until it holds free memory anew.
 func TestMemoryTrimmerObserve(t *testing.T) {
 	const mib = 1 << 20
-	m := &memoryTrimmer{tick: time.Second, quiet: 2 * time.Second, quietAlloc: mib, minFree: 8 * mib}
+	m := &MemoryTrimmer{tick: time.Second, quiet: 2 * time.Second, quietAlloc: mib, minFree: 8 * mib}
 	steps := []struct {
 		name            string
 		allocated, free uint64
@@ -82,7 +82,7 @@ func TestMemoryTrimmerRun(t *testing.T) {
 	}
 	var order []string
 	tickers := make(chan string, 10)
-	m := &memoryTrimmer{
+	m := &MemoryTrimmer{
 		tick: time.Second, idle: 4 * time.Second, awaken: make(chan struct{}, 1),
 		quiet: 2 * time.Second, quietAlloc: mib, minFree: 8 * mib,
 		read: func() memSample {
@@ -104,7 +104,7 @@ func TestMemoryTrimmerRun(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	go func() { done <- m.run(ctx) }()
+	go func() { done <- m.Run(ctx) }()
 	expect := func(want string) {
 		t.Helper()
 		select {
@@ -144,7 +144,7 @@ func TestMemoryTrimmerRun(t *testing.T) {
 	}
 
 	set(100*mib, 64*mib) // a burst, then the wake it came with
-	m.wake()
+	m.Wake()
 	expect("start")
 	tick(3) // the burst, then two quiet ticks: trim
 	expect("stop")
@@ -153,8 +153,8 @@ func TestMemoryTrimmerRun(t *testing.T) {
 		t.Fatalf("calls: %s, want a second trim and release", got)
 	}
 
-	m.wake() // woken with nothing to trim: quiet for idle, then asleep
-	m.wake()
+	m.Wake() // woken with nothing to trim: quiet for idle, then asleep
+	m.Wake()
 	expect("start")
 	tick(4)
 	expect("stop")
@@ -172,7 +172,7 @@ func TestMemoryTrimmerRun(t *testing.T) {
 // TestMemoryTrimmerWakes: an API request and a received sync message wake
 // the trimmer; a received heartbeat and other gRPC events do not.
 func TestMemoryTrimmerWakes(t *testing.T) {
-	m := newMemoryTrimmer(nil)
+	m := NewMemoryTrimmer(nil)
 	woken := func() bool {
 		select {
 		case <-m.awaken:
@@ -182,12 +182,12 @@ func TestMemoryTrimmerWakes(t *testing.T) {
 		}
 	}
 	served := false
-	m.wakeOn(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served = true })).
+	m.WakeOn(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served = true })).
 		ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/meshes", nil))
 	if !served || !woken() {
 		t.Error("an API request was not served, or did not wake the trimmer")
 	}
-	h := m.grpcStats()
+	h := m.GRPCStats()
 	h.HandleRPC(context.Background(), &stats.OutPayload{})
 	h.HandleRPC(context.Background(), &stats.Begin{})
 	if woken() {

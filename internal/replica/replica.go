@@ -1,4 +1,10 @@
-package controlplane
+// Package replica links one global control plane replica to the etcd
+// cluster that N replicas share: the store, the replica's health (a replica
+// without a quorum stops serving), the leader election that runs what must
+// run once (tombstone expiry), the key material every replica holds alike
+// (kept in etcd encrypted with the secrets key) and the zone statuses each
+// replica publishes for the others. See docs/operations.md#high-availability.
+package replica
 
 import (
 	"context"
@@ -29,12 +35,11 @@ import (
 	"github.com/meridian-mesh/meridian/internal/storage/etcdstore"
 )
 
-// High availability: N global replicas share one etcd store. Each replica
-// serves the API and KDS; what must happen once (the tombstone window, the
-// first creation of signing keys and the KDS certificate) runs under etcd
-// election or lock. A replica that cannot reach a quorum turns unready,
-// refuses writes and KDS streams and ends the ones it serves, so a zone
-// moves to another replica instead of being fed a stale view.
+// Each replica serves the API and KDS; what must happen once (the tombstone
+// window, the first creation of signing keys and the KDS certificate) runs
+// under etcd election or lock. A replica that cannot reach a quorum turns
+// unready, refuses writes and KDS streams and ends the ones it serves, so a
+// zone moves to another replica instead of being fed a stale view.
 
 // EtcdConfig selects and reaches the etcd store (global only).
 type EtcdConfig struct {
@@ -70,11 +75,12 @@ const (
 	electionTTL    = 5 // seconds
 )
 
-var errStoreLost = errors.New("this global replica lost its etcd quorum; reconnect to another replica")
+// ErrStoreLost is why a replica without its quorum refuses and ends work.
+var ErrStoreLost = errors.New("this global replica lost its etcd quorum; reconnect to another replica")
 
-// replica is one global replica's link to etcd: client, store, health and
+// Replica is one global replica's link to etcd: client, store, health and
 // election. Its methods are safe for concurrent use.
-type replica struct {
+type Replica struct {
 	cfg   EtcdConfig
 	cli   *clientv3.Client
 	store *etcdstore.Store
@@ -90,7 +96,18 @@ type replica struct {
 	bundle []byte
 }
 
-func openReplica(ctx context.Context, cfg Config) (*replica, error) {
+// Config opens a Replica.
+type Config struct {
+	Etcd EtcdConfig
+	// APIAddress names the replica when Etcd.Name is empty.
+	APIAddress string
+	// TombstoneRetention is the store's (see etcdstore.Config).
+	TombstoneRetention time.Duration
+	Logger             hclog.Logger
+}
+
+// Open connects to etcd and opens the shared store.
+func Open(ctx context.Context, cfg Config) (*Replica, error) {
 	e := cfg.Etcd
 	if len(e.Endpoints) == 0 {
 		return nil, errors.New("--etcd-endpoints is required with --store etcd")
@@ -124,7 +141,7 @@ func openReplica(ctx context.Context, cfg Config) (*replica, error) {
 		_ = cli.Close()
 		return nil, fmt.Errorf("etcd %s: %w", strings.Join(e.Endpoints, ","), err)
 	}
-	r := &replica{cfg: e, cli: cli, store: store, log: cfg.Logger.Named("ha")}
+	r := &Replica{cfg: e, cli: cli, store: store, log: cfg.Logger.Named("ha")}
 	r.lastOK.Store(time.Now().UnixNano())
 	cfg.Logger.Info("store is etcd", "endpoints", strings.Join(e.Endpoints, ","), "prefix", e.Prefix, "replica", e.Name)
 	return r, nil
@@ -158,33 +175,37 @@ func etcdTLS(e EtcdConfig) (*tls.Config, error) {
 	return c, nil
 }
 
-func (r *replica) close() {
+// Store is the store the replicas share.
+func (r *Replica) Store() *etcdstore.Store { return r.store }
+
+// Close closes the store and the etcd client.
+func (r *Replica) Close() {
 	if err := r.store.Close(); err != nil {
 		r.log.Error("closing store", "error", err)
 	}
 	_ = r.cli.Close()
 }
 
-// ready is nil while the replica reaches a quorum.
-func (r *replica) ready() error {
+// Ready is nil while the replica reaches a quorum.
+func (r *Replica) Ready() error {
 	if time.Since(time.Unix(0, r.lastOK.Load())) < unhealthyAfter {
 		return nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return fmt.Errorf("%w (%v)", errStoreLost, r.lastErr)
+	return fmt.Errorf("%w (%v)", ErrStoreLost, r.lastErr)
 }
 
-// whenLost registers fn to run each time the replica turns unhealthy.
-func (r *replica) whenLost(fn func()) {
+// WhenLost registers fn to run each time the replica turns unhealthy.
+func (r *Replica) WhenLost(fn func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.onLost = append(r.onLost, fn)
 }
 
-// monitor reads from etcd with a quorum every healthInterval and flips the
+// Monitor reads from etcd with a quorum every healthInterval and flips the
 // replica's health; it returns when ctx ends.
-func (r *replica) monitor(ctx context.Context) error {
+func (r *Replica) Monitor(ctx context.Context) error {
 	t := time.NewTicker(healthInterval)
 	defer t.Stop()
 	healthy := true
@@ -204,7 +225,7 @@ func (r *replica) monitor(ctx context.Context) error {
 			r.lastErr = err
 			r.mu.Unlock()
 		}
-		switch now := r.ready() == nil; {
+		switch now := r.Ready() == nil; {
 		case healthy && !now:
 			r.log.Error("lost the etcd quorum: refusing reads, writes and KDS, ending zone streams", "error", err)
 			r.mu.Lock()
@@ -221,10 +242,10 @@ func (r *replica) monitor(ctx context.Context) error {
 	}
 }
 
-// lead campaigns for leadership and runs singletons while elected; when
+// Lead campaigns for leadership and runs singletons while elected; when
 // the lease is lost (this replica cut off from etcd) they are cancelled
 // and the replica campaigns again.
-func (r *replica) lead(ctx context.Context, singletons ...func(context.Context) error) error {
+func (r *Replica) Lead(ctx context.Context, singletons ...func(context.Context) error) error {
 	for ctx.Err() == nil {
 		if err := r.leadOnce(ctx, singletons); err != nil && ctx.Err() == nil {
 			r.log.Warn("election", "error", err)
@@ -237,7 +258,7 @@ func (r *replica) lead(ctx context.Context, singletons ...func(context.Context) 
 	return nil
 }
 
-func (r *replica) leadOnce(ctx context.Context, singletons []func(context.Context) error) error {
+func (r *Replica) leadOnce(ctx context.Context, singletons []func(context.Context) error) error {
 	sess, err := concurrency.NewSession(r.cli, concurrency.WithTTL(electionTTL), concurrency.WithContext(ctx))
 	if err != nil {
 		return err
@@ -292,19 +313,19 @@ func sharedSecretFiles(dataDir string) ([]string, error) {
 	return files, nil
 }
 
-// shareSecrets makes the data dir hold the same key material as every other
+// ShareSecrets makes the data dir hold the same key material as every other
 // replica: under an etcd lock, the first replica generates it (the
 // single-node code paths, into its data dir) and stores it in etcd,
 // encrypted with the secrets key; later replicas write etcd's copy into
 // their data dir. generate runs the single-node creation.
-func (r *replica) shareSecrets(ctx context.Context, dataDir string, generate func() error) error {
+func (r *Replica) ShareSecrets(ctx context.Context, dataDir string, generate func() error) error {
 	key, err := readSecretsKey(r.cfg.SecretsKeyFile)
 	if err != nil {
 		return err
 	}
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	unlock, err := r.lock(lctx, "secrets-lock/")
+	unlock, err := r.Lock(lctx, "secrets-lock/")
 	if err != nil {
 		return err
 	}
@@ -332,11 +353,11 @@ func (r *replica) shareSecrets(ctx context.Context, dataDir string, generate fun
 	return nil
 }
 
-func (r *replica) bundleKey() string { return r.cfg.Prefix + "secrets/bundle" }
+func (r *Replica) bundleKey() string { return r.cfg.Prefix + "secrets/bundle" }
 
 // takeBundle writes a sealed bundle's files into the data dir, removing
 // retired zone token keys the bundle no longer holds.
-func (r *replica) takeBundle(key []byte, dataDir string, sealed []byte) (int, error) {
+func (r *Replica) takeBundle(key []byte, dataDir string, sealed []byte) (int, error) {
 	files, err := openBundle(key, []byte(r.cfg.Prefix), sealed)
 	if err != nil {
 		return 0, err
@@ -358,7 +379,7 @@ func (r *replica) takeBundle(key []byte, dataDir string, sealed []byte) (int, er
 }
 
 // putBundle seals the data dir's shared files and stores them in etcd.
-func (r *replica) putBundle(ctx context.Context, key []byte, dataDir string) (int, error) {
+func (r *Replica) putBundle(ctx context.Context, key []byte, dataDir string) (int, error) {
 	names, err := sharedSecretFiles(dataDir)
 	if err != nil {
 		return 0, err
@@ -387,16 +408,16 @@ func (r *replica) putBundle(ctx context.Context, key []byte, dataDir string) (in
 	return len(files), nil
 }
 
-// publishSecrets stores this replica's key files after it rotated or
+// PublishSecrets stores this replica's key files after it rotated or
 // retired a zone token key; the other replicas' watchSecrets take them.
-func (r *replica) publishSecrets(dataDir string) error {
+func (r *Replica) PublishSecrets(dataDir string) error {
 	key, err := readSecretsKey(r.cfg.SecretsKeyFile)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	unlock, err := r.lock(ctx, "secrets-lock/")
+	unlock, err := r.Lock(ctx, "secrets-lock/")
 	if err != nil {
 		return err
 	}
@@ -405,9 +426,9 @@ func (r *replica) publishSecrets(dataDir string) error {
 	return err
 }
 
-// watchSecrets takes the key files another replica publishes and calls
+// WatchSecrets takes the key files another replica publishes and calls
 // changed (the key ring rereads them). It returns when ctx ends.
-func (r *replica) watchSecrets(ctx context.Context, dataDir string, changed func() error) error {
+func (r *Replica) WatchSecrets(ctx context.Context, dataDir string, changed func() error) error {
 	key, err := readSecretsKey(r.cfg.SecretsKeyFile)
 	if err != nil {
 		return err
@@ -442,9 +463,9 @@ func (r *replica) watchSecrets(ctx context.Context, dataDir string, changed func
 	return nil
 }
 
-// lock takes an etcd mutex under the prefix (released by the returned
+// Lock takes an etcd mutex under the prefix (released by the returned
 // func, or by the lease's expiry if this replica dies holding it).
-func (r *replica) lock(ctx context.Context, name string) (func(), error) {
+func (r *Replica) Lock(ctx context.Context, name string) (func(), error) {
 	sess, err := concurrency.NewSession(r.cli, concurrency.WithTTL(electionTTL), concurrency.WithContext(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("etcd session: %w", err)

@@ -1,4 +1,4 @@
-package controlplane
+package kds
 
 import (
 	"bytes"
@@ -10,13 +10,12 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/meridian-mesh/meridian/internal/kds"
 	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
 
 // BenchmarkSyncGzip compresses sync messages as the KDS streams do (a
 // pooled gzip writer reset per message) at the default level and at the
-// level RegisterSyncGzip deflates at, and through the compressor it
+// level RegisterGzip deflates at, and through the compressor it
 // registers (sync: stored blocks under 4 KiB): an acknowledgement, and
 // batches of 1 to 1,000 MeshTimeouts. outB is the compressed size.
 func BenchmarkSyncGzip(b *testing.B) {
@@ -57,7 +56,7 @@ func BenchmarkSyncGzip(b *testing.B) {
 				return w
 			})
 		}
-		c := kds.NewGzipCompressor(kds.DefaultDeflateFrom)
+		c := NewGzipCompressor(DefaultDeflateFrom)
 		benchCompress(b, m.name+"/sync", m.data, func(out io.Writer) io.WriteCloser {
 			w, err := c.Compress(out)
 			if err != nil {

@@ -1,4 +1,4 @@
-package controlplane
+package boltstore_test
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // the commit histograms, on the process's own registry.
 func TestStoreCommitMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, err := newStoreCommitMetrics(reg)
+	m, err := boltstore.NewCommitMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestStoreCommitMetrics(t *testing.T) {
 	if d := got["meridian_store_commit_duration_seconds"]; d[0] != puts || d[1] <= 0 {
 		t.Errorf("meridian_store_commit_duration_seconds: count %v, sum %v; want %d commits of some duration", d[0], d[1], puts)
 	}
-	if _, err := newStoreCommitMetrics(reg); err == nil {
+	if _, err := boltstore.NewCommitMetrics(reg); err == nil {
 		t.Error("registering the commit metrics twice on one registry succeeded")
 	}
 }

@@ -1,4 +1,10 @@
-package controlplane
+// Package zoneaccess decides which zones may open a KDS stream to the global
+// and ends the streams of zones that lose that right: a zone token must
+// verify (signature, expiry, zone), must not be revoked, and the zone's Zone
+// resource must not say enabled: false. It owns the zone token lifecycle
+// the API exposes (revocation, signing-key rotation and retirement); see
+// docs/security.md#zone-tokens.
+package zoneaccess
 
 import (
 	"context"
@@ -11,55 +17,96 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meridian-mesh/meridian/internal/auth"
+	"github.com/meridian-mesh/meridian/internal/kds"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
-	"github.com/meridian-mesh/meridian/internal/kds"
 )
 
-// zoneAccess decides which zones may stream (SPEC 5, issue 13): a zone
-// token must verify (signature, expiry, zone), must not be revoked, and the
-// zone's Zone resource must not say `enabled: false`. Revocations are kept
-// in the store (meta key metaRevokedZoneTokens, until each token's own
-// expiry) so they survive restarts; revoking a token or disabling a zone ends
-// its live streams at once. It implements sync.ZoneAuthenticator and the
-// API's ZoneTokenAdmin.
-type zoneAccess struct {
+// Store is what the access needs of the global's store: the Zone
+// resources, the revoked token ids (a meta value) and the watch that tells
+// it a zone was disabled.
+type Store interface {
+	Get(ctx context.Context, key resource.Key) (*resource.Resource, error)
+	Meta(ctx context.Context, key string) ([]byte, error)
+	Apply(ctx context.Context, b storage.Batch) (*storage.BatchResult, error)
+	Revision(ctx context.Context) (uint64, error)
+	Watch(ctx context.Context, from uint64) (<-chan storage.Event, error)
+}
+
+// Streams is the KDS server whose live streams the access ends.
+type Streams interface {
+	EndStreams(match func(kds.StreamInfo) bool, cause error) int
+}
+
+// Config wires an Access. Ring, Store and Logger are required.
+type Config struct {
+	Ring   *auth.ZoneKeyRing
+	Store  Store
+	Logger hclog.Logger
+	// Clock defaults to time.Now.
+	Clock func() time.Time
+	// Lock, set on global replicas sharing etcd, serializes revocations
+	// across them: the revoked set is one meta value, read, merged and
+	// written. Nil with one global.
+	Lock func(ctx context.Context) (unlock func(), err error)
+	// KeysChanged, set on replicas, publishes this replica's key files
+	// after a rotation or retirement so the other replicas take them.
+	KeysChanged func() error
+	// Poll is how often a replica rereads the revocations other replicas
+	// wrote; 0 (one global) never: every revocation is then this process's.
+	Poll time.Duration
+}
+
+// Access decides which zones may stream. Revocations are kept in the store
+// (meta key metaRevokedZoneTokens, until each token's own expiry) so they
+// survive restarts; revoking a token or disabling a zone ends its live
+// streams at once. It implements kds.ZoneAuthenticator and the API's
+// ZoneTokenAdmin. Safe for concurrent use.
+type Access struct {
 	ring  *auth.ZoneKeyRing
-	store storage.Store
+	store Store
 	log   hclog.Logger
 	clock func() time.Time
+	cfg   Config
 
 	mu      sync.RWMutex
 	revoked map[string]int64 // token id → its expiry (Unix s): kept until then
-	server  *kds.Server
-
-	// HA hooks (nil with one global): lock serializes revocations across
-	// replicas (the revoked set is one meta value, read, merged, written);
-	// keysChanged publishes this replica's key files after a rotation or a
-	// retirement so the other replicas take them.
-	lock        func(ctx context.Context) (unlock func(), err error)
-	keysChanged func() error
+	streams Streams
 }
 
 const metaRevokedZoneTokens = "auth/revoked-zone-tokens"
 
-func newZoneAccess(ctx context.Context, ring *auth.ZoneKeyRing, store storage.Store, log hclog.Logger) (*zoneAccess, error) {
-	revoked, err := (&zoneAccess{store: store}).readRevocations(ctx)
+// New reads the stored revocations and returns the access.
+func New(ctx context.Context, cfg Config) (*Access, error) {
+	switch {
+	case cfg.Ring == nil:
+		return nil, errors.New("zoneaccess: Ring is required")
+	case cfg.Store == nil:
+		return nil, errors.New("zoneaccess: Store is required")
+	case cfg.Logger == nil:
+		return nil, errors.New("zoneaccess: Logger is required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	z := &Access{ring: cfg.Ring, store: cfg.Store, log: cfg.Logger, clock: cfg.Clock, cfg: cfg}
+	revoked, err := z.readRevocations(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &zoneAccess{ring: ring, store: store, log: log, clock: time.Now, revoked: revoked}, nil
+	z.revoked = revoked
+	return z, nil
 }
 
-// attach gives the access the server whose streams it ends.
-func (z *zoneAccess) attach(s *kds.Server) {
+// Attach gives the access the server whose streams it ends.
+func (z *Access) Attach(s Streams) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	z.server = s
+	z.streams = s
 }
 
-// Authenticate implements sync.ZoneAuthenticator.
-func (z *zoneAccess) Authenticate(zone, token string) (kds.ZoneCredential, error) {
+// Authenticate implements kds.ZoneAuthenticator.
+func (z *Access) Authenticate(zone, token string) (kds.ZoneCredential, error) {
 	tokens := z.ring.Tokens()
 	claims, keyRetiresAt, err := tokens.VerifyWithKey(token, zone)
 	if err != nil {
@@ -84,7 +131,7 @@ func (z *zoneAccess) Authenticate(zone, token string) (kds.ZoneCredential, error
 		KeyRetiresAt: keyRetiresAt}, nil
 }
 
-func (z *zoneAccess) zoneDisabled(zone string) (bool, error) {
+func (z *Access) zoneDisabled(zone string) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	r, err := z.store.Get(ctx, resource.Key{Type: "Zone", Name: zone})
@@ -108,12 +155,12 @@ func zoneEnabled(r *resource.Resource) bool {
 // Revoke revokes the zone token with id, persistently, and ends its live
 // streams. expiresAt (Unix s) bounds how long the id is remembered; 0
 // remembers it for the longest validity a token can have.
-func (z *zoneAccess) Revoke(ctx context.Context, id string) (int, error) {
+func (z *Access) Revoke(ctx context.Context, id string) (int, error) {
 	if id == "" || len(id) > 64 {
 		return 0, fmt.Errorf("%w: a zone token id is 1 to 64 characters", storage.ErrInvalid)
 	}
-	if z.lock != nil {
-		unlock, err := z.lock(ctx)
+	if z.cfg.Lock != nil {
+		unlock, err := z.cfg.Lock(ctx)
 		if err != nil {
 			return 0, fmt.Errorf("revoke zone token %s: %w", id, err)
 		}
@@ -153,14 +200,14 @@ func (z *zoneAccess) Revoke(ctx context.Context, id string) (int, error) {
 	return ended, nil
 }
 
-// watchZones ends the streams of a zone whose Zone resource is set to
+// WatchZones ends the streams of a zone whose Zone resource is set to
 // enabled: false, as soon as the write commits (whoever wrote it).
 //
 // A watch that ends under it (an etcd store without quorum ends its watches;
 // the replica then ends every stream itself) is started again from the
 // current revision, and the revocations are reread meanwhile, so a token
 // revoked through another replica ends its streams here too.
-func (z *zoneAccess) watchZones(ctx context.Context) error {
+func (z *Access) WatchZones(ctx context.Context) error {
 	for {
 		err := z.watchZonesOnce(ctx)
 		if ctx.Err() != nil {
@@ -175,11 +222,7 @@ func (z *zoneAccess) watchZones(ctx context.Context) error {
 	}
 }
 
-// revocationPoll is how often a replica rereads the revoked tokens that
-// other replicas may have written.
-const revocationPoll = 2 * time.Second
-
-func (z *zoneAccess) watchZonesOnce(ctx context.Context) error {
+func (z *Access) watchZonesOnce(ctx context.Context) error {
 	rev, err := z.store.Revision(ctx)
 	if err != nil {
 		return err
@@ -194,8 +237,8 @@ func (z *zoneAccess) watchZonesOnce(ctx context.Context) error {
 	// process's own (revoke), and a tick that finds nothing still wakes an
 	// idle process (about a millisecond of CPU each on a small VM).
 	var poll <-chan time.Time
-	if z.lock != nil {
-		t := time.NewTicker(revocationPoll)
+	if z.cfg.Poll > 0 {
+		t := time.NewTicker(z.cfg.Poll)
 		defer t.Stop()
 		poll = t.C
 	}
@@ -220,7 +263,7 @@ func (z *zoneAccess) watchZonesOnce(ctx context.Context) error {
 }
 
 // readRevocations reads the revoked token ids from the store.
-func (z *zoneAccess) readRevocations(ctx context.Context) (map[string]int64, error) {
+func (z *Access) readRevocations(ctx context.Context) (map[string]int64, error) {
 	out := map[string]int64{}
 	raw, err := z.store.Meta(ctx, metaRevokedZoneTokens)
 	switch {
@@ -237,7 +280,7 @@ func (z *zoneAccess) readRevocations(ctx context.Context) (map[string]int64, err
 
 // reloadRevocations takes revocations written by another replica (HA) and
 // ends their streams here.
-func (z *zoneAccess) reloadRevocations(ctx context.Context) {
+func (z *Access) reloadRevocations(ctx context.Context) {
 	stored, err := z.readRevocations(ctx)
 	if err != nil {
 		return // the store is away; the replica's health check handles that
@@ -259,11 +302,11 @@ func (z *zoneAccess) reloadRevocations(ctx context.Context) {
 }
 
 // Keys lists the zone token signing keys.
-func (z *zoneAccess) Keys() []auth.KeyInfo { return z.ring.Keys() }
+func (z *Access) Keys() []auth.KeyInfo { return z.ring.Keys() }
 
 // RotateKey makes a new signing key; tokens of the old one keep working for
 // overlap (their streams end when it retires).
-func (z *zoneAccess) RotateKey(overlap time.Duration) (newID, oldID string, retireAt time.Time, err error) {
+func (z *Access) RotateKey(overlap time.Duration) (newID, oldID string, retireAt time.Time, err error) {
 	newID, oldID, retireAt, err = z.ring.Rotate(overlap)
 	if err != nil {
 		return "", "", time.Time{}, err
@@ -285,7 +328,7 @@ func (z *zoneAccess) RotateKey(overlap time.Duration) (newID, oldID string, reti
 
 // RetireKey retires a previous signing key now and ends the streams
 // authenticated with its tokens.
-func (z *zoneAccess) RetireKey(kid string) (int, error) {
+func (z *Access) RetireKey(kid string) (int, error) {
 	if err := z.ring.Retire(kid); err != nil {
 		return 0, err
 	}
@@ -298,19 +341,19 @@ func (z *zoneAccess) RetireKey(kid string) (int, error) {
 	return ended, nil
 }
 
-func (z *zoneAccess) publishKeys() error {
-	if z.keysChanged == nil {
+func (z *Access) publishKeys() error {
+	if z.cfg.KeysChanged == nil {
 		return nil
 	}
-	if err := z.keysChanged(); err != nil {
+	if err := z.cfg.KeysChanged(); err != nil {
 		return fmt.Errorf("share the signing keys with the other replicas: %w", err)
 	}
 	return nil
 }
 
-// keysReloaded takes key files another replica wrote: the ring rereads
+// KeysReloaded takes key files another replica wrote: the ring rereads
 // them, and live streams admitted under a key that is gone end.
-func (z *zoneAccess) keysReloaded() error {
+func (z *Access) KeysReloaded() error {
 	if err := z.ring.Reload(); err != nil {
 		return err
 	}
@@ -325,12 +368,12 @@ func (z *zoneAccess) keysReloaded() error {
 }
 
 // endStreams ends the matching live streams of the attached server.
-func (z *zoneAccess) endStreams(match func(kds.StreamInfo) bool, cause error) int {
+func (z *Access) endStreams(match func(kds.StreamInfo) bool, cause error) int {
 	z.mu.RLock()
-	server := z.server
+	streams := z.streams
 	z.mu.RUnlock()
-	if server == nil {
+	if streams == nil {
 		return 0
 	}
-	return server.EndStreams(match, cause)
+	return streams.EndStreams(match, cause)
 }

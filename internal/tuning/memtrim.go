@@ -1,4 +1,4 @@
-package controlplane
+package tuning
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
 
-// memoryTrimmer hands the heap's free pages back to the OS once the process
+// MemoryTrimmer hands the heap's free pages back to the OS once the process
 // has gone quiet. Go returns freed memory slowly: a background scavenger,
 // paced at 1% of a CPU, trims only down to about the next collection's goal,
 // which is twice the live heap. After a burst (a snapshot received, statuses
@@ -42,7 +42,7 @@ import (
 //
 // Owned by its run goroutine; the fields are fixed before run starts, and
 // wake may be called from any goroutine.
-type memoryTrimmer struct {
+type MemoryTrimmer struct {
 	tick time.Duration
 	// idle: quiet this long with nothing worth trimming, it sleeps.
 	idle time.Duration
@@ -78,10 +78,10 @@ type memSample struct {
 	live uint64 // heap live at the last collection
 }
 
-// newMemoryTrimmer trims the heap, and after each trim calls release when it
+// NewMemoryTrimmer trims the heap, and after each trim calls release when it
 // is not nil.
-func newMemoryTrimmer(release func()) *memoryTrimmer {
-	return &memoryTrimmer{
+func NewMemoryTrimmer(release func()) *MemoryTrimmer {
+	return &MemoryTrimmer{
 		tick: time.Second, idle: 4 * time.Second, awaken: make(chan struct{}, 1),
 		quiet: 2 * time.Second, quietAlloc: 1 << 20, minFree: 8 << 20,
 		read: readMemSample, trim: debug.FreeOSMemory, release: release,
@@ -104,9 +104,9 @@ func readMemSample() memSample {
 	return memSample{allocated: s[0].Value.Uint64(), free: held - min(held, live), live: live}
 }
 
-// run trims after each quiet period until ctx ends, sleeping between
+// Run trims after each quiet period until ctx ends, sleeping between
 // bursts until woken.
-func (m *memoryTrimmer) run(ctx context.Context) error {
+func (m *MemoryTrimmer) Run(ctx context.Context) error {
 	st := trimState{last: m.read()}
 	for {
 		m.awake(ctx, &st)
@@ -127,7 +127,7 @@ func (m *memoryTrimmer) run(ctx context.Context) error {
 
 // awake ticks until a trim, until quiet for idle with nothing worth
 // trimming, or until ctx ends.
-func (m *memoryTrimmer) awake(ctx context.Context, st *trimState) {
+func (m *MemoryTrimmer) awake(ctx context.Context, st *trimState) {
 	c, stop := m.ticks(m.tick)
 	defer stop()
 	for {
@@ -150,28 +150,28 @@ func (m *memoryTrimmer) awake(ctx context.Context, st *trimState) {
 	}
 }
 
-// wake ends the trimmer's sleep: work came in. Cheap and never blocks.
-func (m *memoryTrimmer) wake() {
+// Wake ends the trimmer's sleep: work came in. Cheap and never blocks.
+func (m *MemoryTrimmer) Wake() {
 	select {
 	case m.awaken <- struct{}{}:
 	default:
 	}
 }
 
-// wakeOn wakes the trimmer on every request to h.
-func (m *memoryTrimmer) wakeOn(h http.Handler) http.Handler {
+// WakeOn wakes the trimmer on every request to h.
+func (m *MemoryTrimmer) WakeOn(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		m.wake()
+		m.Wake()
 		h.ServeHTTP(w, r)
 	})
 }
 
-// grpcStats wakes the trimmer on every message a gRPC stream receives but
+// GRPCStats wakes the trimmer on every message a gRPC stream receives but
 // heartbeats: they come every few seconds on every stream, carry no work,
 // and would keep an idle global's trimmer ticking.
-func (m *memoryTrimmer) grpcStats() stats.Handler { return trimmerStats{m} }
+func (m *MemoryTrimmer) GRPCStats() stats.Handler { return trimmerStats{m} }
 
-type trimmerStats struct{ m *memoryTrimmer }
+type trimmerStats struct{ m *MemoryTrimmer }
 
 func (t trimmerStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
 func (t trimmerStats) HandleRPC(_ context.Context, s stats.RPCStats) {
@@ -182,7 +182,7 @@ func (t trimmerStats) HandleRPC(_ context.Context, s stats.RPCStats) {
 	if msg, ok := in.Payload.(*syncv1.Message); ok && msg.GetHeartbeat() != nil {
 		return
 	}
-	t.m.wake()
+	t.m.Wake()
 }
 func (t trimmerStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
 func (t trimmerStats) HandleConn(context.Context, stats.ConnStats)                       {}
@@ -202,7 +202,7 @@ type trimState struct {
 // collection: after a burst whose last collection ran in its midst (100
 // zones' status reports arriving at once), what was live then and is
 // garbage now was not counted, and a 400 MB heap of it stayed resident.
-func (m *memoryTrimmer) observe(st *trimState, s memSample) bool {
+func (m *MemoryTrimmer) observe(st *trimState, s memSample) bool {
 	if a := s.allocated - st.last.allocated; a > m.quietAlloc {
 		st.quietFor = 0
 		st.burst += a
@@ -214,9 +214,9 @@ func (m *memoryTrimmer) observe(st *trimState, s memSample) bool {
 	return st.quietFor >= m.quiet && (s.free >= worth || st.burst >= worth)
 }
 
-// mapReleaser returns what drops store's memory map from the resident set
+// MapReleaser returns what drops store's memory map from the resident set
 // (boltstore.Store.ReleaseMap), or nil when the store keeps none (etcd).
-func mapReleaser(ctx context.Context, store any, logger hclog.Logger) func() {
+func MapReleaser(ctx context.Context, store any, logger hclog.Logger) func() {
 	m, ok := store.(interface{ ReleaseMap(context.Context) error })
 	if !ok {
 		return nil

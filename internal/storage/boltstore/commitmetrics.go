@@ -1,4 +1,4 @@
-package controlplane
+package boltstore
 
 import (
 	"time"
@@ -6,18 +6,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// storeCommitMetrics observes the embedded store's write committer
-// (boltstore.CommitObserver): how long each commit takes, fsyncs included,
+// CommitMetrics observes the embedded store's write committer
+// (CommitObserver): how long each commit takes, fsyncs included,
 // and how many writes share it. Together they say whether a slow write rate
 // is the disk (long commits) or the writers (few writes per commit), which
 // is what an operator of a busy global, and a benchmark, needs to know.
-type storeCommitMetrics struct {
+type CommitMetrics struct {
 	duration prometheus.Histogram
 	writes   prometheus.Histogram
 }
 
-func newStoreCommitMetrics(reg prometheus.Registerer) (*storeCommitMetrics, error) {
-	m := &storeCommitMetrics{
+// NewCommitMetrics registers the histograms with reg.
+func NewCommitMetrics(reg prometheus.Registerer) (*CommitMetrics, error) {
+	m := &CommitMetrics{
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "meridian_store_commit_duration_seconds",
 			Help:    "Duration of the embedded store's write transactions, from the first write applied to the commit on disk (both fsyncs).",
@@ -38,7 +39,7 @@ func newStoreCommitMetrics(reg prometheus.Registerer) (*storeCommitMetrics, erro
 }
 
 // ObserveCommit implements boltstore.CommitObserver.
-func (m *storeCommitMetrics) ObserveCommit(writes int, took time.Duration) {
+func (m *CommitMetrics) ObserveCommit(writes int, took time.Duration) {
 	m.duration.Observe(took.Seconds())
 	m.writes.Observe(float64(writes))
 }
