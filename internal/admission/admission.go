@@ -1,17 +1,14 @@
 // Package admission owns every rule about who may write what through a
-// control plane's API (SPEC 2, 4.3, 5): the labels the control plane owns,
-// which plane and zone own an existing resource, mesh existence, which plane
+// control plane (docs/security.md#who-may-write-what): the labels the
+// control plane owns, who owns an existing resource (one rule for the REST
+// API and both KDS directions, owner.go), mesh existence, which plane
 // creates meshes, and what a mesh delete takes with it. The REST handlers
-// call it for every write, and the global's sync sink for every batch a
-// zone sends (FromZone: a zone writes only its own resources, into meshes
-// the global has). Its preconditions run inside the store transaction of
-// the write (storage.Batch.Check), so no write slips between a check and
-// the write it guards.
-//
-// The sync sinks also check each received resource before the batch
-// (internal/kds/mapping: names, labels, origin), so a bad resource is
-// NACKed with a precise reason; FromZone closes the window between those
-// checks and the write.
+// call it for every write, the global's KDS sink for every batch a zone
+// sends (FromZone) and a zone's sink for every batch from the global
+// (FromGlobal). Its preconditions run inside the store transaction of the
+// write (storage.Batch.Check), so no write slips between a check and the
+// write it guards; the keys a sync precondition refuses become the
+// batch's NACK reasons.
 package admission
 
 import (
@@ -248,28 +245,13 @@ func (c *Controller) existing(tx storage.TxReader, key resource.Key, version uin
 	return r, c.owns(key, r)
 }
 
-// owns refuses changes to resources this plane did not originate: on a
-// zone, what the global (or another zone) sent; on the global, what a zone
-// synced up. A nil existing resource is free.
+// owns refuses an API write to a resource this plane does not own.
 func (c *Controller) owns(key resource.Key, existing *resource.Resource) error {
-	if existing == nil {
-		return nil
+	w := writer{kind: apiWriter}
+	if c.plane.IsZone() {
+		w.zone = c.plane.Zone
 	}
-	origin := existing.Labels.Get(resource.LabelOrigin)
-	if c.plane.IsGlobal() {
-		if origin == resource.OriginZone {
-			return fmt.Errorf("%w: %s has origin %q (zone %q): change it in that zone, not on the global",
-				ErrOwned, key, origin, existing.Labels.Get(resource.LabelZone))
-		}
-		return nil
-	}
-	if origin != "" && origin != resource.OriginZone {
-		return fmt.Errorf("%w: %s has origin %q: change it on the global control plane, not in zone %q", ErrOwned, key, origin, c.plane.Zone)
-	}
-	if z := existing.Labels.Get(resource.LabelZone); z != "" && z != c.plane.Zone {
-		return fmt.Errorf("%w: %s belongs to zone %q, not %q", ErrOwned, key, z, c.plane.Zone)
-	}
-	return nil
+	return c.mayWrite(w, key, existing)
 }
 
 // txLookup is what a store's transaction reader may offer beside Get: a
@@ -320,14 +302,10 @@ func (c *Controller) FromZone(zone string, puts []*resource.Resource, deletes []
 		rejected := map[resource.Key]error{}
 		owned := func(key resource.Key) error {
 			existing, err := getOrNil(tx, key)
-			if err != nil || existing == nil {
+			if err != nil {
 				return err
 			}
-			if existing.Labels.Get(resource.LabelOrigin) != resource.OriginZone || existing.Labels.Get(resource.LabelZone) != zone {
-				return fmt.Errorf("%w: %s exists on the global with origin %q and zone %q", ErrOwned, key,
-					existing.Labels.Get(resource.LabelOrigin), existing.Labels.Get(resource.LabelZone))
-			}
-			return nil
+			return c.mayWrite(writer{kind: zoneStream, zone: zone}, key, existing)
 		}
 		meshes := map[string]bool{}
 		for _, r := range puts {
@@ -365,22 +343,21 @@ func (c *Controller) FromZone(zone string, puts []*resource.Resource, deletes []
 
 // FromGlobal is the precondition of a batch the global's stream applies on
 // this zone: no put or delete touches one of the zone's own resources of a
-// type that syncs zone → global (mapping.OwnedByZone). It runs in the
+// type that syncs zone → global. It runs in the
 // batch's transaction, so a resource the zone's API writes meanwhile is
 // never overwritten or removed by the global.
 func (c *Controller) FromGlobal(puts []*resource.Resource, deletes []resource.Key) func(storage.TxReader) ([]resource.Key, error) {
 	return func(tx storage.TxReader) ([]resource.Key, error) {
 		rejected := map[resource.Key]error{}
 		check := func(key resource.Key) error {
-			d, ok := c.reg.Lookup(key.Type)
-			if !ok || !d.Sync.ZoneToGlobal {
-				return nil
+			if d, ok := c.reg.Lookup(key.Type); !ok || !d.Sync.ZoneToGlobal {
+				return nil // types that never sync up are the global's
 			}
 			existing, err := getOrNil(tx, key)
-			if err != nil || existing == nil || !mapping.OwnedByZone(existing, c.plane.Zone) {
+			if err != nil {
 				return err
 			}
-			return fmt.Errorf("%w: %s is a resource of zone %s, not the global's", ErrOwned, key, c.plane.Zone)
+			return c.mayWrite(writer{kind: globalStream}, key, existing)
 		}
 		for _, r := range puts {
 			if err := check(r.Key()); err != nil {

@@ -516,13 +516,13 @@ func TestInboundSnapshotStaging(t *testing.T) {
 	ctx := context.Background()
 	// The global holds an old resource of zone-1 and one of zone-2.
 	for _, r := range []*resource.Resource{timeout("old", "", ""), timeout("kept", "", "")} {
-		g, err := mapping.FromZone(mustDesc(t, "MeshTimeout"), r, zone, "")
+		g, err := mapping.FromZone(mustDesc(t, "MeshTimeout"), r, zone, plane.DefaultSystemNamespace)
 		if err != nil {
 			t.Fatal(err)
 		}
 		put(t, store, g)
 	}
-	other, _ := mapping.FromZone(mustDesc(t, "MeshTimeout"), timeout("other", "", ""), zonePlane("zone-2", plane.EnvUniversal), plane.DefaultSystemNamespace)
+	other, _ := mapping.FromZone(mustDesc(t, "MeshTimeout"), timeout("other", "", plane.DefaultSystemNamespace), zonePlane("zone-2", plane.EnvUniversal), plane.DefaultSystemNamespace)
 	put(t, store, other)
 	chunk := func(i uint32, last bool, names ...string) *syncv1.DeltaBatch {
 		b := &syncv1.DeltaBatch{Nonce: itoa(int(i)), Revision: 9, FullSnapshot: true, ChunkIndex: i, LastChunk: last}

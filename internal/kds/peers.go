@@ -2,7 +2,6 @@ package kds
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/meridian-mesh/meridian/internal/plane"
@@ -137,40 +136,20 @@ func (s globalSink) upsert(ctx context.Context, w *syncv1.Resource) (*resource.R
 	if err := s.reg.Validate(g, s.global); err != nil {
 		return nil, fmt.Errorf("as stored on the global: %w", err)
 	}
-	if err := s.checkOwner(ctx, g.Key()); err != nil && !errors.Is(err, storage.ErrNotFound) {
-		return nil, err
-	}
+	// Whether g would replace a resource that is not this zone's is
+	// admission's decision, inside the write transaction (ZoneAdmission).
 	return g, nil
 }
 
-func (s globalSink) removal(ctx context.Context, k *syncv1.ResourceKey) (resource.Key, bool, error) {
+// removal maps a removal the zone sent. Whether the key is this zone's is
+// admission's decision, inside the write transaction (ZoneAdmission); a
+// removal of a key the global does not hold deletes nothing.
+func (s globalSink) removal(_ context.Context, k *syncv1.ResourceKey) (resource.Key, bool, error) {
 	key := keyFromWire(k)
 	if _, err := s.descriptor(key.Type); err != nil {
 		return resource.Key{}, false, err
 	}
-	g := mapping.GlobalKey(key, s.zone)
-	err := s.checkOwner(ctx, g)
-	if errors.Is(err, storage.ErrNotFound) {
-		return resource.Key{}, false, nil
-	}
-	return g, err == nil, err
-}
-
-// checkOwner refuses to touch a stored resource of the global or of another
-// zone; it returns storage.ErrNotFound (wrapped) when there is none.
-func (s globalSink) checkOwner(ctx context.Context, key resource.Key) error {
-	existing, err := s.store.Get(ctx, key)
-	switch {
-	case errors.Is(err, storage.ErrNotFound):
-		return err
-	case err != nil:
-		return fmt.Errorf("read %s: %w", key, err)
-	}
-	if existing.Labels.Get(resource.LabelOrigin) != resource.OriginZone || existing.Labels.Get(resource.LabelZone) != s.zone.Zone {
-		return fmt.Errorf("%w: %s exists on the global with origin %q and zone %q", mapping.ErrForeign, key,
-			existing.Labels.Get(resource.LabelOrigin), existing.Labels.Get(resource.LabelZone))
-	}
-	return nil
+	return mapping.GlobalKey(key, s.zone), true, nil
 }
 
 func (s globalSink) descriptor(typ string) (*resource.TypeDescriptor, error) {
@@ -232,19 +211,14 @@ func (s zoneSink) upsert(ctx context.Context, w *syncv1.Resource) (*resource.Res
 	return c, nil
 }
 
-// removal maps a removal the global sent; one of a key the zone does not
-// hold is skipped. Whether the key is one of the zone's own resources is
-// admission's decision, inside the write transaction (GlobalAdmission).
-func (s zoneSink) removal(ctx context.Context, k *syncv1.ResourceKey) (resource.Key, bool, error) {
+// removal maps a removal the global sent. Whether the key is one of the
+// zone's own resources is admission's decision, inside the write
+// transaction (GlobalAdmission); a removal of a key the zone does not hold
+// deletes nothing.
+func (s zoneSink) removal(_ context.Context, k *syncv1.ResourceKey) (resource.Key, bool, error) {
 	key := keyFromWire(k)
 	if _, err := s.descriptor(key.Type); err != nil {
 		return resource.Key{}, false, err
-	}
-	switch _, err := s.store.Get(ctx, key); {
-	case errors.Is(err, storage.ErrNotFound):
-		return resource.Key{}, false, nil
-	case err != nil:
-		return resource.Key{}, false, fmt.Errorf("read %s: %w", key, err)
 	}
 	return key, true, nil
 }

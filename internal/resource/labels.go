@@ -7,6 +7,8 @@ import (
 	"iter"
 	"slices"
 	"strings"
+
+	"github.com/meridian-mesh/meridian/internal/plane"
 )
 
 // Labels are a resource's labels: string keys, each with one string value.
@@ -249,4 +251,33 @@ func (l *Labels) UnmarshalJSON(b []byte) error {
 	}
 	*l = NewLabels(m)
 	return nil
+}
+
+// Owner is who owns a stored resource: the global, or one zone.
+type Owner struct {
+	Global bool
+	// Zone is the owning zone when not Global ("" for a zone-originated
+	// resource on the global that names no zone).
+	Zone string
+}
+
+// OwnerOf reads who owns r from its labels as plane p sees it; it is the
+// one ownership rule for writes (internal/admission) and for what a zone
+// sends (internal/kds/mapping), see docs/security.md#who-may-write-what:
+//   - kuma.io/origin: zone → the zone its kuma.io/zone label names (on a
+//     zone, an empty label is this zone);
+//   - no origin → the plane that stores it (written to its store
+//     directly; on a zone, the zone a kuma.io/zone label names, if any);
+//   - any other origin → the global.
+func OwnerOf(r *Resource, p plane.Plane) Owner {
+	origin, z := r.Labels.Get(LabelOrigin), r.Labels.Get(LabelZone)
+	switch {
+	case origin != "" && origin != OriginZone:
+		return Owner{Global: true}
+	case origin == "" && p.IsGlobal():
+		return Owner{Global: true}
+	case z == "" && p.IsZone():
+		return Owner{Zone: p.Zone}
+	}
+	return Owner{Zone: z}
 }

@@ -233,7 +233,7 @@ func TestFromZone(t *testing.T) {
 	mt := desc(t, "MeshTimeout")
 	src := res("MeshTimeout", "default-timeout-zone-1", map[string]string{resource.LabelOrigin: "zone", resource.LabelZone: "zone-1"},
 		`{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"connectionTimeout":"2s"}}]}`)
-	got, err := FromZone(mt, src, z, "")
+	got, err := FromZone(mt, src, z, plane.DefaultSystemNamespace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func TestFromZone(t *testing.T) {
 		{resource.LabelOrigin: "global"},
 		{resource.LabelZone: "zone-2"},
 	} {
-		if _, err := FromZone(mt, res("MeshTimeout", "x", bad, `{}`), z, ""); !errors.Is(err, ErrForeign) {
+		if _, err := FromZone(mt, res("MeshTimeout", "x", bad, `{}`), z, plane.DefaultSystemNamespace); !errors.Is(err, ErrForeign) {
 			t.Errorf("labels %v: error = %v, want ErrForeign", bad, err)
 		}
 	}
@@ -261,7 +261,7 @@ func TestFromZone(t *testing.T) {
 	// Vector 4: a namespaced resource of a Kubernetes zone.
 	k8s := plane.Plane{Mode: plane.Zone, Zone: "kuma-2", Environment: plane.EnvKubernetes, SystemNamespace: plane.DefaultSystemNamespace}
 	r := &resource.Resource{Type: "MeshService", Mesh: "producer-policy-flow", Name: "to-test-server", Namespace: "producer-policy-flow-ns"}
-	got, err = FromZone(desc(t, "MeshService"), r, k8s, "")
+	got, err = FromZone(desc(t, "MeshService"), r, k8s, plane.DefaultSystemNamespace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,11 +293,11 @@ func TestReferenceRewrite(t *testing.T) {
 	consumer := &resource.Resource{Type: "MeshTimeout", Mesh: "default", Name: "consumer", Namespace: "frontend-ns",
 		Labels: resource.NewLabels(zoneLabels("zone-1", "frontend-ns", "")), Spec: json.RawMessage(consumerSpec)}
 
-	gSvc, err := FromZone(ms, svc, zone1, "")
+	gSvc, err := FromZone(ms, svc, zone1, plane.DefaultSystemNamespace)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gPol, err := FromZone(mt, pol, zone1, "")
+	gPol, err := FromZone(mt, pol, zone1, plane.DefaultSystemNamespace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func TestReferenceRewrite(t *testing.T) {
 	}
 	// The consumer's reference points at another namespace; it is rewritten
 	// too (so it resolves on the global) though the policy is not relayed.
-	gCons, err := FromZone(mt, consumer, zone1, "")
+	gCons, err := FromZone(mt, consumer, zone1, plane.DefaultSystemNamespace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +358,7 @@ func TestReferenceRewrite(t *testing.T) {
 func TestLabelReferencesUntouched(t *testing.T) {
 	spec := `{"to":[{"targetRef":{"kind":"MeshService","labels":{"kuma.io/display-name":"backend"}},"default":{}}]}`
 	pol := &resource.Resource{Type: "MeshTimeout", Mesh: "default", Name: "p", Namespace: "ns", Spec: json.RawMessage(spec)}
-	got, err := FromZone(desc(t, "MeshTimeout"), pol, plane.Plane{Mode: plane.Zone, Zone: "z", Environment: plane.EnvKubernetes, SystemNamespace: plane.DefaultSystemNamespace}, "")
+	got, err := FromZone(desc(t, "MeshTimeout"), pol, plane.Plane{Mode: plane.Zone, Zone: "z", Environment: plane.EnvKubernetes, SystemNamespace: plane.DefaultSystemNamespace}, plane.DefaultSystemNamespace)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package mapping
 
 import (
+	"github.com/meridian-mesh/meridian/internal/plane"
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
@@ -39,21 +40,18 @@ func SyncDisabled(r *resource.Resource) bool {
 // there (rather than received from a zone). Resources without an origin
 // label were written to the global's store directly and count as global.
 func IsGlobalOrigin(r *resource.Resource) bool {
-	return r.Labels.Get(resource.LabelOrigin) != resource.OriginZone
+	return resource.OwnerOf(r, globalPlane).Global
 }
+
+var globalPlane = plane.NewGlobal("")
 
 // OwnedByZone reports whether a resource stored in zone's store was written
 // in that zone, as opposed to a copy received from the global (origin
 // global, or a relayed resource of another zone). Resources without labels
 // were written to the store directly and count as the zone's own.
 func OwnedByZone(r *resource.Resource, zone string) bool {
-	switch r.Labels.Get(resource.LabelOrigin) {
-	case "", resource.OriginZone:
-	default:
-		return false
-	}
-	z := r.Labels.Get(resource.LabelZone)
-	return z == "" || z == zone
+	o := resource.OwnerOf(r, plane.Plane{Mode: plane.Zone, Zone: zone})
+	return !o.Global && o.Zone == zone
 }
 
 // GlobalToZone decides whether r, as stored on the global, goes to zone
