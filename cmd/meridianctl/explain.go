@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/spf13/cobra"
 )
 
@@ -106,16 +107,7 @@ type blockRef struct {
 // String names the block by the policy's display name (a synced copy's
 // hashed name is what `get` lists; -o json shows both).
 func (b blockRef) String() string {
-	name := b.Policy.Name
-	if d := b.Policy.Labels["kuma.io/display-name"]; d != "" {
-		name = d
-		if b.Policy.Labels["kuma.io/origin"] == "global" {
-			name += " (global)"
-		}
-	}
-	if b.Policy.Namespace != "" {
-		name = b.Policy.Namespace + "/" + name
-	}
+	name := resource.NamingFromMap(b.Policy.Name, b.Policy.Namespace, b.Policy.Labels).String()
 	if b.Entry != nil {
 		return fmt.Sprintf("%s [%d].%s", name, *b.Entry, b.Block)
 	}

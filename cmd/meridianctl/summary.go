@@ -7,6 +7,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
 // configView is the part of _config the summary prints.
@@ -149,16 +151,7 @@ func origins(os []originRef) string {
 	names := make([]string, 0, len(os))
 	for _, o := range os {
 		// A synced copy by the name it was written under, and where.
-		n := qualifiedName(o.Namespace, o.Name)
-		if display := o.Labels["kuma.io/display-name"]; display != "" {
-			n = qualifiedName(o.Labels["k8s.kuma.io/namespace"], display)
-			switch {
-			case o.Labels["kuma.io/origin"] == "global":
-				n += " (global)"
-			case o.Labels["kuma.io/zone"] != "":
-				n += " (" + o.Labels["kuma.io/zone"] + ")"
-			}
-		}
+		n := resource.NamingFromMap(o.Name, o.Namespace, o.Labels).String()
 		if o.Block != "" {
 			n += " (" + o.Block + ")"
 		}

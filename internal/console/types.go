@@ -8,6 +8,7 @@ import (
 
 	"github.com/meridian-mesh/meridian/internal/kds"
 	"github.com/meridian-mesh/meridian/internal/policy"
+	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
 // The API's JSON as the pages read it (SPEC 5 shapes; unknown fields are
@@ -29,14 +30,11 @@ func (m meta) Origin() string { return m.Labels["kuma.io/origin"] }
 // author gave it (kuma.io/display-name) when it is a synced copy stored
 // under a hashed name.
 func (m meta) Ref() string {
-	name := m.Name
-	if d := m.Labels["kuma.io/display-name"]; d != "" && d != name {
-		name = d + " (stored as " + m.Name + ")"
+	n := resource.NamingFromMap(m.Name, m.Namespace, m.Labels)
+	if n.Synced() {
+		return n.String() + ", stored as " + m.Name
 	}
-	if m.Namespace != "" {
-		return m.Namespace + "/" + name
-	}
-	return name
+	return n.String()
 }
 
 // Provenance says where a policy comes from: "global", or "zone z".

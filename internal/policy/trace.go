@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
 // Provenance (SPEC 3.6.3). A trace runs the same fold functions as the
@@ -279,14 +281,7 @@ func policyName(p *policy) string {
 	if p.name != "" {
 		return p.name
 	}
-	name := p.desc.Name + " " + qualified(p.ownNS, p.display)
-	switch {
-	case p.origin == originGlobal && p.display != p.resName:
-		name += " (global)"
-	case p.display != p.resName && p.zone != "":
-		name += " (zone " + p.zone + ")"
-	}
-	return name
+	return p.desc.Name + " " + resource.Naming{Name: p.resName, Namespace: p.resNS, Labels: p.labels.Get}.String()
 }
 
 // locate walks path from root; it returns the node at path (depth ==

@@ -127,3 +127,59 @@ func (e *ValidationError) OrNil() error {
 	}
 	return e
 }
+
+// Naming is what a person is shown to name a resource (messages, tables,
+// the console): the namespace and name its author wrote and, for a synced
+// copy stored under a hashed name, where it came from. Its String is the
+// one rendering of display names: "web-ns/timeouts (zone zone-1)",
+// "guardrail (global)", "backend-timeouts".
+type Naming struct {
+	// Name and Namespace are the stored ones.
+	Name, Namespace string
+	// Labels reads the resource's labels (kuma.io/display-name,
+	// kuma.io/origin, kuma.io/zone, k8s.kuma.io/namespace).
+	Labels func(key string) string
+}
+
+// NamingOf is r's Naming.
+func NamingOf(r *Resource) Naming {
+	return Naming{Name: r.Name, Namespace: r.Namespace, Labels: r.Labels.Get}
+}
+
+// NamingFromMap is the Naming of a resource known by its name, namespace
+// and label map (a decoded API response).
+func NamingFromMap(name, namespace string, labels map[string]string) Naming {
+	return Naming{Name: name, Namespace: namespace, Labels: func(k string) string { return labels[k] }}
+}
+
+// Synced reports whether the resource is a copy stored under another name
+// than its author gave it.
+func (n Naming) Synced() bool {
+	d := n.Labels(LabelDisplayName)
+	return d != "" && d != n.Name
+}
+
+func (n Naming) String() string {
+	if !n.Synced() {
+		return qualifiedName(n.Namespace, n.Name)
+	}
+	ns := n.Namespace
+	if src := n.Labels(LabelNamespace); src != "" {
+		ns = src // the namespace it was written in, in its zone
+	}
+	s := qualifiedName(ns, n.Labels(LabelDisplayName))
+	switch z := n.Labels(LabelZone); {
+	case n.Labels(LabelOrigin) == OriginGlobal:
+		s += " (global)"
+	case z != "":
+		s += " (zone " + z + ")"
+	}
+	return s
+}
+
+func qualifiedName(ns, name string) string {
+	if ns == "" {
+		return name
+	}
+	return ns + "/" + name
+}
