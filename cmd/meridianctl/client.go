@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meridian-mesh/meridian/internal/api"
 	"github.com/meridian-mesh/meridian/internal/auth"
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
@@ -42,13 +43,9 @@ func newClient(address, token, caFile string) (*client, error) {
 	return &client{base: u, http: hc, token: token}, nil
 }
 
-// apiError is the server's error body.
-type apiError struct {
-	Status  int                   `json:"-"`
-	Title   string                `json:"title"`
-	Details string                `json:"details"`
-	Causes  []resource.FieldError `json:"causes"`
-}
+// apiError is the server's error body (api.Error's shape), printed with
+// every cause on its own line.
+type apiError api.Error
 
 func (e *apiError) Error() string {
 	s := e.Details
@@ -93,10 +90,11 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 		return nil, nil, fmt.Errorf("%s %s: read response: %w", method, u.Path, err)
 	}
 	if resp.StatusCode >= 300 {
-		e := &apiError{Status: resp.StatusCode}
+		e := &apiError{}
 		if json.Unmarshal(data, e) != nil || (e.Title == "" && e.Details == "") {
 			e.Details = fmt.Sprintf("%s %s: %s: %s", method, u.Path, resp.Status, strings.TrimSpace(string(data)))
 		}
+		e.Status = resp.StatusCode
 		if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed {
 			if err := c.wrongPlane(ctx, path); err != nil {
 				return nil, resp.Header, err

@@ -14,6 +14,8 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
+	"github.com/meridian-mesh/meridian/internal/api"
+	"github.com/meridian-mesh/meridian/internal/policy"
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
@@ -23,8 +25,7 @@ func describe(err error) error {
 	if !errors.As(err, &verr) {
 		return err
 	}
-	e := &apiError{Details: "resource is invalid", Causes: verr.Causes}
-	return e
+	return &apiError{Details: "resource is invalid", Causes: verr.Causes}
 }
 
 func (a *app) getCommand() *cobra.Command {
@@ -86,35 +87,37 @@ func (a *app) getOne(cmd *cobra.Command, d *resource.TypeDescriptor, mesh, name 
 	return a.printRaw(body, output)
 }
 
-// listItem holds the columns of the table view.
+// listItem is a listed resource with the parts of its spec and status the
+// table shows.
 type listItem struct {
-	Type             string            `json:"type"`
-	Mesh             string            `json:"mesh"`
-	Name             string            `json:"name"`
-	Namespace        string            `json:"namespace"`
-	Version          uint64            `json:"version"`
-	ModificationTime time.Time         `json:"modificationTime"`
-	Labels           map[string]string `json:"labels"`
-	// Spec holds what the Mesh table shows.
-	Spec struct {
+	resource.Resource
+	spec struct {
 		MTLS struct {
 			EnabledBackend string `json:"enabledBackend"`
 		} `json:"mtls"`
-	} `json:"spec"`
-	Status struct {
-		Conditions []struct {
-			Type   string `json:"type"`
-			Status string `json:"status"`
-			Reason string `json:"reason"`
-		} `json:"conditions"`
-	} `json:"status"`
+	}
+	status policy.PolicyStatus
+}
+
+func decodeListItem(raw []byte) (listItem, error) {
+	var it listItem
+	if err := json.Unmarshal(raw, &it.Resource); err != nil {
+		return it, err
+	}
+	if len(it.Spec) > 0 {
+		_ = json.Unmarshal(it.Spec, &it.spec) // shown when readable; the raw spec is -o yaml's
+	}
+	if len(it.Status) > 0 {
+		_ = json.Unmarshal(it.Status, &it.status)
+	}
+	return it, nil
 }
 
 // statusColumn summarizes a zone policy's conditions: the Accepted reason
 // when it is not accepted, else the Enforced reason; "-" without status.
 func (it listItem) statusColumn() string {
 	reason := "-"
-	for _, c := range it.Status.Conditions {
+	for _, c := range it.status.Conditions {
 		switch {
 		case c.Type == "Accepted" && c.Status != "True":
 			return c.Reason
@@ -125,11 +128,7 @@ func (it listItem) statusColumn() string {
 	return reason
 }
 
-type listResponse struct {
-	Total int               `json:"total"`
-	Items []json.RawMessage `json:"items"`
-	Next  *string           `json:"next"`
-}
+type listResponse = api.List[json.RawMessage]
 
 // getList fetches every page, then prints.
 func (a *app) getList(cmd *cobra.Command, d *resource.TypeDescriptor, mesh string, q url.Values, output string) error {
@@ -187,8 +186,8 @@ func (a *app) getList(cmd *cobra.Command, d *resource.TypeDescriptor, mesh strin
 	}
 	items := make([]listItem, 0, len(all))
 	for _, raw := range all {
-		var it listItem
-		if err := json.Unmarshal(raw, &it); err != nil {
+		it, err := decodeListItem(raw)
+		if err != nil {
 			return fmt.Errorf("decode response: %w", err)
 		}
 		items = append(items, it)
@@ -249,9 +248,7 @@ func (a *app) printResourceYAML(body []byte) error {
 
 // printZoneList prints the global's zones (GET /zones) as inspect zones does.
 func (a *app) printZoneList(body []byte) error {
-	var page struct {
-		Items []zoneRow `json:"items"`
-	}
+	var page api.List[api.ZoneItem]
 	if err := json.Unmarshal(body, &page); err != nil {
 		return fmt.Errorf("decode response: %w", err)
 	}
@@ -282,7 +279,7 @@ func (a *app) printTable(d *resource.TypeDescriptor, items []listItem) error {
 	}
 	withStatus := false
 	for _, it := range items {
-		withStatus = withStatus || len(it.Status.Conditions) > 0
+		withStatus = withStatus || len(it.status.Conditions) > 0
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 3, ' ', 0)
 	header := "MESH\tNAME\tNAMESPACE\tTYPE\tVERSION\tAGE"
@@ -311,14 +308,14 @@ func (a *app) printMeshes(items []listItem) error {
 	fmt.Fprintln(tw, "NAME\tMTLS\tORIGIN\tVERSION\tAGE")
 	for _, it := range items {
 		mtls := "off"
-		if it.Spec.MTLS.EnabledBackend != "" {
-			mtls = it.Spec.MTLS.EnabledBackend
+		if it.spec.MTLS.EnabledBackend != "" {
+			mtls = it.spec.MTLS.EnabledBackend
 		}
 		age := "-"
 		if !it.ModificationTime.IsZero() {
 			age = time.Since(it.ModificationTime).Round(time.Second).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", it.Name, mtls, dash(it.Labels["kuma.io/origin"]), it.Version, age)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", it.Name, mtls, dash(it.Labels.Get(resource.LabelOrigin)), it.Version, age)
 	}
 	return tw.Flush()
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/meridian-mesh/meridian/internal/policy"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/spf13/cobra"
 )
@@ -54,67 +55,24 @@ func (a *app) explain(cmd *cobra.Command, mesh, name string, q url.Values, ex ex
 	if output != "table" {
 		return a.printRaw(body, output)
 	}
-	var e explanation
+	var e policy.Explanation
 	if err := json.Unmarshal(body, &e); err != nil {
 		return fmt.Errorf("decode response: %w", err)
 	}
 	return a.printExplanation(name, e)
 }
 
-// explanation mirrors policy.Explanation (the fields the table shows).
-type explanation struct {
-	Type   string `json:"type"`
-	Target struct {
-		Outbound string            `json:"outbound"`
-		Inbound  int               `json:"inbound"`
-		Client   map[string]string `json:"client"`
-		Proxy    bool              `json:"proxy"`
-	} `json:"target"`
-	Conf   json.RawMessage `json:"conf"`
-	Fields []struct {
-		Path  string          `json:"path"`
-		Value json.RawMessage `json:"value"`
-		SetBy *blockRef       `json:"setBy"`
-		Lost  []struct {
-			By     blockRef        `json:"by"`
-			Value  json.RawMessage `json:"value"`
-			Reason string          `json:"reason"`
-		} `json:"lost"`
-		Unsets []struct {
-			By      blockRef `json:"by"`
-			Applied bool     `json:"applied"`
-			Reason  string   `json:"reason"`
-		} `json:"unsets"`
-	} `json:"fields"`
-	Blocks []struct {
-		blockRef
-		Outcome string `json:"outcome"`
-		Reason  string `json:"reason"`
-	} `json:"blocks"`
-	Warnings []string `json:"warnings"`
-}
-
-type blockRef struct {
-	Policy struct {
-		Name      string            `json:"name"`
-		Namespace string            `json:"namespace"`
-		Labels    map[string]string `json:"labels"`
-	} `json:"policy"`
-	Entry *int   `json:"entry"`
-	Block string `json:"block"`
-}
-
-// String names the block by the policy's display name (a synced copy's
+// blockName names a block by the policy's display name (a synced copy's
 // hashed name is what `get` lists; -o json shows both).
-func (b blockRef) String() string {
-	name := resource.NamingFromMap(b.Policy.Name, b.Policy.Namespace, b.Policy.Labels).String()
+func blockName(b policy.BlockRef) string {
+	name := resource.NamingOf(&resource.Resource{Name: b.Policy.Name, Namespace: b.Policy.Namespace, Labels: b.Policy.Labels}).String()
 	if b.Entry != nil {
 		return fmt.Sprintf("%s [%d].%s", name, *b.Entry, b.Block)
 	}
 	return name + " " + b.Block
 }
 
-func (a *app) printExplanation(dp string, e explanation) error {
+func (a *app) printExplanation(dp string, e policy.Explanation) error {
 	target := "proxy-wide"
 	switch {
 	case e.Target.Outbound != "":
@@ -133,17 +91,17 @@ func (a *app) printExplanation(dp string, e explanation) error {
 	for _, f := range e.Fields {
 		value, setBy := "(absent)", "-"
 		if f.SetBy != nil {
-			value, setBy = compact(f.Value), f.SetBy.String()
+			value, setBy = compact(f.Value), blockName(*f.SetBy)
 		}
 		var notes []string
 		for _, l := range f.Lost {
-			notes = append(notes, fmt.Sprintf("%s %s: %s", l.By, compact(l.Value), l.Reason))
+			notes = append(notes, fmt.Sprintf("%s %s: %s", blockName(l.By), compact(l.Value), l.Reason))
 		}
 		for _, u := range f.Unsets {
 			if u.Applied {
-				notes = append(notes, fmt.Sprintf("unset by %s", u.By))
+				notes = append(notes, fmt.Sprintf("unset by %s", blockName(u.By)))
 			} else {
-				notes = append(notes, fmt.Sprintf("%s: %s", u.By, u.Reason))
+				notes = append(notes, fmt.Sprintf("%s: %s", blockName(u.By), u.Reason))
 			}
 		}
 		if len(notes) == 0 {
@@ -161,7 +119,7 @@ func (a *app) printExplanation(dp string, e explanation) error {
 	tw = tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "BLOCK (apply order)\tOUTCOME\tREASON")
 	for _, b := range e.Blocks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", b.blockRef, b.Outcome, dash(b.Reason))
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", blockName(b.BlockRef), b.Outcome, dash(b.Reason))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

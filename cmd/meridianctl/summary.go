@@ -8,68 +8,20 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/meridian-mesh/meridian/internal/policy"
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
-
-// configView is the part of _config the summary prints.
-type configView struct {
-	Dataplane struct {
-		Mesh      string `json:"mesh"`
-		Name      string `json:"name"`
-		Namespace string `json:"namespace"`
-	} `json:"dataplane"`
-	Inbounds []struct {
-		Port     int               `json:"port"`
-		Tags     map[string]string `json:"tags"`
-		Policies map[string]struct {
-			Rules []struct {
-				Matchers []struct {
-					Key   string `json:"key"`
-					Value string `json:"value"`
-					Not   bool   `json:"not"`
-				} `json:"matchers"`
-				Conf   json.RawMessage `json:"conf"`
-				Origin []originRef     `json:"origin"`
-			} `json:"rules"`
-		} `json:"policies"`
-		RBAC struct {
-			Rules *struct {
-				Policies map[string]json.RawMessage `json:"policies"`
-			} `json:"rules"`
-		} `json:"rbac"`
-	} `json:"inbounds"`
-	Outbounds []struct {
-		Port     int    `json:"port"`
-		Service  string `json:"service"`
-		Policies map[string]struct {
-			Conf   json.RawMessage `json:"conf"`
-			Origin []originRef     `json:"origin"`
-		} `json:"policies"`
-	} `json:"outbounds"`
-	Proxy map[string]struct {
-		Conf   json.RawMessage `json:"conf"`
-		Origin []originRef     `json:"origin"`
-	} `json:"proxy"`
-	Warnings []string `json:"warnings"`
-}
-
-type originRef struct {
-	Name      string            `json:"name"`
-	Namespace string            `json:"namespace"`
-	Labels    map[string]string `json:"labels"`
-	Block     string            `json:"block"`
-}
 
 // printConfigSummary prints a Dataplane's _config readably: per inbound
 // and outbound, each policy type's conf in one line and the policies it
 // came from (last wins); -o json|yaml gives the whole document.
 func (a *app) printConfigSummary(body []byte) error {
-	var v configView
+	var v policy.ConfigResult
 	if err := json.Unmarshal(body, &v); err != nil {
 		return fmt.Errorf("decode response: %w", err)
 	}
 	w := a.stdout
-	fmt.Fprintf(w, "Dataplane %s/%s", v.Dataplane.Mesh, qualifiedName(v.Dataplane.Namespace, v.Dataplane.Name))
+	fmt.Fprintf(w, "Dataplane %s/%s", v.Dataplane.Mesh, resource.NamingOf(&resource.Resource{Name: v.Dataplane.Name, Namespace: v.Dataplane.Namespace}))
 	fmt.Fprintf(w, ": %d inbound(s), %d outbound(s)\n", len(v.Inbounds), len(v.Outbounds))
 	for _, in := range v.Inbounds {
 		fmt.Fprintf(w, "\nInbound %d (%s)\n", in.Port, dash(in.Tags["kuma.io/service"]))
@@ -103,19 +55,8 @@ func (a *app) printConfigSummary(body []byte) error {
 	return nil
 }
 
-func qualifiedName(ns, name string) string {
-	if ns == "" {
-		return name
-	}
-	return ns + "/" + name
-}
-
 // clientsOf renders a rule's client subset: "" for every client.
-func clientsOf(ms []struct {
-	Key   string `json:"key"`
-	Value string `json:"value"`
-	Not   bool   `json:"not"`
-}) string {
+func clientsOf(ms []policy.Matcher) string {
 	if len(ms) == 0 {
 		return ""
 	}
@@ -144,14 +85,14 @@ func oneLine(conf json.RawMessage) string {
 }
 
 // origins lists the policies a conf came from, in apply order.
-func origins(os []originRef) string {
+func origins(os []policy.Origin) string {
 	if len(os) == 0 {
 		return "-"
 	}
 	names := make([]string, 0, len(os))
 	for _, o := range os {
 		// A synced copy by the name it was written under, and where.
-		n := resource.NamingFromMap(o.Name, o.Namespace, o.Labels).String()
+		n := resource.NamingOf(&resource.Resource{Name: o.Name, Namespace: o.Namespace, Labels: o.Labels}).String()
 		if o.Block != "" {
 			n += " (" + o.Block + ")"
 		}

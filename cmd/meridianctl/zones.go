@@ -6,6 +6,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/meridian-mesh/meridian/internal/api"
 	"github.com/spf13/cobra"
 )
 
@@ -87,25 +88,6 @@ func (a *app) generateUserTokenCommand() *cobra.Command {
 	return cmd
 }
 
-// zoneRow holds the columns of `inspect zones`.
-type zoneRow struct {
-	Zone            string     `json:"zone"`
-	Connected       bool       `json:"connected"`
-	SoftwareVersion string     `json:"softwareVersion"`
-	ConnectTime     *time.Time `json:"connectTime"`
-	LastHeartbeat   *time.Time `json:"lastHeartbeat"`
-	LastError       string     `json:"lastError"`
-	GlobalToZone    struct {
-		BatchesSent   uint64 `json:"batchesSent"`
-		BatchesNacked uint64 `json:"batchesNacked"`
-		LastNackError string `json:"lastNackError"`
-	} `json:"globalToZone"`
-	ZoneToGlobal struct {
-		BatchesSent   uint64 `json:"batchesSent"`
-		BatchesNacked uint64 `json:"batchesNacked"`
-	} `json:"zoneToGlobal"`
-}
-
 func (a *app) inspectZonesCommand() *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
@@ -128,9 +110,7 @@ func (a *app) inspectZonesCommand() *cobra.Command {
 			if output != "table" {
 				return a.printRaw(body, output)
 			}
-			var page struct {
-				Items []zoneRow `json:"items"`
-			}
+			var page api.List[api.ZoneItem]
 			if err := json.Unmarshal(body, &page); err != nil {
 				return fmt.Errorf("decode response: %w", err)
 			}
@@ -141,7 +121,7 @@ func (a *app) inspectZonesCommand() *cobra.Command {
 	return cmd
 }
 
-func (a *app) printZones(rows []zoneRow) error {
+func (a *app) printZones(rows []api.ZoneItem) error {
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 3, ' ', 0)
 	fmt.Fprintln(tw, "ZONE\tSTATUS\tVERSION\tCONNECTED\tLAST HEARTBEAT\tBATCHES G>Z (NACKED)\tBATCHES Z>G (NACKED)\tLAST ERROR")
 	for _, z := range rows {

@@ -183,7 +183,7 @@ func (s *Server) handlePolicyDataplanes(w http.ResponseWriter, r *http.Request) 
 	if items == nil {
 		items = []policy.Meta{}
 	}
-	s.writeValue(w, r, http.StatusOK, map[string]any{"total": len(items), "items": items, "next": nil})
+	s.writeValue(w, r, http.StatusOK, newList(items))
 }
 
 // jsonAppender is a result that encodes itself faster than encoding/json

@@ -202,12 +202,8 @@ func (s *Server) handleListGlobalScopedPlural(w http.ResponseWriter, r *http.Req
 	s.list(w, r, d, "")
 }
 
-// listPage is the list response: {"total", "items", "next"}.
-type listPage struct {
-	Total int               `json:"total"`
-	Items []json.RawMessage `json:"items"`
-	Next  *string           `json:"next"`
-}
+// listPage is a list response of stored resources.
+type listPage = List[json.RawMessage]
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request, d *resource.TypeDescriptor, mesh string) {
 	if p := PrincipalFrom(r.Context()); p != nil && p.Meshes != nil && d.Name == "Mesh" {

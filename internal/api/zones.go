@@ -60,31 +60,13 @@ func (s *Server) registerGlobal() {
 	}
 }
 
-// zoneItem is one zone in GET /zones: Kuma's type/name plus the status.
-type zoneItem struct {
-	Type string `json:"type"`
-	Name string `json:"name"`
-	kds.ZoneStatus
-	// Rejected (overview only) are the global's resources this zone
-	// rejected and has not accepted since.
-	Rejected []rejectedItem `json:"rejected,omitempty"`
-}
-
-type rejectedItem struct {
-	Type      string `json:"type"`
-	Mesh      string `json:"mesh,omitempty"`
-	Namespace string `json:"namespace,omitempty"`
-	Name      string `json:"name"`
-	Message   string `json:"message"`
-}
-
 func (s *Server) handleZones(w http.ResponseWriter, r *http.Request) {
 	statuses := s.cfg.Zones.Statuses()
-	items := make([]zoneItem, 0, len(statuses))
+	items := make([]ZoneItem, 0, len(statuses))
 	for _, st := range statuses {
-		items = append(items, zoneItem{Type: "Zone", Name: st.Zone, ZoneStatus: st})
+		items = append(items, ZoneItem{Type: "Zone", Name: st.Zone, ZoneStatus: st})
 	}
-	s.writeValue(w, r, http.StatusOK, map[string]any{"total": len(items), "items": items, "next": nil})
+	s.writeValue(w, r, http.StatusOK, newList(items))
 }
 
 func (s *Server) handleZoneOverview(w http.ResponseWriter, r *http.Request) {
@@ -94,10 +76,10 @@ func (s *Server) handleZoneOverview(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, notFound("zone %q has never connected", name))
 		return
 	}
-	item := zoneItem{Type: "Zone", Name: name, ZoneStatus: st}
+	item := ZoneItem{Type: "Zone", Name: name, ZoneStatus: st}
 	for _, rej := range s.cfg.Zones.RejectedIn(name) {
 		k := rej.Key
-		item.Rejected = append(item.Rejected, rejectedItem{Type: k.Type, Mesh: k.Mesh, Namespace: k.Namespace, Name: k.Name, Message: rej.Message})
+		item.Rejected = append(item.Rejected, RejectedItem{Type: k.Type, Mesh: k.Mesh, Namespace: k.Namespace, Name: k.Name, Message: rej.Message})
 	}
 	s.writeValue(w, r, http.StatusOK, item)
 }
@@ -166,7 +148,7 @@ func (s *Server) handleRevokeZoneToken(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleSigningKeys(w http.ResponseWriter, r *http.Request) {
 	keys := s.cfg.ZoneTokenAdmin.Keys()
-	s.writeValue(w, r, http.StatusOK, map[string]any{"total": len(keys), "items": keys, "next": nil})
+	s.writeValue(w, r, http.StatusOK, newList(keys))
 }
 
 // handleRotateSigningKey: POST {"overlap": "24h"} makes a new signing key;

@@ -6,23 +6,25 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/meridian-mesh/meridian/internal/api"
 )
 
 // Global pages: zones, one zone, tokens (admins only act).
 
 func (c *Console) zonesPage(w http.ResponseWriter, r *http.Request) {
-	var zones list[zoneStatus]
+	var zones api.List[api.ZoneItem]
 	if err := c.get(r, "/zones", &zones); err != nil {
 		c.fail(w, r, "Zones", err)
 		return
 	}
-	slices.SortFunc(zones.Items, func(a, b zoneStatus) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(zones.Items, func(a, b api.ZoneItem) int { return strings.Compare(a.Name, b.Name) })
 	c.render(w, r, http.StatusOK, "zones", page{Title: "Zones", Nav: "zones", Data: zones.Items})
 }
 
 func (c *Console) zonePage(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	var z zoneStatus
+	var z api.ZoneItem
 	if err := c.get(r, "/zones/"+url.PathEscape(name)+"/_overview", &z); err != nil {
 		c.fail(w, r, "Zone "+name, err)
 		return
@@ -51,7 +53,7 @@ type signingKey struct {
 
 func (c *Console) tokensData(r *http.Request) tokensData {
 	d := tokensData{ValidFor: "24h"}
-	var zones list[zoneStatus]
+	var zones api.List[api.ZoneItem]
 	if c.get(r, "/zones", &zones) == nil {
 		for _, z := range zones.Items {
 			d.Zones = append(d.Zones, z.Name)

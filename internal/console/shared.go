@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/meridian-mesh/meridian/internal/api"
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
@@ -23,7 +24,7 @@ type meshItem struct {
 }
 
 func (c *Console) meshesPage(w http.ResponseWriter, r *http.Request) {
-	var meshes list[meshItem]
+	var meshes api.List[meshItem]
 	if err := c.get(r, "/meshes", &meshes); err != nil {
 		c.fail(w, r, "Meshes", err)
 		return
@@ -33,7 +34,7 @@ func (c *Console) meshesPage(w http.ResponseWriter, r *http.Request) {
 
 // meshNames lists the meshes the user may see, sorted.
 func (c *Console) meshNames(r *http.Request) ([]string, error) {
-	var meshes list[stored]
+	var meshes api.List[stored]
 	if err := c.get(r, "/meshes", &meshes); err != nil {
 		return nil, err
 	}
@@ -136,7 +137,7 @@ func (c *Console) policiesPage(w http.ResponseWriter, r *http.Request) {
 	d.Plural = desc.Plural
 	path := "/meshes/" + url.PathEscape(d.Mesh) + "/" + desc.Plural
 	offset, _ := strconv.Atoi(q.Get("offset"))
-	var items list[stored]
+	var items api.List[stored]
 	if err := c.get(r, path+"?"+listQuery(d.Origin, max(0, offset)), &items); err != nil {
 		c.fail(w, r, "Policies", err)
 		return
@@ -202,7 +203,7 @@ func (c *Console) resourcePage(w http.ResponseWriter, r *http.Request) {
 		if ns != "" {
 			sel += "&namespace=" + url.QueryEscape(ns)
 		}
-		var dps list[meta]
+		var dps api.List[meta]
 		if err := c.get(r, sel, &dps); err == nil {
 			d.Dataplanes, d.DPTotal = dps.Items, dps.Total
 		}

@@ -6,13 +6,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/meridian-mesh/meridian/internal/kds"
 	"github.com/meridian-mesh/meridian/internal/policy"
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
-// The API's JSON as the pages read it (SPEC 5 shapes; unknown fields are
-// ignored, so the API may grow).
+// The stored resources as the pages read them (unknown fields are ignored,
+// so the API may grow); the other responses decode into the server's own
+// types (api.List, api.ZoneItem, package policy's results).
 
 type meta struct {
 	Type      string            `json:"type"`
@@ -45,11 +45,6 @@ func (m meta) Provenance() string {
 	default:
 		return o
 	}
-}
-
-type list[T any] struct {
-	Total int `json:"total"`
-	Items []T `json:"items"`
 }
 
 type condition struct {
@@ -97,20 +92,8 @@ type dataplane struct {
 	} `json:"networking"`
 }
 
-type matcher struct {
-	Key   string `json:"key"`
-	Value string `json:"value"`
-	Not   bool   `json:"not"`
-}
-
-type rule struct {
-	Matchers []matcher      `json:"matchers"`
-	Conf     map[string]any `json:"conf"`
-	Origin   []meta         `json:"origin"`
-}
-
-// Subset is the rule's client subset in words.
-func (r rule) Subset() string {
+// subsetWords is a rule's client subset in words.
+func subsetWords(r policy.Rule) string {
 	if len(r.Matchers) == 0 {
 		return "every client"
 	}
@@ -125,11 +108,14 @@ func (r rule) Subset() string {
 	return strings.Join(parts, ", ")
 }
 
-// Action is a MeshTrafficPermission rule's decision in words and its
+// ruleAction is a MeshTrafficPermission rule's decision in words and its
 // class for the page's colours.
-func (r rule) Action() (string, string) {
-	a, _ := r.Conf["action"].(string)
-	return actionWords(a)
+func ruleAction(r policy.Rule) (string, string) {
+	var conf struct {
+		Action string `json:"action"`
+	}
+	_ = json.Unmarshal(r.Conf, &conf)
+	return actionWords(conf.Action)
 }
 
 func actionWords(a string) (string, string) {
@@ -142,28 +128,6 @@ func actionWords(a string) (string, string) {
 		return "allowed (shadow deny: logged as denied)", "shadow"
 	}
 	return a, ""
-}
-
-type typeConf struct {
-	Conf   json.RawMessage `json:"conf"`
-	Origin []meta          `json:"origin"`
-	Rules  []rule          `json:"rules"`
-}
-
-type config struct {
-	Dataplane meta `json:"dataplane"`
-	Inbounds  []struct {
-		Port     int                 `json:"port"`
-		Tags     map[string]string   `json:"tags"`
-		Policies map[string]typeConf `json:"policies"`
-	} `json:"inbounds"`
-	Outbounds []struct {
-		Port     int                 `json:"port"`
-		Service  string              `json:"service"`
-		Tags     map[string]string   `json:"tags"`
-		Policies map[string]typeConf `json:"policies"`
-	} `json:"outbounds"`
-	Proxy map[string]typeConf `json:"proxy"`
 }
 
 // describe names a block of an explanation (policy.BlockRef, by value or
@@ -180,7 +144,7 @@ func describe(v any) string {
 	if b == nil {
 		return "—"
 	}
-	m := meta{Type: b.Policy.Type, Mesh: b.Policy.Mesh, Name: b.Policy.Name, Namespace: b.Policy.Namespace, Labels: b.Policy.Labels.Map()}
+	m := metaOf(b.Policy)
 	s := m.Ref()
 	if p := m.Provenance(); p != "" {
 		s += " [" + p + "]"
@@ -194,18 +158,7 @@ func describe(v any) string {
 	return s
 }
 
-type evaluation struct {
-	Inbound  int                 `json:"inbound"`
-	Client   map[string]string   `json:"client"`
-	Policies map[string]typeConf `json:"policies"`
-}
-
-// zoneStatus is GET /zones' item: the sync package's status with the
-// API's name and, in the overview, the resources the zone rejected.
-type zoneStatus struct {
-	Name string `json:"name"`
-	kds.ZoneStatus
-	Rejected []struct {
-		Type, Mesh, Namespace, Name, Message string
-	} `json:"rejected"`
+// metaOf is the page's view of an engine result's resource reference.
+func metaOf(m policy.Meta) meta {
+	return meta{Type: m.Type, Mesh: m.Mesh, Name: m.Name, Namespace: m.Namespace, Labels: m.Labels.Map()}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/meridian-mesh/meridian/internal/api"
 	"github.com/meridian-mesh/meridian/internal/policy"
 )
 
@@ -51,7 +52,7 @@ func (c *Console) dataplanesPage(w http.ResponseWriter, r *http.Request) {
 	base := "/meshes/" + url.PathEscape(d.Mesh) + "/dataplanes"
 	var shown []dataplane
 	if d.Query == "" {
-		var l list[dataplane]
+		var l api.List[dataplane]
 		if err := c.get(r, fmt.Sprintf("%s?size=%d&offset=%d", base, dpPageSize, offset), &l); err != nil {
 			c.fail(w, r, "Dataplanes", err)
 			return
@@ -81,7 +82,7 @@ func (c *Console) dataplanesPage(w http.ResponseWriter, r *http.Request) {
 func (c *Console) allDataplanes(r *http.Request, base string) ([]dataplane, error) {
 	var out []dataplane
 	for off := 0; ; off += 1000 {
-		var l list[dataplane]
+		var l api.List[dataplane]
 		if err := c.get(r, fmt.Sprintf("%s?size=1000&offset=%d", base, off), &l); err != nil {
 			return nil, err
 		}
@@ -195,7 +196,6 @@ func dpPath(mesh, name, namespace, sub string, q url.Values) string {
 type targetConf struct {
 	Type    string
 	Conf    string
-	Origin  []meta
 	Fields  []fieldRow
 	Explain string // the explain page of this target and type
 	Err     string
@@ -208,7 +208,7 @@ type fieldRow struct {
 
 type dataplaneData struct {
 	DP        dataplane
-	Config    config
+	Config    policy.ConfigResult
 	Inbounds  []inboundView
 	Outbounds []outboundView
 	Proxy     []targetConf
@@ -251,9 +251,10 @@ type whatIf struct {
 	Types    []targetConf
 }
 
-func originNames(ms []meta) string {
+func originNames(ms []policy.Origin) string {
 	names := make([]string, 0, len(ms))
-	for _, m := range ms {
+	for _, o := range ms {
+		m := metaOf(o.Meta)
 		n := m.Ref()
 		if p := m.Provenance(); p != "" {
 			n += " [" + p + "]"
@@ -277,19 +278,19 @@ func (c *Console) dataplanePage(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, in := range d.Config.Inbounds {
 		d.Ports = append(d.Ports, in.Port)
-		d.Inbounds = append(d.Inbounds, inboundOf(in.Port, in.Tags, in.Policies))
+		d.Inbounds = append(d.Inbounds, inboundOf(in))
 	}
 	for _, out := range d.Config.Outbounds {
 		ov := outboundView{Port: out.Port, Service: out.Service}
 		for _, t := range sortedTypes(out.Policies) {
 			q := url.Values{"type": {t}, "outbound": {out.Service}}
-			ov.Policies = append(ov.Policies, c.explained(r, mesh, name, ns, t, out.Policies[t], q))
+			ov.Policies = append(ov.Policies, c.explained(r, mesh, name, ns, t, out.Policies[t].Conf, q))
 		}
 		d.Outbounds = append(d.Outbounds, ov)
 	}
 	for _, t := range sortedTypes(d.Config.Proxy) {
 		q := url.Values{"type": {t}, "proxy": {"true"}}
-		d.Proxy = append(d.Proxy, c.explained(r, mesh, name, ns, t, d.Config.Proxy[t], q))
+		d.Proxy = append(d.Proxy, c.explained(r, mesh, name, ns, t, d.Config.Proxy[t].Conf, q))
 	}
 	if q := r.URL.Query(); q.Has("client") || q.Has("inbound") {
 		d.WhatIf = c.whatIf(r, mesh, name, ns, q.Get("inbound"), q.Get("client"))
@@ -306,14 +307,14 @@ func sortedTypes[T any](m map[string]T) []string {
 	return out
 }
 
-func inboundOf(port int, tags map[string]string, policies map[string]typeConf) inboundView {
-	iv := inboundView{Port: port, Tags: tags}
-	for _, t := range sortedTypes(policies) {
-		tc := policies[t]
+func inboundOf(in policy.InboundConfig) inboundView {
+	iv := inboundView{Port: in.Port, Tags: in.Tags}
+	for _, t := range sortedTypes(in.Policies) {
+		tc := in.Policies[t]
 		if t == "MeshTrafficPermission" {
 			for _, ru := range tc.Rules {
-				words, class := ru.Action()
-				iv.MTP = append(iv.MTP, mtpRow{Subset: ru.Subset(), Action: words, Class: class, Origin: originNames(ru.Origin)})
+				words, class := ruleAction(ru)
+				iv.MTP = append(iv.MTP, mtpRow{Subset: subsetWords(ru), Action: words, Class: class, Origin: originNames(ru.Origin)})
 			}
 			if len(tc.Rules) == 0 {
 				iv.MTP = append(iv.MTP, mtpRow{Subset: "every client", Action: "denied (no MeshTrafficPermission allows)", Class: "deny"})
@@ -322,8 +323,7 @@ func inboundOf(port int, tags map[string]string, policies map[string]typeConf) i
 		}
 		it := inboundType{Type: t}
 		for _, ru := range tc.Rules {
-			conf, _ := json.Marshal(ru.Conf)
-			it.Rules = append(it.Rules, ruleView{Subset: ru.Subset(), Conf: prettyJSON(json.RawMessage(conf)), Origin: originNames(ru.Origin)})
+			it.Rules = append(it.Rules, ruleView{Subset: subsetWords(ru), Conf: prettyJSON(ru.Conf), Origin: originNames(ru.Origin)})
 		}
 		iv.Policies = append(iv.Policies, it)
 	}
@@ -331,8 +331,8 @@ func inboundOf(port int, tags map[string]string, policies map[string]typeConf) i
 }
 
 // explained asks _explain for one target and type and lays its fields out.
-func (c *Console) explained(r *http.Request, mesh, name, ns, typ string, tc typeConf, q url.Values) targetConf {
-	out := targetConf{Type: typ, Conf: prettyJSON(tc.Conf), Origin: tc.Origin}
+func (c *Console) explained(r *http.Request, mesh, name, ns, typ string, conf json.RawMessage, q url.Values) targetConf {
+	out := targetConf{Type: typ, Conf: prettyJSON(conf)}
 	eq := url.Values{}
 	for k, v := range q {
 		eq[k] = v
@@ -384,7 +384,7 @@ func (c *Console) whatIf(r *http.Request, mesh, name, ns, inbound, client string
 	}
 	wi.Inbound = port
 	q := url.Values{"inbound": {strconv.Itoa(port)}, "client": {normalizeClient(wi.Client)}}
-	var ev evaluation
+	var ev policy.InboundEvaluation
 	if err := c.get(r, dpPath(mesh, name, ns, "_evaluate", q), &ev); err != nil {
 		wi.Error = err.Error()
 		return wi
@@ -403,7 +403,7 @@ func (c *Console) whatIf(r *http.Request, mesh, name, ns, inbound, client string
 			}
 		}
 		eq := url.Values{"type": {t}, "inbound": {strconv.Itoa(port)}, "client": {normalizeClient(wi.Client)}}
-		wi.Types = append(wi.Types, c.explained(r, mesh, name, ns, t, tc, eq))
+		wi.Types = append(wi.Types, c.explained(r, mesh, name, ns, t, tc.Conf, eq))
 	}
 	return wi
 }
