@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 )
@@ -150,16 +149,6 @@ func (t *ZoneTokens) verifyingKey(kid string) (ed25519.PublicKey, time.Time, err
 		}
 	}
 	return nil, time.Time{}, fmt.Errorf("%w: signed by unknown key %s", ErrBadSignature, kid)
-}
-
-// LoadOrCreateZoneTokens loads the signing key from dataDir, generating it
-// (0600) on first start, and returns the issuer/verifier.
-func LoadOrCreateZoneTokens(dataDir string, clock Clock) (*ZoneTokens, error) {
-	key, err := LoadOrCreateSigningKey(filepath.Join(dataDir, SigningKeyFileName))
-	if err != nil {
-		return nil, err
-	}
-	return NewZoneTokens(ZoneTokensConfig{Key: key, Clock: clock})
 }
 
 // Issue signs a token for zone valid for validFor from now.

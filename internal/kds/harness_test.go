@@ -312,7 +312,7 @@ func newCluster(t testing.TB, o clusterOpts) *cluster {
 	c := &cluster{t: t, dir: t.TempDir(), gclock: &storeClock{now: time.Now()}, stream: o.stream, quiet: o.quiet}
 	c.global = openStore(t, filepath.Join(c.dir, "global.db"), storeOpts{clock: c.gclock, retention: o.retention})
 	t.Cleanup(func() { _ = c.global.Close() })
-	tokens, err := auth.LoadOrCreateZoneTokens(c.dir, nil)
+	tokens, err := loadZoneTokens(c.dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -525,4 +525,14 @@ func testZoneAdmission(t testing.TB, zone, env string) *admission.Controller {
 		t.Fatal(err)
 	}
 	return adm
+}
+
+// loadZoneTokens is the zone token issuer and verifier of a global's data
+// dir (its key created on first use).
+func loadZoneTokens(dir string) (*auth.ZoneTokens, error) {
+	ring, err := auth.LoadZoneKeyRing(dir, nil)
+	if err != nil {
+		return nil, err
+	}
+	return ring.Tokens(), nil
 }

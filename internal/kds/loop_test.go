@@ -88,7 +88,6 @@ type loopHarness struct {
 	clock  *fakeClock
 	stream *fakeStream
 	obs    *flow
-	status FlowStatus
 	done   chan error
 	cancel context.CancelFunc
 	// drain, when closed, starts the session's graceful end.

@@ -50,13 +50,6 @@ type zoneReport struct {
 	n      int                            // statuses
 }
 
-// set replaces zone's report with rep (one that arrived whole).
-func (r *reports) set(zone string, rep *syncv1.PolicyStatusReport) {
-	a := r.assemble(zone)
-	a.add(rep.GetStatuses())
-	a.done()
-}
-
 // assemble starts a report of zone, which replaces the zone's previous one
 // once done.
 func (r *reports) assemble(zone string) reportAssembly {

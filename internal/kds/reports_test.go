@@ -317,3 +317,10 @@ func TestReportChunksAreBounded(t *testing.T) {
 		t.Fatalf("taken in %d statuses, done %d times", a.added, a.dones)
 	}
 }
+
+// set replaces zone's report with rep (one that arrived whole).
+func (r *reports) set(zone string, rep *syncv1.PolicyStatusReport) {
+	a := r.assemble(zone)
+	a.add(rep.GetStatuses())
+	a.done()
+}

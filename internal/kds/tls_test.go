@@ -30,7 +30,7 @@ func TestOverTLSWithGzip(t *testing.T) {
 	writeGlobal(t, global, mesh("default"))
 	writeGlobal(t, global, timeout("default-timeout-global", "", ""))
 
-	tokens, err := auth.LoadOrCreateZoneTokens(dir, nil)
+	tokens, err := loadZoneTokens(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func TestReplacedStream(t *testing.T) {
 
 func TestConfigChecks(t *testing.T) {
 	store := newTestStore(t)
-	tokens, _ := auth.LoadOrCreateZoneTokens(t.TempDir(), nil)
+	tokens, _ := loadZoneTokens(t.TempDir())
 	if _, err := NewServer(ServerConfig{Plane: testGlobal, Store: store, Registry: testRegistry}); err == nil {
 		t.Error("server without authenticator")
 	}

@@ -43,16 +43,15 @@ type doBlock struct {
 }
 
 type doEntry struct {
-	policy   string
-	global   bool
-	topKind  string
-	kind     string // the entry's own targetRef kind
-	index    int
-	tags     map[string]string // from entries: the client subset
-	def      *doBlock
-	over     *doBlock
-	unset    []string
-	whenExpr map[string]*condition.Expr
+	policy  string
+	global  bool
+	topKind string
+	kind    string // the entry's own targetRef kind
+	index   int
+	tags    map[string]string // from entries: the client subset
+	def     *doBlock
+	over    *doBlock
+	unset   []string
 }
 
 func randomFlat(r *rand.Rand) map[string]string {

@@ -62,9 +62,6 @@ func isResourceName(s string) bool {
 	return true
 }
 
-// IsResourceName reports whether s is a valid resource name.
-func IsResourceName(s string) bool { return isResourceName(s) }
-
 // isLabelName: the name part of a qualified label key or a label value:
 // alphanumerics at both ends, '-', '_' and '.' inside.
 func isLabelName(s string, maxLen int) bool {

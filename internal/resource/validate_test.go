@@ -215,7 +215,7 @@ func TestResourceNames(t *testing.T) {
 		"A":       false,
 		"a_b":     false,
 	} {
-		if got := IsResourceName(name); got != want {
+		if got := isResourceName(name); got != want {
 			t.Errorf("%.40q: %v, want %v", name, got, want)
 		}
 	}

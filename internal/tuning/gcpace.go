@@ -104,8 +104,6 @@ func (g *gcHeadroom) arm() {
 	}, g)
 }
 
-func (g *gcHeadroom) stop() { g.stopped.Store(true) }
-
 func liveHeap() uint64 {
 	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	metrics.Read(s)

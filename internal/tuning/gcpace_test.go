@@ -112,3 +112,6 @@ func collectUntilSet(t *testing.T, sets <-chan int) int {
 	t.Fatal("no percentage set after collections for 10s")
 	return 0
 }
+
+// stop ends the pacing (tests start and stop it).
+func (g *gcHeadroom) stop() { g.stopped.Store(true) }

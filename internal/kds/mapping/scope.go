@@ -20,16 +20,6 @@ const (
 	Remove
 )
 
-func (v Verdict) String() string {
-	switch v {
-	case Send:
-		return "send"
-	case Remove:
-		return "remove"
-	}
-	return "skip"
-}
-
 // SyncDisabled reports the kuma.io/kds-sync: disabled label, which keeps a
 // resource where it was written.
 func SyncDisabled(r *resource.Resource) bool {

@@ -20,7 +20,6 @@ import (
 type writeTx struct {
 	s   *Store
 	ctx context.Context
-	now func() int64
 
 	loaded  map[string]*resource.Resource // encoded key -> stored (nil = absent)
 	changes map[string]*change

@@ -70,14 +70,6 @@ func CompareKeys(a, b resource.Key) int {
 	return strings.Compare(a.Name, b.Name)
 }
 
-func DecodeKey(b []byte) (resource.Key, error) {
-	parts := bytes.SplitN(b, []byte{KeySep}, 4)
-	if len(parts) != 4 {
-		return resource.Key{}, fmt.Errorf("malformed resource key %q", b)
-	}
-	return resource.Key{Type: string(parts[0]), Mesh: string(parts[1]), Namespace: string(parts[2]), Name: string(parts[3])}, nil
-}
-
 // ListPrefix is the longest key prefix that the filter pins down: the type,
 // then the mesh when set, then the namespace when the mesh is set too.
 func ListPrefix(opts storage.ListOptions) []byte {
