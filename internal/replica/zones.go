@@ -132,12 +132,17 @@ type Zones struct {
 }
 
 func (z Zones) Statuses() []kds.ZoneStatus {
-	local := z.Server.Statuses()
-	remote := z.rep.remoteZones()
+	return mergeStatuses(z.Server.Statuses(), z.rep.remoteZones(), z.rep.cfg.Name)
+}
+
+// mergeStatuses is what a replica shows of every zone: its own streams
+// (served by self), and for a zone it does not serve, the replica that
+// does.
+func mergeStatuses(local []kds.ZoneStatus, remote map[string]kds.ZoneStatus, self string) []kds.ZoneStatus {
 	byZone := map[string]kds.ZoneStatus{}
 	for _, st := range local {
 		if st.Connected {
-			st.ServedBy = z.rep.cfg.Name
+			st.ServedBy = self
 		}
 		byZone[st.Zone] = st
 	}
