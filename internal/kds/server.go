@@ -25,11 +25,19 @@ import (
 	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
 
-// ZoneAuthenticator checks a zone's token (auth.ZoneTokens implements it):
-// signature, validity window, zone binding, revocation. The error says why
-// a token is refused; it is shown to the zone.
+// ZoneAuthenticator checks a zone's token: signature, validity window, zone
+// binding, revocation, the zone's enabled flag. The error says why a token
+// is refused; it is shown to the zone.
+//
+// Recheck says whether a credential Authenticate admitted still holds (not
+// revoked since, the zone not disabled, its signing key not retired). The
+// server calls it when it registers the stream, under the lock EndStreams
+// takes, so a revocation made while the zone was still in its handshake
+// either sees the registered stream or is seen by Recheck; and again on
+// every heartbeat. It must be cheap and must not call back into the server.
 type ZoneAuthenticator interface {
 	Authenticate(zone, token string) (ZoneCredential, error)
+	Recheck(zone string, cred ZoneCredential) error
 }
 
 // ZoneAdmission gives the in-transaction precondition of a batch a zone's
@@ -247,14 +255,20 @@ func (s *Server) Stream(stream syncv1.SyncService_StreamServer) error {
 	log := s.log.With("zone", z.Zone)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	a, err := s.register(StreamInfo{Zone: z.Zone, TokenID: cred.TokenID, KeyID: cred.KeyID}, cancel)
+	a, err := s.register(StreamInfo{Zone: z.Zone, TokenID: cred.TokenID, KeyID: cred.KeyID}, cred, cancel)
 	if err != nil {
+		s.refuse(ws, zone, err)
 		return toStatus(err)
 	}
 	defer s.unregister(z.Zone, a)
 	stopExpiry := s.endAtExpiry(ctx, cred, cancel)
 	defer stopExpiry()
-	err = s.serve(ctx, ws, hs, z, a.drain, log)
+	recheck := func() {
+		if err := s.cfg.Authenticator.Recheck(z.Zone, cred); err != nil {
+			cancel(fmt.Errorf("%w: %v", ErrStreamRevoked, err))
+		}
+	}
+	err = s.serve(ctx, ws, hs, z, a.drain, recheck, log)
 	if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
 		err = cause
 	}
@@ -353,7 +367,11 @@ func peerAddr(ctx context.Context) string {
 }
 
 // serve answers an admitted handshake and runs the session.
-func (s *Server) serve(ctx context.Context, ws wireStream, hs *syncv1.Handshake, z plane.Plane, drain <-chan struct{}, log hclog.Logger) error {
+// recheck runs on every heartbeat the zone sends: a stream whose access
+// was withdrawn in a way no EndStreams reached (another replica's change
+// not yet reread) ends then.
+func (s *Server) serve(ctx context.Context, ws wireStream, hs *syncv1.Handshake, z plane.Plane, drain <-chan struct{},
+	recheck func(), log hclog.Logger) error {
 	applied, err := readRevision(ctx, s.cfg.Store, MetaKeyZoneRevision(z.Zone))
 	if err != nil {
 		return err
@@ -391,7 +409,7 @@ func (s *Server) serve(ctx context.Context, ws wireStream, hs *syncv1.Handshake,
 		sink:    globalSink{reg: s.cfg.Registry, store: s.cfg.Store, zone: z, global: s.cfg.Plane},
 		recvLog: log.Named("from-zone"), received: z2g, metaKey: MetaKeyZoneRevision(z.Zone),
 		storeKey: MetaKeyZoneStoreID(z.Zone), peerStore: hs.GetStoreId(), applied: applied,
-		onHeartbeat: func() { s.tracker.heartbeat(z.Zone, id) },
+		onHeartbeat: func() { s.tracker.heartbeat(z.Zone, id); recheck() },
 		onReport:    func() reportAssembly { return s.reports.assemble(z.Zone) },
 		drain:       drain,
 	}
@@ -475,11 +493,16 @@ func (s *Server) refuse(ws wireStream, zone string, err error) {
 // register makes this stream the zone's current one, ending an older
 // stream of the same zone (after a network split the zone redials before
 // the global notices the old stream is dead).
-func (s *Server) register(info StreamInfo, cancel context.CancelCauseFunc) (*activeStream, error) {
+func (s *Server) register(info StreamInfo, cred ZoneCredential, cancel context.CancelCauseFunc) (*activeStream, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, errShutdown
+	}
+	// Under s.mu, as EndStreams: an access withdrawn after Authenticate is
+	// either seen here or ends the stream registered below.
+	if err := s.cfg.Authenticator.Recheck(info.Zone, cred); err != nil {
+		return nil, fmt.Errorf("%w for zone %q: %w", errUnauthenticated, info.Zone, err)
 	}
 	if old := s.active[info.Zone]; old != nil {
 		old.cancel(errReplaced)

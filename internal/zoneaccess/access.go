@@ -71,7 +71,10 @@ type Access struct {
 
 	mu      sync.RWMutex
 	revoked map[string]int64 // token id → its expiry (Unix s): kept until then
-	streams Streams
+	// disabled are the zones WatchZones saw set to enabled: false (and not
+	// back); Authenticate reads the store itself, Recheck reads this.
+	disabled map[string]bool
+	streams  Streams
 }
 
 const metaRevokedZoneTokens = "auth/revoked-zone-tokens"
@@ -89,7 +92,7 @@ func New(ctx context.Context, cfg Config) (*Access, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	z := &Access{ring: cfg.Ring, store: cfg.Store, log: cfg.Logger, clock: cfg.Clock, cfg: cfg}
+	z := &Access{ring: cfg.Ring, store: cfg.Store, log: cfg.Logger, clock: cfg.Clock, cfg: cfg, disabled: map[string]bool{}}
 	revoked, err := z.readRevocations(ctx)
 	if err != nil {
 		return nil, err
@@ -129,6 +132,36 @@ func (z *Access) Authenticate(zone, token string) (kds.ZoneCredential, error) {
 	}
 	return kds.ZoneCredential{TokenID: claims.ID, KeyID: kid, ExpiresAt: time.Unix(claims.ExpiresAt, 0),
 		KeyRetiresAt: keyRetiresAt}, nil
+}
+
+// Recheck implements kds.ZoneAuthenticator: a credential Authenticate
+// admitted no longer holds once its token is revoked, its zone disabled or
+// its signing key retired. It reads only memory: the server calls it under
+// the lock its EndStreams takes, and each of those changes is recorded here
+// before this access calls EndStreams.
+func (z *Access) Recheck(zone string, cred kds.ZoneCredential) error {
+	z.mu.RLock()
+	_, revoked := z.revoked[cred.TokenID]
+	disabled := z.disabled[zone]
+	z.mu.RUnlock()
+	switch {
+	case revoked:
+		return fmt.Errorf("zone token %s was revoked", cred.TokenID)
+	case disabled:
+		return fmt.Errorf("zone %q is disabled (its Zone resource says enabled: false)", zone)
+	case cred.KeyID != "" && !z.keyKnown(cred.KeyID):
+		return fmt.Errorf("the zone token's signing key %s was retired", cred.KeyID)
+	}
+	return nil
+}
+
+func (z *Access) keyKnown(kid string) bool {
+	for _, k := range z.ring.Keys() {
+		if k.ID == kid {
+			return true
+		}
+	}
+	return false
 }
 
 func (z *Access) zoneDisabled(zone string) (bool, error) {
@@ -251,10 +284,21 @@ func (z *Access) watchZonesOnce(ctx context.Context) error {
 			if !ok {
 				return errors.New("zone watch closed")
 			}
-			if ev.Resource == nil || ev.Resource.Type != "Zone" || ev.Kind != storage.EventPut || zoneEnabled(ev.Resource) {
+			if ev.Resource == nil || ev.Resource.Type != "Zone" {
 				continue
 			}
 			name := ev.Resource.Name
+			disabled := ev.Kind == storage.EventPut && !zoneEnabled(ev.Resource)
+			z.mu.Lock()
+			if disabled {
+				z.disabled[name] = true
+			} else {
+				delete(z.disabled, name)
+			}
+			z.mu.Unlock()
+			if !disabled {
+				continue
+			}
 			n := z.endStreams(func(s kds.StreamInfo) bool { return s.Zone == name },
 				fmt.Errorf("%w: zone %q was disabled (enabled: false)", kds.ErrStreamRevoked, name))
 			z.log.Info("zone disabled", "zone", name, "streams_ended", n)
