@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// TestChurnConvergesExactly (issue 8's fault suite, churn): creates,
+// TestChurnConvergesExactly (fault suite, churn): creates,
 // updates and deletes on the global and both zones at once — zone-2
 // (Kubernetes) writes producer policies (relayed to zone-1) and consumer
 // policies (not relayed), zone-1 (Universal) system policies — then every

@@ -248,10 +248,9 @@ func mustRead(t *testing.T, path string) string {
 	return string(b)
 }
 
-// TestConsoleDataplaneSeed001: a zone's Dataplane page shows the seed 001
+// TestConsoleDataplaneSeed001: a zone's Dataplane page shows the example
 // policies' effective configuration with who set each field, and the what-if
-// form answers seed 001's MeshTrafficPermission cases, typed with the
-// keyboard.
+// form answers their MeshTrafficPermission cases, typed with the keyboard.
 func TestConsoleDataplaneSeed001(t *testing.T) {
 	ctx := browser(t)
 	z := startNode(t, "zone-1", bins.Zone, t.TempDir(), "--zone", "zone-1", "--environment", "universal")

@@ -425,7 +425,7 @@ func TestSquattingRefused(t *testing.T) {
 	waitSame(t, 30*time.Second, g, z, "global", "")
 }
 
-// TestKill9During10kSync (issue 8): kill -9 of the zone, then of the
+// TestKill9During10kSync: kill -9 of the zone, then of the
 // global, at random moments while 10,000 policies sync; after each round
 // the zone holds exactly the global's policies. 3 rounds each; 20 with
 // -soak.

@@ -96,7 +96,7 @@ func TestStandaloneZoneAcceptsNamespacedResources(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `"kuma.io/policy-role": "producer"`) || !strings.Contains(out, `"kuma.io/zone": "zone-1"`) {
 		t.Errorf("get: exit %d\n%s", code, out)
 	}
-	// A universal zone refuses custom namespaces (seed 004).
+	// A universal zone refuses custom namespaces.
 	u := startNode(t, "zone-2", bins.Zone, t.TempDir(), "--zone", "zone-2", "--environment", "universal")
 	out, code = u.ctl("", "apply", "-f", examplePath(t, "zone-1-resources.yaml"))
 	if code == 0 || !strings.Contains(out, "namespace") {

@@ -35,9 +35,9 @@ type evaluation struct {
 	} `json:"policies"`
 }
 
-// TestStandaloneZoneEvaluatesSeed001Permissions is the policy engine issue's
-// "done when": seed 001's MeshTrafficPermissions applied to a standalone zone,
-// web v1 calling backend is denied by backend-permissions.
+// TestStandaloneZoneEvaluatesSeed001Permissions: the MeshTrafficPermissions
+// of examples/global-policies.yaml applied to a standalone zone; web v1
+// calling backend is denied by backend-permissions.
 func TestStandaloneZoneEvaluatesSeed001Permissions(t *testing.T) {
 	z := startNode(t, "zone-1", bins.Zone, t.TempDir(), "--zone", "zone-1", "--environment", "universal")
 	if out, code := z.ctl("", "apply", "-f", examplePath(t, "global-policies.yaml")); code != 0 {

@@ -360,7 +360,7 @@ func TestGracefulShutdownWithStreams(t *testing.T) {
 }
 
 // TestZoneReturnsQuicklyAfterGlobalOutage: reconnect backoff is capped at
-// 5 s (issue 8: it grew to 30 s, and a zone write made during a 30 s outage
+// 5 s (it grew to 30 s, and a zone write made during a 30 s outage
 // reached the global 28 s after the global was back), and a zone waiting out
 // its backoff retries as soon as its connection to the global is back (it
 // once took 9.3 s: the sync client's 5 s backoff and gRPC's own 5 s dial

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Defaults and overrides across real processes (SPEC 3.6, issue 7): a
+// Defaults and overrides across real processes (docs/policy.md#defaults-and-overrides): a
 // global override reaches both zones and wins there over the zone's own
 // policies, read through _evaluate, _config's RBAC, _explain, the CLI, and
 // the policies' status, which follows policy and Dataplane changes.
@@ -104,7 +104,7 @@ func TestGlobalOverrideWinsInBothZones(t *testing.T) {
 	for _, z := range []*node{c.zone1, c.zone2} {
 		waitPresent(t, z, "/meshes/default")
 		apply(t, z, overridesZoneResources)
-		// A zone connected to a global creates no mesh (issue 13).
+		// A zone connected to a global creates no mesh.
 		if status, body := z.request("PUT", "/meshes/zone-made", `{"type":"Mesh","name":"zone-made"}`); status != 403 || !strings.Contains(string(body), "create meshes there") {
 			t.Errorf("%s: PUT /meshes/zone-made: %d %s", z.proc.Name, status, body)
 		}

@@ -160,7 +160,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 	return time.Since(start)
 }
 
-// TestStalledLinkIsDetectedAndRecovers (issue 8's fault suite, first
+// TestStalledLinkIsDetectedAndRecovers (fault suite, first
 // scenario): a link that stays open but moves no byte is detected by the
 // heartbeats within their timeout on both sides; the zone redials, and what
 // both sides wrote during the stall converges once the link moves again.

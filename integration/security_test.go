@@ -24,7 +24,7 @@ import (
 	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
 
-// Issue 13 with real processes: authentication on both planes with
+// With real processes: authentication on both planes with
 // localhost-is-admin off, zone token revocation and Zone enabled: false,
 // the empty-snapshot attack, and slow uploads.
 

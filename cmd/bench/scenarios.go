@@ -144,7 +144,7 @@ func fleet(bins binariesAndN, r results) error {
 	}
 	r["rules_warm_ms"] = msOf(time.Since(t0))
 
-	// The inspected zone's footprint (issue 10's zone RSS target is "after
+	// The inspected zone's footprint (the zone RSS bar is "after
 	// inspecting a proxy"): zone-2 holds the snapshot _rules was computed
 	// from and the proxy's memoized rules; zone-1, measured below, never
 	// computed a proxy's rules. Read once every plane is quiet, as below.
@@ -562,7 +562,7 @@ func simulated(bins binariesAndN, zones int, r results) error {
 }
 
 // awaitZoneReports waits until the global shows zones' statuses of the
-// MeshTimeout name (status.zones, SPEC 3.6.4), up to 120 s after start.
+// MeshTimeout name (status.zones, docs/policy.md#status), up to 120 s after start.
 func awaitZoneReports(e *env, g *plane, name string, zones int, start time.Time) error {
 	for {
 		var got struct {

@@ -81,7 +81,7 @@ func (c *Controller) Prepare(res *resource.Resource) error {
 	return c.reg.Validate(res, c.plane)
 }
 
-// systemLabels sets origin, zone, namespace and policy role (SPEC 2).
+// systemLabels sets origin, zone, namespace and policy role (docs/resources.md).
 func (c *Controller) systemLabels(res *resource.Resource, d *resource.TypeDescriptor) error {
 	origin := c.plane.Origin()
 	if claimed := res.Labels.Get(resource.LabelOrigin); claimed != "" && claimed != origin {
@@ -164,7 +164,7 @@ func (c *Controller) Put(res *resource.Resource) storage.Batch {
 
 // notSquatting: a zone does not create a resource under the name the
 // global's resource of the same type gets in zones (a hashed name): the
-// global's copy would be refused there for good (issue 8).
+// global's copy would be refused there for good.
 func (c *Controller) notSquatting(res, existing *resource.Resource) error {
 	if !c.plane.IsZone() || existing != nil || res.Type == "Mesh" {
 		return nil

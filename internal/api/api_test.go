@@ -315,7 +315,7 @@ func TestIndexAndHealth(t *testing.T) {
 	f.mustDo("GET", "/readyz", "", 200)
 }
 
-// TestSystemNamespaceInBodyAndURL (issue 9's bug): metadata.namespace:
+// TestSystemNamespaceInBodyAndURL: metadata.namespace:
 // kuma-system (Kubernetes shape) or namespace: kuma-system (Universal shape)
 // with ?namespace=kuma-system, as meridianctl sends it, is the system
 // namespace on the global and on a Kubernetes zone; a real mismatch names

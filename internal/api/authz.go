@@ -12,7 +12,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/auth"
 )
 
-// Authentication and authorization (SPEC 5). Every request except the open
+// Authentication and authorization (docs/api.md). Every request except the open
 // ones (GET /, /healthz, /readyz) needs a principal: a user token sent as
 // `Authorization: Bearer`, or, with LocalhostIsAdmin, a loopback caller
 // (admin, as in Kuma). A principal's groups decide what it may do (viewer:

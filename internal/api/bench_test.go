@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// BenchmarkPutRate8Clients measures SPEC 7's "PUT rate on the global REST API,
+// BenchmarkPutRate8Clients measures BENCHMARKS.md's "PUT rate on the global REST API,
 // 8 clients": real HTTP over loopback into the bbolt store (fsync per commit
 // group). Reported as puts/s.
 // timeoutJSON is what API clients send: JSON, not YAML.

@@ -13,7 +13,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/storage"
 )
 
-// Error is the body of every error response (SPEC section 5).
+// Error is the body of every error response (docs/api.md).
 type Error struct {
 	Status  int                   `json:"-"`
 	Title   string                `json:"title"`

@@ -17,7 +17,7 @@ type Snapshots interface {
 	StatusSnapshot(ctx context.Context, mesh string) (*policy.MeshSnapshot, error)
 }
 
-// registerInspect adds the zone's inspect endpoints (SPEC section 5).
+// registerInspect adds the zone's inspect endpoints (docs/api.md).
 func (s *Server) registerInspect() {
 	s.mux.HandleFunc("GET /meshes/{mesh}/dataplanes/{name}/_rules", s.handleRules)
 	s.mux.HandleFunc("GET /meshes/{mesh}/dataplanes/{name}/_config", s.handleConfig)
@@ -84,7 +84,7 @@ func (s *Server) handleEvaluate(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleExplain answers ?type=T&outbound=S, ?type=T&inbound=PORT&client=k:v,...
-// or ?type=T alone for a proxy-wide type (SPEC 3.6.3).
+// or ?type=T alone for a proxy-wide type (docs/policy.md#provenance-and-explain).
 func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	typ := q.Get("type")

@@ -39,8 +39,8 @@ var kumaRejects = map[string]string{
 // fields and its JSON decoding ignores them; kubectl's default strict field
 // validation refuses them on Kubernetes), or that write what only the
 // control plane writes. Meridian refuses them, naming the field: nothing
-// accepted is silently ignored. Deliberate deviations, listed in README's
-// "Coming from Kuma".
+// accepted is silently ignored. Deliberate deviations, listed in
+// docs/coming-from-kuma.md.
 var meridianStricter = map[string]string{
 	"introduction-10.kube.yaml":             "a MeshService labelled kuma.io/zone: my-zone applied in zone-1: the page shows a copy sync writes; a zone writes only its own zone's resources",
 	"meshidentity-03.kube.yaml":             "provider.ca: the docs indent ca one level too high (Kuma's field is provider.bundled.ca)",

@@ -15,7 +15,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
-// Regression tests for issue 13's REST findings (admission rules).
+// Regression tests for the REST API's admission findings (admission rules).
 func TestSecurityFindings(t *testing.T) {
 	g := newFixture(t, testGlobal)
 	ms := `{"type":"MeshService","mesh":"default","name":"payments","labels":{"kuma.io/zone":"zone-1","k8s.kuma.io/namespace":"pay"},"spec":{"selector":{"dataplaneTags":{"app":"x"}},"ports":[{"port":80}]}}`

@@ -1,4 +1,4 @@
-// Package api serves Meridian's REST API (SPEC section 5) on both control
+// Package api serves Meridian's REST API (docs/api.md) on both control
 // planes. Handlers are thin: decode, validate through internal/resource, call
 // the store, encode. Everything the handlers need is declared here as narrow
 // interfaces and passed in Config.

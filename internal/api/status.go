@@ -11,7 +11,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
-// Policy status (SPEC 3.6.4). A zone serves every policy with the status
+// Policy status (docs/policy.md#status). A zone serves every policy with the status
 // its policy engine computes (status.conditions: Accepted, Enforced); it is
 // derived, never stored, so a client-supplied status never shows. Reads
 // never wait for it: they show the statuses the view last computed, which
@@ -34,7 +34,7 @@ type SyncRejections interface {
 	Rejected(key resource.Key) (string, bool)
 }
 
-// Synced condition reasons (issue 8: a resource a peer rejects is visible
+// Synced condition reasons (a resource a peer rejects is visible
 // where it was written).
 const (
 	condSynced            = "Synced"
@@ -91,7 +91,7 @@ func (src statusSource) attach(res *resource.Resource) *resource.Resource {
 }
 
 // attachZones shows, on the global, each zone's status of a global policy
-// under status.zones (as the zones last reported it, SPEC 3.6.4).
+// under status.zones (as the zones last reported it, docs/policy.md#status).
 func (src statusSource) attachZones(res *resource.Resource) *resource.Resource {
 	if res.Labels.Get(resource.LabelOrigin) != resource.OriginGlobal {
 		return res

@@ -16,7 +16,7 @@ import (
 	"time"
 )
 
-// User tokens authenticate REST API callers (SPEC 5), as Kuma's user tokens
+// User tokens authenticate REST API callers (docs/api.md), as Kuma's user tokens
 // do: signed by the control plane that serves the API, carrying a name,
 // groups and, beyond Kuma, an optional list of meshes the token is confined
 // to.

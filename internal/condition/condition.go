@@ -1,6 +1,7 @@
-// Package condition compiles and evaluates the `when` expressions of seed
-// 002 (SPEC 3.6): boolean CEL expressions over the conf a default or
-// override is about to patch, bound to the variable `self`.
+// Package condition compiles and evaluates the `when` expressions of
+// defaults and overrides (docs/policy.md#defaults-and-overrides): boolean
+// CEL expressions over the conf a default or override is about to patch,
+// bound to the variable `self`.
 //
 // It is the one home of the CEL environment: resource validation compiles
 // every expression with it (so a `when` that does not compile, is not

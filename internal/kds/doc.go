@@ -1,4 +1,4 @@
-// Package kds is Meridian's multizone sync engine (SPEC 4): the global
+// Package kds is Meridian's multizone sync engine (docs/kds.md): the global
 // control plane's SyncService server (NewServer) and the zone control
 // plane's client (NewClient), which stream resources both ways over one
 // bidirectional gRPC stream per zone (proto/meridian/sync/v1).

@@ -67,7 +67,7 @@ func TestGlobalResourcesReachZone(t *testing.T) {
 }
 
 // TestZonePolicyReachesGlobalOnly: a Universal zone's policy is shown on the
-// global (hashed, labelled) but never relayed to another zone (SPEC 4.3's
+// global (hashed, labelled) but never relayed to another zone (docs/kds.md#what-flows-where's
 // "never" row is about zone -> other zones).
 func TestZonePolicyReachesGlobalOnly(t *testing.T) {
 	c := newCluster(t, clusterOpts{})
@@ -157,7 +157,7 @@ func TestMeshServiceRelayedWithoutStatus(t *testing.T) {
 	}
 }
 
-// TestProducerPolicyRelayed is seed 004's scenario between two Kubernetes
+// TestProducerPolicyRelayed is the producer-policy scenario between two Kubernetes
 // zones: the producer policy and the MeshService it references reach
 // zone-2, with the reference naming zone-2's copy; the consumer policy
 // stays in zone-1 (and on the global).
@@ -270,7 +270,7 @@ func TestZoneOfflineKeepsStateAndCatchesUp(t *testing.T) {
 	}
 }
 
-// TestResumeWithoutChangesSendsNothing: SPEC 4.2 and the quality bar
+// TestResumeWithoutChangesSendsNothing: docs/kds.md#resume and the quality bar
 // "reconnect with no changes: resources resent 0", after a client
 // reconnect and after a full zone restart.
 func TestResumeWithoutChangesSendsNothing(t *testing.T) {
@@ -698,7 +698,7 @@ func TestClientReconnectsAfterGlobalRestart(t *testing.T) {
 }
 
 // TestLongNamesSync: names a DNS-1123 subdomain allows sync both ways under
-// their hashed names (issue 8: 47-63 characters never synced).
+// their hashed names (47-63 characters never synced).
 func TestLongNamesSync(t *testing.T) {
 	c := newCluster(t, clusterOpts{})
 	z := c.zone("zone-1", zoneOpts{}).start()
@@ -719,7 +719,7 @@ func TestLongNamesSync(t *testing.T) {
 	}
 }
 
-// TestQuickRestartResendsNothing: issue 8's finding — 50 policies written,
+// TestQuickRestartResendsNothing: 50 policies written,
 // the stream restarted right after they were applied, used to resend them
 // all (the resume point waited for a quiet period). With revisions marked
 // complete by the store's watch, nothing is resent, whatever the timing (the
@@ -750,7 +750,7 @@ func TestQuickRestartResendsNothing(t *testing.T) {
 	}
 }
 
-// TestWipedZoneStoreIsReplaced: issue 8's finding — a zone whose data dir
+// TestWipedZoneStoreIsReplaced: a zone whose data dir
 // was wiped and that wrote more revisions than the global's resume point
 // before reconnecting used to resume from that point: the global kept the
 // resources the zone no longer had and never received the first new ones.
@@ -808,7 +808,7 @@ func TestWipedGlobalStoreIsReplaced(t *testing.T) {
 	})
 }
 
-// TestNoRemovalsForWhatWasNeverSent: issue 8's finding — every write of a
+// TestNoRemovalsForWhatWasNeverSent: every write of a
 // zone policy that is not relayed sent a removal to every other zone (2,000
 // consumer policies: 2,001 removals). A removal now goes only to a zone that
 // was sent the resource; a relayed policy that stops being relayable is

@@ -34,18 +34,18 @@ type pacer struct {
 
 const (
 	// answerShare: a busy stream keeps the peer applying its batches
-	// about an eighth of the time at most. A quarter (session 17 to 18)
-	// left ten zone processes on two cores committing 150 times per
-	// 10,000 changes each, their commits and fsyncs a third of each
-	// zone's CPU; an eighth halved the commits and, alternated in one
-	// sitting (cmd/bench -runs 1 -n 10000 -sim-zones 0 -skip-fleet, 4
-	// pairs), took the ten-zone PUT rate from 2,691-2,888 to
+	// about an eighth of the time at most. A quarter left ten zone
+	// processes on two cores committing 150 times per 10,000 changes
+	// each, their commits and fsyncs a third of each zone's CPU; an
+	// eighth halved the commits and, alternated A/B with
+	// `go run ./cmd/bench -runs 1 -n 10000 -sim-zones 0 -skip-fleet`
+	// (4 pairs), took the ten-zone PUT rate from 2,691-2,888 to
 	// 3,014-3,358/s, the zones' CPU per PUT from 43-45 to 36-39 µs. The
 	// last write of a burst reaches two zones later (12-17 -> 42-45 ms,
-	// SPEC 7's bar 200); single changes are not paced at all.
+	// bar 200); single changes are not paced at all.
 	answerShare = 8
 	// maxSpacing bounds how long a busy stream's changes may wait, and so
-	// how late the last change of a burst arrives (SPEC 7: last write →
+	// how late the last change of a burst arrives (BENCHMARKS.md: last write →
 	// zone ≤ 200 ms). The answer time grows with the batch, so on a peer
 	// that needs more than a quarter of its time to apply a burst the
 	// spacing climbs to this bound (250 ms let the last write reach two

@@ -13,7 +13,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/storage"
 )
 
-// TestSyncPerformance measures SPEC 7's sync figures in process (real
+// TestSyncPerformance measures BENCHMARKS.md's sync figures in process (real
 // boltstores with fsync, gRPC over bufconn, default stream settings):
 //
 //	MERIDIAN_SYNC_PERF=1 go test -run TestSyncPerformance -v ./internal/kds/

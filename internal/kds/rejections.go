@@ -11,7 +11,7 @@ import (
 
 // rejections records the sender's resources a peer rejected (NACKed), with
 // the reason, until a later batch carrying them is accepted: the resource's
-// status shows it where it was written (issue 8). Keys are the sender's own
+// status shows it where it was written. Keys are the sender's own
 // store keys. Safe for concurrent use (the session loop writes, the API
 // reads).
 type rejections struct {

@@ -22,7 +22,7 @@ type ReportCondition struct {
 	Message string `json:"message"`
 }
 
-// reports keeps the latest policy status report of every zone (SPEC 3.6.4:
+// reports keeps the latest policy status report of every zone (docs/policy.md#status:
 // each global policy's status per zone). A report replaces the zone's
 // previous one; it stays after the zone disconnects (its last word). Safe for
 // concurrent use.

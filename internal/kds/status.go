@@ -64,7 +64,7 @@ func (f FlowStatus) clone() FlowStatus {
 	return c
 }
 
-// ZoneStatus is what the global knows about one zone (SPEC 4.5), for
+// ZoneStatus is what the global knows about one zone (docs/kds.md#zone-status), for
 // GET /zones and /zones/{name}/_overview. JSON-serializable.
 type ZoneStatus struct {
 	Zone      string `json:"zone"`

@@ -59,7 +59,7 @@ func labelsFromWire(m map[string]string, name string) resource.Labels {
 }
 
 // systemLabel is the constant equal to k when k is a label the system
-// reads or writes (SPEC 2), else "".
+// reads or writes (docs/resources.md), else "".
 func systemLabel(k string) string {
 	switch k {
 	case resource.LabelOrigin:

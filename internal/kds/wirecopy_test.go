@@ -129,7 +129,7 @@ func BenchmarkMarshalBatch40(b *testing.B) {
 // each resource (fromWire). Most of the unmarshal is the labels map, which
 // Go's protobuf runtime fills by reflection; labels as a repeated message
 // measured 110–123 µs against 130 here, but cost the global 5 MiB of RSS at
-// 10,000 policies for its cached wire forms, so session 14 kept the map.
+// 10,000 policies for its cached wire forms, so the wire keeps the map.
 func BenchmarkReceiveBatch100(b *testing.B) {
 	copies := newZoneCopies()
 	msg := &syncv1.StreamResponse{Message: msgBatch(&syncv1.DeltaBatch{Nonce: "n", Revision: 9, Upserts: cachedUpserts(copies, 100), LastChunk: true})}

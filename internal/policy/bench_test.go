@@ -11,7 +11,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
-// Benchmarks for SPEC section 7:
+// Benchmarks for BENCHMARKS.md:
 //
 //	go test -run '^$' -bench . -benchmem ./internal/policy/
 
@@ -114,7 +114,7 @@ func rulesQuery(s *MeshSnapshot, dp string) func() (any, error) {
 	return func() (any, error) { return s.Rules(dp, "") }
 }
 
-// BenchmarkRules100Policies1000Outbounds: SPEC 7, ≤ 20 ms.
+// BenchmarkRules100Policies1000Outbounds: BENCHMARKS.md, ≤ 20 ms.
 func BenchmarkRules100Policies1000Outbounds(b *testing.B) {
 	s := benchSnapshot(b, append(hundredPolicies(), benchDataplane("dp", 1000, 0)))
 	benchQuery(b, s, rulesQuery(s, "dp"))
@@ -148,7 +148,7 @@ func benchMTP(b *testing.B, n, keys int) {
 	})
 }
 
-// BenchmarkMTP70Items2Keys: SPEC 7, ≤ 10 ms (seed 003's enumeration: 2^70).
+// BenchmarkMTP70Items2Keys: BENCHMARKS.md, ≤ 10 ms (the naive enumeration: 2^70).
 func BenchmarkMTP70Items2Keys(b *testing.B) { benchMTP(b, 70, 2) }
 
 // BenchmarkMTP200Items5Keys: 200 items over 5 keys (40 values each).
@@ -173,7 +173,7 @@ func timeouts(n int) []*resource.Resource {
 	return rs
 }
 
-// BenchmarkRules10000MeshTimeouts: SPEC 7, `_rules` of a proxy matched by
+// BenchmarkRules10000MeshTimeouts: BENCHMARKS.md, `_rules` of a proxy matched by
 // 10,000 MeshTimeouts and a 70-item MeshTrafficPermission, ≤ 50 ms. The
 // snapshot is built once, as the zone's cache does; building it is measured
 // separately.
@@ -201,7 +201,7 @@ func BenchmarkRules10000MeshTimeouts(b *testing.B) {
 	})
 }
 
-// BenchmarkRules100000MeshTimeouts: issue 10's scale, a proxy matched by
+// BenchmarkRules100000MeshTimeouts: the scale bar's size, a proxy matched by
 // 100,000 MeshTimeouts: the first `_rules` after one policy changed (the
 // snapshot rebuilt from the previous one, then the query), and the status
 // of every policy.
@@ -280,7 +280,7 @@ func changeFirstByChanges(b *testing.B, prev *MeshSnapshot, rs []*resource.Resou
 	return next, changed
 }
 
-// BenchmarkRecompute1000Dataplanes: SPEC 7, after one policy change, build
+// BenchmarkRecompute1000Dataplanes: BENCHMARKS.md, after one policy change, build
 // the new snapshot (reusing the previous one's decoded policies, as the
 // zone's cache does) and recompute `_rules` of 1,000 Dataplanes (< 1 s).
 func BenchmarkRecompute1000Dataplanes(b *testing.B) {
@@ -312,7 +312,7 @@ func BenchmarkRecompute1000Dataplanes(b *testing.B) {
 
 // tenThousandWithOverrides: tenThousandTimeouts where every tenth policy is
 // a global one whose entries carry an override (merge) beside the default,
-// and every hundredth a `when` constraint: the second pass of SPEC 3.6 on
+// and every hundredth a `when` constraint: the second pass of docs/policy.md#defaults-and-overrides on
 // every outbound and client subset.
 func tenThousandWithOverrides() []*resource.Resource {
 	rs := tenThousandTimeouts()
@@ -393,8 +393,8 @@ func BenchmarkSnapshotHeap100000MeshTimeouts(b *testing.B) {
 }
 
 // BenchmarkReadSpec: reading one MeshTimeout's spec with the strict v2
-// decoder (readSpec) and with encoding/json's Unmarshal (readSpecStd: what
-// decodePolicy did until session 19; each default then parsed by
+// decoder (readSpec) and with encoding/json's Unmarshal (readSpecStd: the
+// fallback for a spec the strict decoder refuses; each default then parsed by
 // resource.ParseJSON in both).
 func BenchmarkReadSpec(b *testing.B) {
 	raw := []byte(`{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"connectionTimeout":"2s","http":{"requestTimeout":"15s","streamIdleTimeout":"30m"},"idleTimeout":"1h"}}],"from":[{"targetRef":{"kind":"Mesh"},"default":{"connectionTimeout":"3s"}}]}`)

@@ -22,8 +22,7 @@ package policy
 // lives as long as any of its values: once later builds had cloned some of
 // a chunk's policies again, or replaced them, the rest kept it all alive.
 // Over 500 changes that each moved most of 100,000 policies, the heap grew
-// from 166 to 552 MiB (BENCHMARKS.md, session 16); per policy it stays at
-// the size of a fresh build.
+// from 166 to 552 MiB; per policy it stays at the size of a fresh build.
 
 // cloneArena clones policies for one build. Owned by the build.
 type cloneArena struct {

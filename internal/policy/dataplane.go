@@ -157,7 +157,7 @@ func (b *builder) addDataplane(r *resource.Resource) {
 	}
 }
 
-// effectiveTags adds the tags a zone implies (SPEC 3.1): kuma.io/zone and,
+// effectiveTags adds the tags a zone implies (docs/policy.md#selection): kuma.io/zone and,
 // in a namespace, k8s.kuma.io/namespace. Tags the Dataplane sets win.
 func (b *builder) effectiveTags(tags map[string]string, ns string) map[string]string {
 	out := copyTags(tags)

@@ -15,8 +15,8 @@ import (
 // expensive part of building a snapshot (JSON), so a snapshot built with
 // Inputs.Previous reuses the decoded form of every unchanged policy.
 
-// rawBlocks are seed 002's fields of an entry or a proxy-wide spec
-// (SPEC 3.6).
+// rawBlocks are the defaults-and-overrides fields of an entry or a proxy-wide spec
+// (docs/policy.md#defaults-and-overrides).
 type rawBlocks struct {
 	Default  jsonValue `json:"default"`
 	Override jsonValue `json:"override"`
@@ -83,7 +83,7 @@ func (j *jsonValue) UnmarshalJSON(b []byte) error {
 	return err
 }
 
-// confBlock is a decoded conf with its seed 002 qualifiers. A nil value
+// confBlock is a decoded conf with its defaults-and-overrides qualifiers. A nil value
 // means the entry carries no such block. The conf is compiled (patch) when
 // its contribution's definition is made, unless an equal one is shared
 // (defs.go).
@@ -208,7 +208,7 @@ func decodePolicy(r *resource.Resource, d *resource.TypeDescriptor, sysNS string
 	return dec, nil
 }
 
-// roleOf computes the SPEC 3.1 role with resource.PolicyRole. A synced copy
+// roleOf computes the docs/policy.md#selection role with resource.PolicyRole. A synced copy
 // lives in the system namespace but keeps the role it had where it was
 // written, carried by the kuma.io/policy-role label (with its original
 // namespace in k8s.kuma.io/namespace).
@@ -273,7 +273,7 @@ func entryConf(d *resource.TypeDescriptor, item rawEntry) any {
 	return conf
 }
 
-// decodeLegacy reads seed 000's shapes: sources/destinations/conf or
+// decodeLegacy reads the legacy shapes: sources/destinations/conf or
 // selectors/conf. Legacy policies are cluster-wide (role system).
 func decodeLegacy(spec *rawSpec) *decodedPolicy {
 	conf := spec.Conf.v

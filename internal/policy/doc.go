@@ -1,4 +1,4 @@
-// Package policy is Meridian's pure policy engine (SPEC 3.1-3.7): it
+// Package policy is Meridian's pure policy engine (docs/policy.md): it
 // computes what policies give each proxy of one mesh in one zone. It reads
 // resource envelopes and the type registry from internal/resource and
 // nothing else: no store, no network, no goroutines.
@@ -31,8 +31,8 @@
 //   - snapshot.go, dataplane.go, decode.go, parse.go: inputs are indexed once.
 //     Each policy gets its role (resource.PolicyRole; a synced copy keeps the
 //     role of its kuma.io/policy-role label), its effective top-level
-//     targetRef (seed 004 sugar) and implicit scope, and its entries are
-//     concatenated per type and sorted by SPEC 3.2 with Kuma 2.14's kind
+//     targetRef (the implicit targetRef of its role) and implicit scope, and its entries are
+//     concatenated per type and sorted by docs/policy.md#ordering with Kuma 2.14's kind
 //     order and Dataplane tie-breaks (order.go). spec.rules items (Kuma
 //     2.10+) are from entries of kind Mesh (with their SPIFFE ID matches as
 //     client tags spiffeID.exact/prefix). The next snapshot (Inputs.Previous)
@@ -58,7 +58,7 @@
 //     labels) with a fallback to kuma.io/service and namespace tags.
 //   - merge.go: every default or override block is a contribution. The
 //     defaults pass folds defaults from the most specific down, filling only
-//     what is unset (RFC 7396 with append fields, equal to SPEC 3.3 forward
+//     what is unset (RFC 7396 with append fields, equal to docs/policy.md#merging forward
 //     merging), with atomic defaults, unset markers and `when` (CEL, see
 //     internal/condition); the overrides pass then patches the result
 //     forward in the order of order.go's compareOverrides. Every node
@@ -74,11 +74,11 @@
 //   - rbac.go: MeshTrafficPermission rules to Envoy RBAC proto JSON; an
 //     inbound any policy with spec.rules applies to gets its RBAC from the
 //     rules' SPIFFE ID lists alone (Kuma 2.14).
-//   - legacy.go: seed 000's single most specific source/destination policy.
+//   - legacy.go: the single most specific source/destination policy.
 //   - views.go: the `_rules`, `_config`, `_evaluate` and matched-dataplanes
 //     renderings, with memos shared by all queries of a snapshot.
 //
-// # Decisions where the seeds or SPEC leave room
+// # Decisions where the design leaves room
 //
 //   - Origin lists the contributions that changed the merged conf (the
 //     others are fully overridden), with their entry index, in apply order.
@@ -90,7 +90,7 @@
 //   - Legacy inbound policies are selected per inbound by destination rank
 //     (the client is unknown then); sources decide in `_evaluate`. Legacy
 //     ties after rank and creationTime go to the smaller name. TrafficPermission
-//     is reported but not turned into RBAC (SPEC 3.5: RBAC is
+//     is reported but not turned into RBAC (docs/policy.md#rbac: RBAC is
 //     MeshTrafficPermission's).
 //   - Policies without kuma.io/origin sort as zone-originated and belong to
 //     this zone; a policy without kuma.io/zone belongs to this zone.

@@ -73,7 +73,7 @@ const sugarDataplanes = `
     outbound: [{port: 10001, tags: {kuma.io/service: backend, k8s.kuma.io/namespace: backend-ns}}]
 `
 
-// TestSugarEquivalence: seed 004's "semantically equal" pairs give the same
+// TestSugarEquivalence: the implicit-targetRef "semantically equal" pairs give the same
 // `_config` on every Dataplane and match the same Dataplanes.
 func TestSugarEquivalence(t *testing.T) {
 	cases := []struct{ name, sugar, explicit string }{
@@ -236,7 +236,7 @@ func TestBrokenInputsBecomeWarnings(t *testing.T) {
 	}
 }
 
-// TestNoPermissionDeniesAll: SPEC 3.5, an inbound without any
+// TestNoPermissionDeniesAll: docs/policy.md#rbac, an inbound without any
 // MeshTrafficPermission gets an ALLOW RBAC without policies.
 func TestNoPermissionDeniesAll(t *testing.T) {
 	s := mustSnapshot(t, "z", []*resource.Resource{dpWithBackend()})

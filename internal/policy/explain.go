@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// Explanation is the `_explain` response (SPEC 3.6.3, 5): the effective conf
+// Explanation is the `_explain` response (docs/policy.md#provenance-and-explain, 5): the effective conf
 // of one policy type on one target, every field path with the block that
 // set it, and every block that lost with its reason.
 type Explanation struct {
@@ -104,7 +104,7 @@ func (s *MeshSnapshot) Explain(dpName, dpNamespace, policyType, service string, 
 		Blocks: []BlockExplain{}, Warnings: []string{}}
 	if t != nil && legacyKindOf(t.desc) != notLegacy {
 		ex.Warnings = append(ex.Warnings, policyType+" is a legacy source/destination type: one policy applies per "+
-			"connection (the most specific, SPEC 3.7), nothing merges; _evaluate shows which")
+			"connection (the most specific, docs/policy.md#legacy-policies), nothing merges; _evaluate shows which")
 		return ex, nil
 	}
 	var tr *trace

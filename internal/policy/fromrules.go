@@ -8,11 +8,11 @@ import (
 	"slices"
 )
 
-// From-rules (SPEC 3.4, seed 003).
+// From-rules (docs/policy.md#rule-views).
 //
 // The rules of an inbound partition the clients into pairwise-disjoint
 // subsets, each a conjunction of per-key constraints: one positive value, or
-// a set of negated values. Seed 003 enumerates all 2^n combinations of
+// a set of negated values. The naive construction enumerates all 2^n combinations of
 // positive/negated tags; that explodes (70 items over 2 keys = 2^70). The
 // builder here is a decision tree over the entries instead:
 //
@@ -108,7 +108,7 @@ type fromBuild struct {
 
 // walk visits entries from i on. st is the defaults fold of the entries
 // known to match the cell; overs are their override blocks, which the
-// overrides pass applies at the leaf (SPEC 3.6 runs both passes per client
+// overrides pass applies at the leaf (docs/policy.md#defaults-and-overrides runs both passes per client
 // subset). An entry with an override always matters, so it always splits
 // an undetermined cell.
 func (b *ruleBuilder) walk(i int, st foldState, overs *contributors) {

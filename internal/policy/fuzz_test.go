@@ -239,7 +239,7 @@ func goldenSpecs(tb testing.TB) []json.RawMessage {
 }
 
 // TestReadSpecStrictReadsTheGoldenSpecs: the golden inputs' specs (Kuma's
-// policy shapes, seeds' examples) are read by the strict decoder, not
+// policy shapes, the documented examples) are read by the strict decoder, not
 // handed to encoding/json, so the fast read is the one policies get.
 func TestReadSpecStrictReadsTheGoldenSpecs(t *testing.T) {
 	specs := goldenSpecs(t)

@@ -23,7 +23,7 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/<case>/golden.json")
 
 // goldenCase is testdata/<case>/input.yaml: resources, requests and, per
-// request, the values checked by hand against the seed (expect).
+// request, the values checked by hand against the documented semantics (expect).
 type goldenCase struct {
 	Description     string            `json:"description"`
 	Notes           []string          `json:"notes"`

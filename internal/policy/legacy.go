@@ -6,7 +6,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
-// Legacy source/destination policies (SPEC 3.7, seed 000): one policy of a
+// Legacy source/destination policies (docs/policy.md#legacy-policies): one policy of a
 // type applies per connection, the most specific one.
 
 // legacyKind says what a legacy type attaches to.
@@ -76,7 +76,7 @@ func bestMatch(sels []selector, sets ...map[string]string) (rank, bool) {
 
 // legacyWinner keeps the best candidate: higher rank, then newer
 // creationTime; equal creation times (e.g. resources without one) fall back
-// to the smaller name, as SPEC 3.2 key 4 does, so the choice is stable.
+// to the smaller name, as docs/policy.md#ordering keys 4 does, so the choice is stable.
 type legacyWinner struct {
 	p *policy
 	r rank
@@ -123,7 +123,7 @@ func legacyForOutbound(t *typeIndex, dp *dataplane, o *outbound) *policy {
 // legacyForInbound picks the inbound connection policy of an inbound by its
 // destinations alone: the client is not known when the inbound is
 // configured, so of two equally specific policies the newer one wins and
-// only its sources are allowed (seed 000's warning).
+// only its sources are allowed (the warning of docs/policy.md#legacy-policies).
 func legacyForInbound(t *typeIndex, in *inbound) *policy {
 	var w legacyWinner
 	for _, p := range t.policies {

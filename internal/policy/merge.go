@@ -9,22 +9,22 @@ import (
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
-// Merging (SPEC 3.3).
+// Merging (docs/policy.md#merging).
 //
 // Every conf block that may apply to a target is a contribution. A target's
 // effective conf is one fold over its contributions, listed in apply order
-// (SPEC 3.2, ascending: later wins). The result equals folding them forward
+// (docs/policy.md#ordering, ascending: later wins). The result equals folding them forward
 // with RFC 7396 JSON merge patch, with the type's append fields
 // concatenated instead of replaced.
 //
 // The fold runs backwards, from the most specific contribution to the least
-// specific, and only fills what is still unset. This is SPEC 3.6's defaults
+// specific, and only fills what is still unset. This is docs/policy.md#defaults-and-overrides's defaults
 // pass; it is used here because:
 //   - a contribution that fills nothing is provably irrelevant to the result,
 //     which lets the from-rule builder prune shadowed entries instead of
 //     enumerating subsets (see fromrules.go), and lets a fold over 10,000
 //     contributions stop doing work once the conf is saturated;
-//   - SPEC 3.6 later slots in without a rewrite: an atomic default applies
+//   - docs/policy.md#defaults-and-overrides later slots in without a rewrite: an atomic default applies
 //     only to an empty state, `unset` paths become deleted nodes that lower
 //     contributions cannot fill, and the overrides pass is a forward fold
 //     applied to the result. Every node records the contribution that set it
@@ -43,7 +43,7 @@ const (
 const overrideOrderBase = 1 << 40
 
 // contribution is one conf block of one policy entry: the unit the fold
-// works on (SPEC 3.6: a default or an override block, with its strategy,
+// works on (docs/policy.md#defaults-and-overrides: a default or an override block, with its strategy,
 // when and, for defaults, unset). Its definition is shared by every
 // snapshot holding the same version of the policy; the policy it belongs to
 // and its apply order are this snapshot's.
@@ -272,7 +272,7 @@ func newMerger(appendFields []string) merger {
 }
 
 // fill folds the default block c into st as a contribution less specific
-// than everything st already holds (SPEC 3.6 defaults pass): merge fills
+// than everything st already holds (docs/policy.md#defaults-and-overrides defaults pass): merge fills
 // only what is unset, atomic applies only when nothing is set, unset paths
 // become markers that less specific defaults cannot fill, and a `when` that
 // is false (or fails, with a warning) skips the block's conf. changed is false when
@@ -325,7 +325,7 @@ func (m merger) fold(cs []*contribution) foldState {
 	return st
 }
 
-// override applies the override block c on top of st (SPEC 3.6 overrides
+// override applies the override block c on top of st (docs/policy.md#defaults-and-overrides overrides
 // pass, forward): merge is an RFC 7396 patch that wins over what is set,
 // atomic replaces the whole conf, and a false (or failing) `when` skips it.
 func (m merger) override(st foldState, c *contribution) (foldState, bool) {

@@ -7,7 +7,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
-// Ordering (SPEC 3.2). Everything sorts ascending: the later item is the
+// Ordering (docs/policy.md#ordering). Everything sorts ascending: the later item is the
 // more specific one and wins the merge.
 
 // kindRank orders targetRef kinds as Kuma 2.14 does: Mesh < Dataplane <
@@ -60,8 +60,9 @@ func boolRank(b bool) int {
 	return 0
 }
 
-// roleRank: system < producer < consumer < workload-owner (seed 004:
-// consumer-ns > producer-ns > kuma-system).
+// roleRank: system < producer < consumer < workload-owner
+// (docs/policy.md#ordering: a consumer's namespace beats the producer's,
+// which beats the system namespace).
 func roleRank(role string) int {
 	switch role {
 	case resource.RoleProducer:
@@ -74,7 +75,7 @@ func roleRank(role string) int {
 	return 0
 }
 
-// comparePolicyLevel compares SPEC 3.2 keys 1-3.
+// comparePolicyLevel compares docs/policy.md#ordering keys 1-3.
 func comparePolicyLevel(a, b *policy) int {
 	if c := cmp.Compare(kindRank(a.top.Kind), kindRank(b.top.Kind)); c != 0 {
 		return c
@@ -129,7 +130,7 @@ func compareEntries(a, b *entry) int {
 
 func sortEntries(es []*entry) { slices.SortStableFunc(es, compareEntries) }
 
-// authority ranks who may override (SPEC 3.6): consumer and workload-owner
+// authority ranks who may override (docs/policy.md#defaults-and-overrides): consumer and workload-owner
 // policies (which may not carry overrides) < producer < zone system <
 // global system.
 func authority(p *policy) int {
@@ -148,8 +149,8 @@ func authority(p *policy) int {
 // them; the last applied wins. Authority first (a global override beats
 // everything a zone or namespace writes, whatever its target), then
 // specificity reversed, so that among equals the less specific override is
-// applied last and wins (seed 002: "less specific beats more specific"),
-// then the name as in SPEC 3.2 (the smaller name is applied last), then the
+// applied last and wins ("less specific beats more specific"),
+// then the name as in docs/policy.md#ordering (the smaller name is applied last), then the
 // array index (the later item is applied last). kind is the entry's own
 // targetRef rank; proxy-wide blocks pass 0.
 func compareOverrides(a, b *policy, aKind, bKind, aIndex, bIndex int) int {

@@ -16,7 +16,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
-// Random mixes of defaults and overrides (SPEC 3.6) against a brute-force
+// Random mixes of defaults and overrides (docs/policy.md#defaults-and-overrides) against a brute-force
 // reference written here without the engine's code: confs are flat maps of
 // leaf paths, the defaults pass walks entries from the most specific down
 // filling absent paths (atomic only into an empty conf, unset paths of
@@ -177,7 +177,7 @@ func doCase(r *rand.Rand, list string) ([]*resource.Resource, []*doEntry) {
 		rs = append(rs, &resource.Resource{Type: "MeshTimeout", Mesh: "default", Name: name, Spec: spec,
 			Labels: resource.NewLabels(map[string]string{resource.LabelOrigin: origin})})
 	}
-	// SPEC 3.2 apply order, computed here: top-level kind, origin (global
+	// docs/policy.md#ordering apply order, computed here: top-level kind, origin (global
 	// first), entry kind, name (smaller later), index.
 	slices.SortStableFunc(entries, func(a, b *doEntry) int {
 		return cmp.Or(
@@ -190,7 +190,7 @@ func doCase(r *rand.Rand, list string) ([]*resource.Resource, []*doEntry) {
 	return rs, entries
 }
 
-// reference computes SPEC 3.6 for the entries that apply, given in apply
+// reference computes docs/policy.md#defaults-and-overrides for the entries that apply, given in apply
 // order.
 func reference(t *testing.T, env *condition.Env, es []*doEntry) any {
 	t.Helper()

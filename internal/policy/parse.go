@@ -8,7 +8,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
-// targetRef is a decoded targetRef (SPEC 3.1).
+// targetRef is a decoded targetRef (docs/policy.md#selection).
 type targetRef struct {
 	Kind        string            `json:"kind"`
 	Name        string            `json:"name"`
@@ -61,7 +61,7 @@ type policyDef struct {
 	ownNS   string // the namespace the policy was written in ("" = system)
 	zone    string // the zone the policy belongs to ("" = global)
 
-	// top is the effective top-level targetRef (seed 004 sugar applied),
+	// top is the effective top-level targetRef (the implicit targetRef of its role applied),
 	// shared (refTable): never written.
 	top *targetRef
 	// scope are tags every selected inbound must carry: kuma.io/zone and
@@ -126,7 +126,7 @@ type entryDef struct {
 
 type tag struct{ key, value string }
 
-// Origins of a policy, in sort order (SPEC 3.2 key 2).
+// Origins of a policy, in sort order (docs/policy.md#ordering keys 2).
 const (
 	originGlobal = iota
 	originZone
@@ -250,14 +250,14 @@ func (b *builder) ownNamespace(r *resource.Resource) string {
 	return b.normNS(r.Namespace)
 }
 
-// effectiveTop applies seed 004's sugar and SPEC 3.1's implicit scoping.
+// effectiveTop applies the implicit targetRef of its role and docs/policy.md#selection's implicit scoping.
 func (b *builder) effectiveTop(p *policy, top targetRef) {
 	switch {
 	case p.role == resource.RoleConsumer || p.role == resource.RoleWorkloadOwner:
 		scope := map[string]string{resource.LabelZone: p.zone, resource.LabelNamespace: p.ownNS}
 		p.scope = tagList(scope)
 		if top.Kind == "" || top.Kind == resource.KindMesh {
-			// Seed 004: "Mesh" (or nothing) in a consumer/workload-owner
+			// "Mesh" (or nothing) in a consumer/workload-owner
 			// policy means MeshSubset{kuma.io/zone, k8s.kuma.io/namespace}.
 			top = targetRef{Kind: resource.KindMeshSubset, Tags: scope, ProxyTypes: top.ProxyTypes}
 		}
@@ -286,7 +286,7 @@ func (b *builder) entries(p *policy, list string, items []decodedEntry) []*entry
 		ref := item.ref
 		inbound := list == "from" || list == "rules"
 		if ref.Kind == "" && inbound {
-			// seed 004: a missing from[].targetRef means Mesh; a rule
+			// a missing from[].targetRef means Mesh; a rule
 			// applies to all inbound traffic.
 			ref.Kind = resource.KindMesh
 		}
@@ -342,7 +342,7 @@ func normalizeConf(typeName string, conf any) any {
 }
 
 // clientTags turns a from[].targetRef into the tags a client must carry
-// (seed 003): Mesh → none, MeshSubset → its tags, MeshService →
+// : Mesh → none, MeshSubset → its tags, MeshService →
 // kuma.io/service, MeshServiceSubset → both. A namespace on the reference
 // adds k8s.kuma.io/namespace. never reports contradicting requirements
 // (a subset tag naming another service). '*' is not special here: client

@@ -12,7 +12,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
-// forwardMerge is the reference semantics of SPEC 3.3: RFC 7396 JSON merge
+// forwardMerge is the reference semantics of docs/policy.md#merging: RFC 7396 JSON merge
 // patch applied in order, with lists at append paths concatenated. It is
 // written independently of merge.go, which folds backwards.
 func forwardMerge(target, patch any, path string, appendPaths map[string]bool) any {
@@ -208,7 +208,7 @@ func randomFromEntry(r *rand.Rand, conf func() any) (ref map[string]any, tags ma
 }
 
 // propCase builds 1-3 policies on the "backend" proxy with random from
-// arrays; entries come back in the order SPEC 3.2 prescribes, computed
+// arrays; entries come back in the order docs/policy.md#ordering prescribes, computed
 // here without the engine: top-level kind, name (smaller later), entry
 // kind, index.
 func propCase(r *rand.Rand, typ string, conf func() any) ([]*resource.Resource, []propEntry) {

@@ -7,7 +7,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
-// MeshTrafficPermission → Envoy network RBAC (SPEC 3.5, seed 003).
+// MeshTrafficPermission → Envoy network RBAC (docs/policy.md#rbac).
 //
 // The types below mirror envoy.config.rbac.v3 in proto JSON with proto field
 // names (and_ids, not_id, principal_name, shadow_rules), for the subset the
@@ -57,7 +57,7 @@ type StringMatcher struct {
 	Prefix string `json:"prefix,omitempty"`
 }
 
-// Names of the RBAC policies (SPEC 3.5).
+// Names of the RBAC policies (docs/policy.md#rbac).
 const (
 	rbacPolicy       = "MeshTrafficPermission"
 	rbacShadowPolicy = "ShadowMeshTrafficPermission"
@@ -67,7 +67,7 @@ const (
 // rbacFilter converts an inbound's MeshTrafficPermission rules. rules holds
 // the principals allowed now (ALLOW, ALLOW_WITH_SHADOW_DENY), shadow_rules
 // those allowed if shadow actions took effect (ALLOW, DENY_WITH_SHADOW_ALLOW;
-// SPEC 9 widens seed 003, which listed only the latter).
+// a wider choice than listing only the latter: docs/policy.md#decisions-where-the-design-left-room).
 //
 // Deny all (no MeshTrafficPermission on the inbound, or no rule allowing
 // anything) is an ALLOW config with no policies: Envoy requires at least
@@ -132,9 +132,9 @@ func principalOf(mesh string, ms []Matcher) Principal {
 	return Principal{AndIDs: &PrincipalSet{IDs: ids}}
 }
 
-// identity is the URI SAN a client certificate carries for a tag (seed 003,
-// SPEC 9): spiffe://<mesh>/<service> for kuma.io/service, kuma://<key>/<value>
-// for any other tag.
+// identity is the URI SAN a client certificate carries for a tag
+// (docs/policy.md#rbac): spiffe://<mesh>/<service> for kuma.io/service,
+// kuma://<key>/<value> for any other tag.
 func identity(mesh, key, value string) string {
 	if key == resource.ServiceTag {
 		return "spiffe://" + mesh + "/" + value

@@ -7,7 +7,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
-// Selection (SPEC 3.1).
+// Selection (docs/policy.md#selection).
 
 // maxRouteDepth bounds MeshHTTPRoute indirection (a policy targeting a route
 // whose targetRef names a route...): validation forbids it, fuzzed or stale
@@ -307,7 +307,7 @@ func (m svcMatch) matches(o *outbound) bool {
 	return o.service == m.service
 }
 
-// resolveTo resolves a to-entry's targetRef (SPEC 3.1).
+// resolveTo resolves a to-entry's targetRef (docs/policy.md#selection).
 func (b *builder) resolveTo(p *policy, e *entry) *toTarget {
 	ref := e.ref
 	switch ref.Kind {
@@ -337,7 +337,7 @@ func (b *builder) resolveService(p *policy, e *entry) *toTarget {
 	ref := e.ref
 	ns := b.normNS(ref.Namespace)
 	if ref.Namespace == "" {
-		ns = p.ownNS // seed 004: empty namespace = the policy's own
+		ns = p.ownNS // empty namespace = the policy's own
 	}
 	services := b.findServices(ref, ns)
 	t := &toTarget{}

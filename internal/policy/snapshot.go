@@ -84,7 +84,7 @@ type MeshSnapshot struct {
 	fromMemo sync.Map // type + entry signature → *fromResult
 	toMemo   sync.Map // type + signature of the Mesh entries → *sync.Map of outbound signature → *OutboundPolicy
 
-	// statuses of every policy (SPEC 3.6.4), computed on first use.
+	// statuses of every policy (docs/policy.md#status), computed on first use.
 	statusOnce sync.Once
 	status     map[string]map[nsName]*PolicyStatus
 
@@ -234,9 +234,9 @@ type nsName struct{ ns, name string }
 type typeIndex struct {
 	desc     *resource.TypeDescriptor
 	merger   merger
-	policies []*policy  // sorted by SPEC 3.2 keys 1-4
+	policies []*policy  // sorted by docs/policy.md#ordering keys 1-4
 	quick    []quickSel // quick[i] summarizes how policies[i] selects (select.go)
-	to, from []*entry   // concatenated and sorted by SPEC 3.2's entry keys
+	to, from []*entry   // concatenated and sorted by docs/policy.md#ordering's entry keys
 	// overTo and overFrom are the entries of to and from with an override
 	// block, overProxy the policies with a proxy-wide one, in the
 	// overrides pass's order (their blocks' order counts from

@@ -9,7 +9,7 @@ import (
 	"unsafe"
 )
 
-// Policy status (SPEC 3.6.4). Statuses are derived from the snapshot: for
+// Policy status (docs/policy.md#status). Statuses are derived from the snapshot: for
 // every Dataplane, every target (proxy, outbound, route, client subset of
 // an inbound) is traced with the same fold the views use, and each policy
 // aggregates what happened to its blocks. They are computed once per
@@ -398,7 +398,7 @@ func describeRef(ref targetRef) string {
 }
 
 // legacyStatuses: a legacy policy is enforced where it is the one selected
-// (seed 000), else it lost to a more specific or newer one.
+// , else it lost to a more specific or newer one.
 func (s *MeshSnapshot) legacyStatuses(t *typeIndex, byName map[nsName]*PolicyStatus) {
 	for _, p := range t.policies {
 		applies := false

@@ -8,7 +8,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
-// Provenance (SPEC 3.6.3). A trace runs the same fold functions as the
+// Provenance (docs/policy.md#provenance-and-explain). A trace runs the same fold functions as the
 // views (fill, then override) over one target's blocks, remembering what
 // happened to each block; every field of the result names the block that
 // set it (node.by). `_explain` renders a trace, and policy status

@@ -12,7 +12,7 @@ import (
 // it to 404 with errors.Is.
 var ErrNotFound = errors.New("not found")
 
-// Meta identifies a resource in inspect output (SPEC 5). Every key is always
+// Meta identifies a resource in inspect output (docs/api.md). Every key is always
 // present so that the shape never changes: Namespace is "" for the system
 // namespace and Labels is {} when there are none.
 type Meta struct {
@@ -25,13 +25,13 @@ type Meta struct {
 
 // Origin is one contribution to a merged conf: the policy, plus the index of
 // the to/from entry that carried the conf (absent for proxy-wide and legacy
-// policies). Origins are listed in apply order (SPEC 3.2): the last one won
+// policies). Origins are listed in apply order (docs/policy.md#ordering): the last one won
 // where they disagree.
 type Origin struct {
 	Meta
 	Entry *int `json:"entry,omitempty"`
-	// Block is "override" for an override block (SPEC 3.6); absent for
-	// defaults, so plain policies keep SPEC 5's shape.
+	// Block is "override" for an override block (docs/policy.md#defaults-and-overrides); absent for
+	// defaults, so plain policies keep docs/api.md's shape.
 	Block string `json:"block,omitempty"`
 	// List is "rules" when Entry indexes spec.rules (Kuma 2.10+ inbound
 	// rules); absent for to/from entries.
@@ -47,7 +47,7 @@ type Matcher struct {
 }
 
 // Rule is a conjunction of matchers with the conf every client it matches
-// gets. The rules of one inbound are pairwise disjoint (SPEC 3.4). An empty
+// gets. The rules of one inbound are pairwise disjoint (docs/policy.md#rule-views). An empty
 // Matchers list matches every client.
 type Rule struct {
 	Matchers []Matcher       `json:"matchers"`
@@ -64,7 +64,7 @@ type Applied struct {
 
 // RouteConf is the conf a policy type gives traffic on one route of an
 // outbound: the outbound-level entries plus the entries naming the route,
-// merged in the order of SPEC 3.2.
+// merged in the order of docs/policy.md#ordering.
 type RouteConf struct {
 	Route  Meta            `json:"route"`
 	Conf   json.RawMessage `json:"conf"`
@@ -110,7 +110,7 @@ type TypeRules struct {
 	FromRules []FromRules `json:"fromRules"`
 }
 
-// RulesResult is the `_rules` response (SPEC 5). Rules holds one item per
+// RulesResult is the `_rules` response (docs/api.md). Rules holds one item per
 // policy type that gives the Dataplane anything or has warnings for it,
 // sorted by type name. Warnings are about the Dataplane itself.
 type RulesResult struct {
@@ -153,7 +153,7 @@ type OutboundConfig struct {
 	Policies map[string]OutboundPolicy `json:"policies"`
 }
 
-// ConfigResult is the `_config` response (SPEC 5).
+// ConfigResult is the `_config` response (docs/api.md).
 type ConfigResult struct {
 	Dataplane Meta               `json:"dataplane"`
 	Inbounds  []InboundConfig    `json:"inbounds"`

@@ -65,7 +65,7 @@ func (s *MeshSnapshot) view(t *typeIndex, dp *dataplane) *typeView {
 }
 
 // proxyView merges the proxy-wide blocks of the matched policies: defaults
-// in policy order, then overrides (SPEC 3.6).
+// in policy order, then overrides (docs/policy.md#defaults-and-overrides).
 func proxyView(t *typeIndex, matched []bool) (*Applied, []string) {
 	st := foldProxy(t, matched)
 	if ap, ok := st.applied(); ok {
@@ -236,7 +236,7 @@ func outboundPolicy(m merger, list []*entry, routed routeEntries) *outboundResul
 	return res
 }
 
-// foldEntries runs both passes of SPEC 3.6 over entries given in apply
+// foldEntries runs both passes of docs/policy.md#defaults-and-overrides over entries given in apply
 // order: their defaults from the most specific down, then their overrides
 // in the overrides pass's order.
 func foldEntries(m merger, es []*entry) foldState {
@@ -396,7 +396,7 @@ func qualified(ns, name string) string {
 	return ns + "/" + name
 }
 
-// Rules returns the `_rules` view of a Dataplane (SPEC 5): per policy type,
+// Rules returns the `_rules` view of a Dataplane (docs/api.md): per policy type,
 // the proxy rule, the to-rules per outbound and the from-rules per inbound,
 // with warnings. An unknown Dataplane is ErrNotFound.
 func (s *MeshSnapshot) Rules(dpName, dpNamespace string) (*RulesResult, error) {
@@ -428,7 +428,7 @@ func (v *typeView) typeRules(dp *dataplane) TypeRules {
 	return tr
 }
 
-// Config returns the `_config` view of a Dataplane (SPEC 5): effective
+// Config returns the `_config` view of a Dataplane (docs/api.md): effective
 // confs per inbound (as rules, with the MeshTrafficPermission RBAC filter),
 // per outbound and proxy-wide.
 func (s *MeshSnapshot) Config(dpName, dpNamespace string) (*ConfigResult, error) {
@@ -474,9 +474,9 @@ func (v *typeView) addToConfig(res *ConfigResult, mesh string) {
 }
 
 // EvaluateInbound returns the conf each inbound policy type gives a client
-// of the inbound listening on port (SPEC 5 `_evaluate?inbound=`). The
+// of the inbound listening on port (docs/api.md `_evaluate?inbound=`). The
 // client's tags are taken as given. Legacy inbound types appear only when the
-// client matches the selected policy's sources (SPEC 3.7). With several
+// client matches the selected policy's sources (docs/policy.md#legacy-policies). With several
 // inbounds on one port, the first is evaluated.
 func (s *MeshSnapshot) EvaluateInbound(dpName, dpNamespace string, port int, client map[string]string) (*InboundEvaluation, error) {
 	dp, err := s.dataplane(dpName, dpNamespace)
@@ -544,7 +544,7 @@ func (dp *dataplane) inboundByPort(port int) *inbound {
 }
 
 // EvaluateOutbound returns what each outbound policy type gives the
-// Dataplane's outbound to service (SPEC 5 `_evaluate?outbound=`), matched by
+// Dataplane's outbound to service (docs/api.md `_evaluate?outbound=`), matched by
 // the outbound's service name; with several outbounds to one service, the
 // first is evaluated.
 func (s *MeshSnapshot) EvaluateOutbound(dpName, dpNamespace, service string) (*OutboundEvaluation, error) {
@@ -570,7 +570,7 @@ func (s *MeshSnapshot) EvaluateOutbound(dpName, dpNamespace, service string) (*O
 	return res, nil
 }
 
-// MatchedDataplanes lists the Dataplanes a policy applies to (SPEC 5
+// MatchedDataplanes lists the Dataplanes a policy applies to (docs/api.md
 // `_resources/dataplanes`), sorted by namespace and name: those its
 // top-level targetRef (with implicit scope) selects, or for a legacy policy
 // those where it is the one selected for some connection or the proxy. A

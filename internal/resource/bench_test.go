@@ -7,7 +7,7 @@ import (
 )
 
 // BenchmarkDecodeValidate measures the write path of one policy (the REST
-// PUT bar in SPEC 7 is 5,000 writes/s for the whole server).
+// PUT bar in BENCHMARKS.md is 5,000 writes/s for the whole server).
 func BenchmarkDecodeValidate(b *testing.B) {
 	reg := NewDefaultRegistry()
 	doc := []byte(`{"type":"MeshTimeout","mesh":"default","name":"t","namespace":"backend-ns","spec":{"targetRef":{"kind":"Mesh"},

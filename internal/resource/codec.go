@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Documents come in two shapes (SPEC 2):
+// Documents come in two shapes (docs/resources.md):
 //   - Universal: type, mesh, name, namespace, labels, spec (+ read-only
 //     creationTime, modificationTime, version, status); for types with
 //     UniversalTopLevel the spec fields may also sit at the top level, as in
@@ -322,7 +322,7 @@ func (reg *Registry) decodeKubernetes(obj map[string]any) (*Resource, error) {
 		}
 	}
 	if r.Mesh == "" && d.Scope == ScopeMesh {
-		// Mesh as a label (seed 003), else Kuma's webhook default.
+		// Mesh as a label, else Kuma's webhook default.
 		r.Mesh = r.Labels.Get(LabelMesh)
 		if r.Mesh == "" {
 			r.Mesh = "default"

@@ -38,7 +38,7 @@ func isDNSSubdomain(s string) bool {
 }
 
 // isResourceName is Kubernetes' DNS-1123 subdomain rule for object names
-// (SPEC 2): at most 253 characters of lowercase alphanumerics, '-' and '.',
+// (docs/resources.md): at most 253 characters of lowercase alphanumerics, '-' and '.',
 // each dot-separated part starting and ending with an alphanumeric, and no
 // per-part length limit (unlike hostnames), so that a name plus the 17
 // characters of a synced copy's hash suffix stays valid.

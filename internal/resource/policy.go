@@ -8,11 +8,11 @@ import (
 	"github.com/meridian-mesh/meridian/internal/condition"
 )
 
-// Validation of targetRef policy specs (SPEC 3.1, 3.6; seeds 001-004),
+// Validation of targetRef policy specs (docs/policy.md),
 // driven by the TypeDescriptor: which arrays exist, which targetRef kinds
 // each level accepts, and the conf schema of every default/override.
 
-// Policy roles (seed 004, SPEC 3.1), written to the kuma.io/policy-role label.
+// Policy roles (docs/policy.md#selection), written to the kuma.io/policy-role label.
 const (
 	RoleSystem        = "system"
 	RoleProducer      = "producer"
@@ -20,7 +20,7 @@ const (
 	RoleWorkloadOwner = "workload-owner"
 )
 
-// PolicyRole computes a policy's role (SPEC 3.1): a policy without a
+// PolicyRole computes a policy's role (docs/policy.md#selection): a policy without a
 // namespace or in the system namespace is "system"; otherwise one without
 // `to` is "workload-owner", one whose every `to` item names a MeshService or
 // MeshHTTPRoute in its own namespace is "producer", one where none does is
@@ -76,7 +76,7 @@ func roleOf(spec map[string]any, ns string) (role string, ok bool) {
 }
 
 // isOwnNamespaceRef: a reference to a MeshService or MeshHTTPRoute in the
-// policy's namespace. An empty namespace means the policy's own (seed 004);
+// policy's namespace. An empty namespace means the policy's own;
 // a labels reference is own only when it names that namespace.
 func isOwnNamespaceRef(ref map[string]any, ns string) bool {
 	kind, _ := ref["kind"].(string)
@@ -94,7 +94,7 @@ func isSystemNamespace(ns, systemNamespace string) bool {
 	return ns == "" || ns == systemNamespace
 }
 
-// confBlockKeys are the seed 002 keys of an entry (or a proxy-wide spec).
+// confBlockKeys are the defaults-and-overrides keys of an entry (or a proxy-wide spec).
 func confBlockKeys() []string { return []string{"default", "override", "strategy", "when", "unset"} }
 
 // validateTargetRefPolicy checks a targetRef policy's spec.
@@ -207,7 +207,7 @@ func validateToEntry(cond *condition.Env, d *TypeDescriptor, path string, e map[
 }
 
 func validateFromEntry(cond *condition.Env, d *TypeDescriptor, path string, e map[string]any, errs *ValidationError) {
-	// A missing from[].targetRef means Mesh (seed 004).
+	// A missing from[].targetRef means Mesh.
 	if ref := e["targetRef"]; ref != nil {
 		validateTargetRef(path+".targetRef", ref, d.FromKinds, errs)
 	}
@@ -315,7 +315,7 @@ func checkEntryKeys(path string, e map[string]any, errs *ValidationError, allowe
 }
 
 // validateConfBlocks checks default/override against the conf schema and
-// the seed 002 qualifiers strategy, when and unset (SPEC 3.6). Every
+// the defaults-and-overrides qualifiers strategy, when and unset (docs/policy.md#defaults-and-overrides). Every
 // qualifier must have something to act on: a strategy or when for a block
 // that is absent would be accepted and never honoured, so it is refused.
 func validateConfBlocks(cond *condition.Env, d *TypeDescriptor, path string, obj map[string]any, errs *ValidationError) {
@@ -409,7 +409,7 @@ func isNonEmpty(v any) bool {
 }
 
 // checkRouteTargets: a route targets all outbounds (to kind Mesh) only on a
-// gateway, where there is no single destination service (seed 004).
+// gateway, where there is no single destination service.
 func checkRouteTargets(spec map[string]any, errs *ValidationError) {
 	if topLevelKind(spec) == KindMeshGateway {
 		return
@@ -422,8 +422,8 @@ func checkRouteTargets(spec map[string]any, errs *ValidationError) {
 	}
 }
 
-// checkNamespacedPolicy enforces seed 004's rules for policies in a custom
-// namespace, and SPEC 3.6.2 (no override outside system/producer policies).
+// checkNamespacedPolicy enforces the namespace rules for policies in a custom
+// namespace, and docs/policy.md#defaults-and-overrides (no override outside system/producer policies).
 func checkNamespacedPolicy(d *TypeDescriptor, ns string, spec map[string]any, errs *ValidationError) {
 	if isNonEmpty(spec["to"]) && isNonEmpty(spec["from"]) {
 		errs.Add("spec", "a policy in namespace %q must not define both from and to", ns)
@@ -460,7 +460,7 @@ func forbidOverrides(role string, spec map[string]any, errs *ValidationError) {
 }
 
 // checkBackendNamespaces: a gateway route in a custom namespace may only
-// send traffic to its own namespace (seed 004, cross-namespace forwarding).
+// send traffic to its own namespace (cross-namespace forwarding).
 func checkBackendNamespaces(ns string, spec map[string]any, errs *ValidationError) {
 	to, _ := spec["to"].([]any)
 	for i, item := range to {
@@ -494,11 +494,11 @@ func refKind(entry any) string {
 	return kind
 }
 
-// kindRule says which targetRef fields a kind needs and forbids (SPEC 3.1).
+// kindRule says which targetRef fields a kind needs and forbids (docs/policy.md#selection).
 type kindRule struct {
 	required     []string
 	forbidden    []string
-	nameOrLabels bool // exactly one of name, labels (seed 004 label refs)
+	nameOrLabels bool // exactly one of name, labels (references by labels)
 	labelsOrName bool // at most one of labels, name+namespace
 }
 

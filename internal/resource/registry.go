@@ -26,13 +26,13 @@ const (
 	ShapeNone Shape = iota
 	// ShapeTargetRef: a targetRef policy with some of to / from / proxy-wide default.
 	ShapeTargetRef
-	// ShapeLegacySourceDestination: seed 000's sources/destinations/conf.
+	// ShapeLegacySourceDestination: the legacy sources/destinations/conf.
 	ShapeLegacySourceDestination
-	// ShapeLegacySelectors: seed 000's dataplane policies (selectors/conf).
+	// ShapeLegacySelectors: the legacy dataplane policies (selectors/conf).
 	ShapeLegacySelectors
 )
 
-// TargetRef kinds (SPEC 3.1).
+// TargetRef kinds (docs/policy.md#selection).
 const (
 	KindMesh                = "Mesh"
 	KindMeshSubset          = "MeshSubset"
@@ -86,7 +86,7 @@ type TypeDescriptor struct {
 	ToOnlyForGateways bool
 
 	// AppendFields are conf fields whose lists concatenate on merge instead of
-	// being replaced (SPEC 3.3).
+	// being replaced (docs/policy.md#merging).
 	AppendFields []string
 
 	// Conf validates one conf block (a default/override, or a legacy conf).
@@ -106,7 +106,7 @@ type Registry struct {
 	byName   map[string]*TypeDescriptor
 	byPlural map[string]*TypeDescriptor
 	names    []string
-	// cond compiles seed 002 `when` expressions, for validation and for the
+	// cond compiles `when` expressions, for validation and for the
 	// policy engine (Conditions), so both use one CEL environment.
 	cond *condition.Env
 	// vocab: the strings every spec repeats, decoded without allocating
@@ -222,7 +222,7 @@ func toKindsNoRt() []string {
 }
 
 // routeToKinds: routes attach to a service, or to all traffic of a
-// MeshGateway (kind Mesh, allowed only with a top-level MeshGateway; seed 004).
+// MeshGateway (kind Mesh, allowed only with a top-level MeshGateway).
 func routeToKinds() []string {
 	return []string{KindMesh, KindMeshService, KindMeshExternalService, KindMeshMultiZoneService}
 }
@@ -231,7 +231,7 @@ func fromKinds() []string {
 	return []string{KindMesh, KindMeshSubset, KindMeshService, KindMeshServiceSubset}
 }
 
-// DefaultTypes returns fresh descriptors of every type SPEC section 2 lists.
+// DefaultTypes returns fresh descriptors of every type docs/resources.md lists.
 func DefaultTypes() []*TypeDescriptor {
 	globalToZone := Sync{GlobalToZone: true}
 	bothWays := Sync{GlobalToZone: true, ZoneToGlobal: true}
@@ -291,7 +291,7 @@ func DefaultTypes() []*TypeDescriptor {
 		{Name: "MeshTCPRoute", Plural: "meshtcproutes", Shape: ShapeTargetRef,
 			TopLevelKinds: topLevelNoRt(), To: true, ToKinds: routeToKinds(), Rules: true, Conf: meshTCPRouteRule(), Sync: bothWays},
 
-		// Legacy source/destination policies (seed 000).
+		// Legacy source/destination policies.
 		legacy("TrafficPermission", "trafficpermissions", ShapeLegacySourceDestination, trafficPermissionConf()),
 		legacy("TrafficRoute", "trafficroutes", ShapeLegacySourceDestination, trafficRouteConf()),
 		legacy("TrafficLog", "trafficlogs", ShapeLegacySourceDestination, trafficLogConf()),

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Labels the system reads or writes (SPEC section 2).
+// Labels the system reads or writes (docs/resources.md).
 const (
 	LabelOrigin      = "kuma.io/origin"
 	LabelZone        = "kuma.io/zone"

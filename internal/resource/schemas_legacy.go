@@ -1,6 +1,6 @@
 package resource
 
-// Schemas of seed 000's source/destination policies, following Kuma's
+// Schemas of the legacy source/destination policies, following Kuma's
 // api/mesh/v1alpha1 protobufs. Their spec is {sources, destinations, conf}
 // or {selectors, conf}; conf is described per type below.
 

@@ -11,7 +11,7 @@ import (
 // (pkg/plugins/policies/*/api/v1alpha1). Each describes one `default` or
 // `override` block.
 
-// Traffic permission actions: seeds 001/003 and SPEC 3.5 spell them in upper
+// Traffic permission actions: docs/policy.md#rbac spells them in upper
 // snake case, Kuma's API in camel case. Both are accepted; the engine
 // compares CanonicalTrafficAction values.
 const (

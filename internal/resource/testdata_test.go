@@ -12,7 +12,7 @@ import (
 )
 
 // kubernetesZone is where every example in testdata/valid is valid: the
-// seed 004 examples use application namespaces.
+// namespace examples use application namespaces.
 func kubernetesZone() plane.Plane {
 	return plane.Plane{Mode: plane.Zone, Zone: "zone-1", Environment: plane.EnvKubernetes, SystemNamespace: plane.DefaultSystemNamespace}
 }

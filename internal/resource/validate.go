@@ -71,7 +71,7 @@ func validateLabels(labels Labels, errs *ValidationError) {
 	}
 }
 
-// knownLabelValues lists the values of labels the system reads (SPEC 2).
+// knownLabelValues lists the values of labels the system reads (docs/resources.md).
 func knownLabelValues(key string) []string {
 	switch key {
 	case LabelOrigin:
@@ -83,7 +83,7 @@ func knownLabelValues(key string) []string {
 }
 
 // validateNamespace: custom namespaces exist only in Kubernetes zones, and
-// only for namespace-scoped types (seed 004). Mesh, Zone, legacy policies,
+// only for namespace-scoped types. Mesh, Zone, legacy policies,
 // MeshGateway and MeshExternalService live in the system namespace.
 func validateNamespace(d *TypeDescriptor, ns string, opts plane.Plane, errs *ValidationError) {
 	if isSystemNamespace(ns, opts.SystemNamespace) {
@@ -158,7 +158,7 @@ func decodeSpecObject(raw json.RawMessage) (map[string]any, error) {
 }
 
 // Normalize brings a decoded resource to its canonical stored form: the
-// system namespace is written as "" (SPEC 2: absent = the system namespace),
+// system namespace is written as "" (docs/resources.md: absent = the system namespace),
 // and spec and status are re-encoded compactly with sorted keys, so equal
 // resources have equal bytes. Invalid JSON is left for Validate to report.
 func (reg *Registry) Normalize(r *Resource, systemNamespace string) {

@@ -196,7 +196,7 @@ func TestNormalize(t *testing.T) {
 }
 
 // TestResourceNames: Kubernetes' DNS-1123 subdomain rule, with no limit per
-// dot-separated part (issue 8: names of 47-63 characters plus a synced
+// dot-separated part (names of 47-63 characters plus a synced
 // copy's 17-character hash suffix must stay valid).
 func TestResourceNames(t *testing.T) {
 	for name, want := range map[string]bool{

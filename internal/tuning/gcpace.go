@@ -44,10 +44,10 @@ type gcHeadroom struct {
 }
 
 const (
-	// defaultGCHeadroom: measured with the bench's PUT phases (issue 10,
-	// session 19): 64 MiB took the global's and the zones' CPU per PUT
-	// down by the collector's share; the resident set during a burst
-	// grows by at most this much.
+	// defaultGCHeadroom: measured with the bench's PUT phases, 64 MiB
+	// took the global's and the zones' CPU per PUT down by the
+	// collector's share; the resident set during a burst grows by at
+	// most this much.
 	defaultGCHeadroom = 64 << 20
 	// maxGCPercent bounds the goal of a nearly empty heap (a process just
 	// started): 8 times its live heap at most.

@@ -37,7 +37,7 @@ import (
 // request and every sync message received, the sources of a control plane's
 // work). Each tick costs a wakeup, and on this project's 2-core VMs a Go
 // process woken once a second used 1.0-1.5 ms of CPU a second for that
-// alone: for the bench's four processes, about half of SPEC 7's idle bar
+// alone: for the bench's four processes, about half of BENCHMARKS.md's idle bar
 // (1% of a core).
 //
 // Owned by its run goroutine; the fields are fixed before run starts, and

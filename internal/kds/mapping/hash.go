@@ -1,5 +1,5 @@
-// Package mapping holds the pure functions of multizone sync (SPEC 4.3,
-// 4.4, seed 004): which resources flow in which direction (scope filters),
+// Package mapping holds the pure functions of multizone sync (docs/kds.md,
+// ): which resources flow in which direction (scope filters),
 // and how a resource is renamed, relabelled and has its references rewritten
 // when it crosses between a zone and the global. Nothing here does I/O; the
 // stream loops in internal/kds call these functions for every change.
@@ -21,7 +21,7 @@ const maxNameLength = 253
 // hashSuffixLength is "-" plus 16 encoded characters.
 const hashSuffixLength = 17
 
-// HashedName is the Kuma-compatible name of a synced copy (SPEC 4.4):
+// HashedName is the Kuma-compatible name of a synced copy (docs/kds.md#names-labels-references):
 // truncate(name, 236) + "-" + h, where h is the FNV-1a 64 hash of mesh, name
 // and then each of values (the kuma.io/zone and k8s.kuma.io/namespace label
 // values, in that order, each only when present), written big-endian as 16

@@ -12,7 +12,7 @@ import (
 )
 
 func TestHashedNameVectors(t *testing.T) {
-	// SPEC 4.4's Kuma vectors: (mesh, name[, zone[, namespace]]).
+	// docs/kds.md#names-labels-references's Kuma vectors: (mesh, name[, zone[, namespace]]).
 	cases := []struct {
 		mesh, name string
 		values     []string
@@ -275,7 +275,7 @@ func TestFromZone(t *testing.T) {
 	}
 }
 
-// TestReferenceRewrite is seed 004's example: a producer MeshTimeout in
+// TestReferenceRewrite is the reference rewrite's example: a producer MeshTimeout in
 // zone-1's backend-ns references MeshService backend (namespace omitted =
 // the policy's own). After both cross zone-1 -> global -> zone-2, the
 // policy's reference names zone-2's copy of the MeshService.

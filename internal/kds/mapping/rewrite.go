@@ -17,7 +17,7 @@ import (
 var ErrForeign = errors.New("resource does not belong to the sending zone")
 
 // ToZone returns the copy of r (stored on the global) that a zone stores
-// (SPEC 4.4, global -> zone). A global-originated resource gets a hashed name
+// (docs/kds.md#names-labels-references, global -> zone). A global-originated resource gets a hashed name
 // (except Mesh and other mesh-less types, whose names are global
 // identifiers), the system namespace, and the labels kuma.io/origin: global
 // and kuma.io/display-name. A relayed zone resource already carries its
@@ -48,11 +48,11 @@ func ZoneName(d *resource.TypeDescriptor, key resource.Key, labels resource.Labe
 }
 
 // FromZone returns the copy of r (as stored in zone z) that the global
-// stores (SPEC 4.4, zone -> global): the name hashed with the zone and the
+// stores (docs/kds.md#names-labels-references, zone -> global): the name hashed with the zone and the
 // namespace, the global's system namespace, the labels kuma.io/origin: zone,
 // kuma.io/zone, k8s.kuma.io/namespace (custom namespaces only),
 // kuma.io/display-name and, for targetRef policies, kuma.io/policy-role as
-// computed in the zone; and seed 004's reference rewrite of to[].targetRef
+// computed in the zone; and the reference rewrite of to[].targetRef
 // (see rewriteRefsToGlobal). A resource claiming global origin or another
 // zone is refused with ErrForeign.
 func FromZone(d *resource.TypeDescriptor, r *resource.Resource, z plane.Plane, globalSystemNamespace string) (*resource.Resource, error) {
@@ -102,7 +102,7 @@ func GlobalKey(key resource.Key, z plane.Plane) resource.Key {
 // FromGlobal returns the copy a zone stores of a resource the global sent:
 // the system namespace, no status, and for a relayed zone policy the
 // namespace of every rewritten to[].targetRef set to this zone's system
-// namespace (seed 004, step 2: namespaces are environment-specific). The
+// namespace (step 2: namespaces are environment-specific). The
 // copy shares r's labels and spec bytes, which neither writes: a cold zone
 // receives every global policy through here, and copying each one's labels
 // and spec again only fed the garbage collector.
@@ -124,7 +124,7 @@ func FromGlobal(d *resource.TypeDescriptor, r *resource.Resource, z plane.Plane)
 	return c, nil
 }
 
-// rewriteRefsToGlobal applies seed 004 step 1: each to[].targetRef naming a
+// rewriteRefsToGlobal applies the reference rewrite: each to[].targetRef naming a
 // MeshService or MeshHTTPRoute gets the name that resource has on the global
 // (hashed with the zone and the referenced namespace, where an empty
 // namespace is the policy's own) and the global's system namespace.

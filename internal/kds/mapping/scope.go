@@ -45,13 +45,13 @@ func OwnedByZone(r *resource.Resource, zone string) bool {
 }
 
 // GlobalToZone decides whether r, as stored on the global, goes to zone
-// (SPEC 4.3):
+// (docs/kds.md#what-flows-where):
 //   - global-originated resources of every type whose descriptor has
 //     Sync.GlobalToZone (Mesh, policies, MeshExternalService, MeshGateway,
 //     legacy policies...);
 //   - resources of other zones that the global relays: MeshServices, and
 //     producer policies written in a custom namespace of a Kubernetes zone
-//     that do not reference a MeshExternalService (seed 004: consumer and
+//     that do not reference a MeshExternalService (consumer and
 //     workload-owner policies, system-namespace policies and policies of
 //     Universal zones stay in their zone and on the global);
 //   - never the zone's own resources, never kuma.io/kds-sync: disabled.

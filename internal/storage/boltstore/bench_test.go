@@ -48,7 +48,7 @@ func BenchmarkPut(b *testing.B) {
 	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "puts/s")
 }
 
-// BenchmarkPutConcurrent8 is the SPEC's "8 clients" write load: eight
+// BenchmarkPutConcurrent8 is BENCHMARKS.md's "8 clients" write load: eight
 // goroutines each doing single Puts, sharing commits through the group
 // committer.
 func BenchmarkPutConcurrent8(b *testing.B) {

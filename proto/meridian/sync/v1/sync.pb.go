@@ -1,5 +1,5 @@
 // Multizone sync protocol between a zone control plane and the global control
-// plane (SPEC section 4).
+// plane (docs/kds.md).
 //
 // The zone dials the global and opens one bidirectional SyncService.Stream.
 // Both directions carry the same Message type: the zone's first message is a
