@@ -436,6 +436,7 @@ func putDataplanes(t *testing.T, n *node, count int) {
 					`"inbound":[{"port":8080,"tags":{"kuma.io/service":"svc-%d","version":"v1"}}],`+
 					`"outbound":[{"port":10001,"tags":{"kuma.io/service":"svc-%d"}}]}}`, name, i/250, i%250, i%20, (i+1)%20)
 				req, _ := http.NewRequest("PUT", n.api+"/meshes/default/dataplanes/"+name, strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
 				resp, err := bulkClient.Do(req)
 				if err != nil {
 					t.Error(err)

@@ -73,6 +73,7 @@ func putTimeouts(t *testing.T, n *node, names []string, idle func(i int) int, la
 					body = strings.Replace(body, `"spec":`, `"labels":`+labels[0]()+`,"spec":`, 1)
 				}
 				req, _ := http.NewRequest("PUT", url, strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
 				resp, err := bulkClient.Do(req)
 				if err == nil {
 					resp.Body.Close()

@@ -115,6 +115,7 @@ func servedByName(g *node, zone string) string {
 func tryPuts(n *node, names []string) (ok []string, firstErr string) {
 	for _, name := range names {
 		req, _ := http.NewRequest("PUT", n.api+"/meshes/default/meshtimeouts/"+name, strings.NewReader(timeoutBody(name, 1)))
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := bulkClient.Do(req)
 		if err != nil {
 			if firstErr == "" {

@@ -131,6 +131,9 @@ func (n *node) request(method, path, body string) (int, []byte) {
 	if err != nil {
 		n.t.Fatal(err)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", contentType(body))
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		n.t.Fatal(err)
@@ -165,4 +168,12 @@ func examplePath(t *testing.T, name string) string {
 		t.Fatal(err)
 	}
 	return filepath.Join(root, "examples", name)
+}
+
+// contentType is what a client states for a test's body: JSON or YAML.
+func contentType(body string) string {
+	if b := strings.TrimSpace(body); strings.HasPrefix(b, "{") || strings.HasPrefix(b, "[") {
+		return "application/json"
+	}
+	return "application/yaml"
 }

@@ -16,6 +16,7 @@ func tryPut(url, body string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	req.Header.Set("Content-Type", contentType(body))
 	resp, err := putClient.Do(req)
 	if err != nil {
 		return 0, err

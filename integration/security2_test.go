@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"io"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -60,5 +62,96 @@ func TestAccessWithdrawnDuringHandshake(t *testing.T) {
 				t.Errorf("%s shows as connected", tc.zone)
 			}
 		})
+	}
+}
+
+// browserRequest sends what a web page in a browser on the control
+// plane's machine can send: headers as given, no token.
+func browserRequest(t *testing.T, n *node, method, path, body string, hdr map[string]string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, n.api+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestBrowserCannotActAsLocalhostAdmin: with --api-localhost-is-admin (the
+// default) a page in a browser on the same machine must not act through
+// the loopback principal: not by a cross-site "simple" POST (CSRF), not
+// after rebinding its own name to 127.0.0.1 (DNS rebinding).
+func TestBrowserCannotActAsLocalhostAdmin(t *testing.T) {
+	g := startNode(t, "global", bins.Global, t.TempDir(), "--kds-address", freeAddress(t),
+		"--api-allowed-hosts", "meridian.internal")
+	keys := func() string {
+		status, body := g.request("GET", "/tokens/zone/signing-keys", "")
+		if status != 200 {
+			t.Fatalf("signing keys: %d %s", status, body)
+		}
+		return string(body)
+	}
+	before := keys()
+	rotate := `{"overlap":"0s"}`
+	userToken := `{"name":"mallory","groups":["mesh-system:admin"],"validFor":"87600h"}`
+	for _, tc := range []struct {
+		name, path, body string
+		hdr              map[string]string
+		want             int
+	}{
+		{"cross-site fetch metadata", "/tokens/zone/signing-keys", rotate,
+			map[string]string{"Content-Type": "text/plain", "Sec-Fetch-Site": "cross-site", "Origin": "http://evil.example"}, 403},
+		{"another origin, no fetch metadata", "/tokens/user", userToken,
+			map[string]string{"Content-Type": "application/json", "Origin": "http://evil.example:8080"}, 403},
+		{"same site but another port", "/tokens/user", userToken,
+			map[string]string{"Content-Type": "text/plain", "Sec-Fetch-Site": "same-site"}, 403},
+		{"text/plain from an old browser", "/tokens/zone/signing-keys", rotate,
+			map[string]string{"Content-Type": "text/plain"}, 415},
+		{"form body", "/tokens/user", "name=mallory",
+			map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 415},
+		{"rebound name", "/tokens/user", userToken,
+			map[string]string{"Content-Type": "application/json", "Host": "evil.example"}, 401},
+		{"rebound name reading", "/meshes", "", map[string]string{"Host": "evil.example:80"}, 401},
+		{"rebound name, the console", "/gui/tokens", "", map[string]string{"Host": "evil.example"}, 403},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			method := "POST"
+			if tc.body == "" {
+				method = "GET"
+			}
+			status, body := browserRequest(t, g, method, tc.path, tc.body, tc.hdr)
+			if status != tc.want {
+				t.Errorf("%s %s: %d %s, want %d", method, tc.path, status, body, tc.want)
+			}
+		})
+	}
+	if after := keys(); after != before {
+		t.Errorf("signing keys changed by a refused request:\n%s\n%s", before, after)
+	}
+	// What the operator does still works: meridianctl (JSON, no browser
+	// headers), a same-origin page, and a configured name.
+	for _, hdr := range []map[string]string{
+		{"Content-Type": "application/json"},
+		{"Content-Type": "application/json", "Sec-Fetch-Site": "same-origin", "Origin": "http://" + strings.TrimPrefix(g.api, "http://")},
+		{"Content-Type": "application/json", "Host": "meridian.internal"},
+	} {
+		if status, body := browserRequest(t, g, "POST", "/tokens/user", `{"name":"ops","groups":["mesh-system:viewer"],"validFor":"1h"}`, hdr); status != 200 {
+			t.Errorf("POST /tokens/user with %v: %d %s", hdr, status, body)
+		}
+	}
+	if status, _ := browserRequest(t, g, "GET", "/gui/zones", "", map[string]string{"Host": "meridian.internal"}); status != 200 {
+		t.Errorf("console under a configured name: %d", status)
 	}
 }

@@ -37,6 +37,9 @@ func (n *node) requestAs(token, method, path, body string) (int, http.Header, []
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", contentType(body))
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		n.t.Fatal(err)

@@ -182,6 +182,9 @@ func (e *env) do(method, url, body string, out any) error {
 	if err != nil {
 		return err
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := e.http.Do(req)
 	if err != nil {
 		return err

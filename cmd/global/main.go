@@ -40,6 +40,7 @@ func newCommand() *cobra.Command {
 				Logger:             logger,
 				TombstoneRetention: common.TombstoneRetention,
 				LocalhostIsAdmin:   common.LocalhostIsAdmin,
+				AllowedHosts:       common.AllowedHosts,
 				APIReadTimeout:     common.APIReadTimeout,
 				KDSAddress:         kdsAddress,
 				TLSCertFile:        common.TLSCertFile,

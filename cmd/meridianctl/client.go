@@ -74,6 +74,9 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 	if accept != "" {
 		req.Header.Set("Accept", accept)
 	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}

@@ -48,6 +48,7 @@ func newCommand() *cobra.Command {
 				Logger:             logger.With("zone", zone),
 				TombstoneRetention: common.TombstoneRetention,
 				LocalhostIsAdmin:   common.LocalhostIsAdmin,
+				AllowedHosts:       common.AllowedHosts,
 				APIReadTimeout:     common.APIReadTimeout,
 				GlobalAddress:      globalAddress,
 				ZoneTokenFile:      tokenFile,

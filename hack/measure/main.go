@@ -94,6 +94,7 @@ func run() error {
 
 func put(api, path, body string) error {
 	req, _ := http.NewRequest("PUT", api+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err

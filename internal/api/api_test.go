@@ -89,6 +89,9 @@ func (f *fixture) do(method, path, body string, hdr ...string) response {
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", contentType(body))
+	}
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
@@ -375,4 +378,12 @@ func TestDryRun(t *testing.T) {
 		t.Errorf("a dry run changed the stored resource: %s", got)
 	}
 	f.mustDo("PUT", "/meshes/default/meshtimeouts/t?dryRun=maybe", body, http.StatusBadRequest)
+}
+
+// contentType is what a client states for a test's body: JSON or YAML.
+func contentType(body string) string {
+	if b := strings.TrimSpace(body); strings.HasPrefix(b, "{") || strings.HasPrefix(b, "[") {
+		return "application/json"
+	}
+	return "application/yaml"
 }

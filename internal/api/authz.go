@@ -140,10 +140,86 @@ func (s *Server) authenticate(r *http.Request) (*Principal, *Error) {
 		return p, nil
 	}
 	if s.cfg.LocalhostIsAdmin && isLoopback(r.RemoteAddr) {
+		if !s.hostAllowed(r.Host) {
+			// A page that rebound its name to 127.0.0.1 is same-origin with
+			// the API but still sends its own name as Host.
+			return nil, unauthenticated("loopback callers are admin only when they address the API as a loopback IP, "+
+				"localhost or a name in --api-allowed-hosts, not %q; send a user token", r.Host)
+		}
 		return &Principal{Name: "localhost", Admin: true, Via: "localhost"}, nil
 	}
 	return nil, unauthenticated("send Authorization: Bearer <user token> (meridianctl --token-file FILE; " +
 		"the admin token is the file admin-token in the control plane's data dir)")
+}
+
+// hostAllowed reports whether a request's Host names this API as the
+// operator does: a loopback IP, localhost, or a name in AllowedHosts. DNS
+// rebinding needs a name of the attacker's, which this refuses.
+func (s *Server) hostAllowed(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return true
+	}
+	for _, a := range s.cfg.AllowedHosts {
+		if strings.EqualFold(host, a) {
+			return true
+		}
+	}
+	return false
+}
+
+// browserChecks refuses the state-changing requests a web page in a
+// browser on this machine could send to the localhost principal, who is
+// admin without a token: any request the browser marks as coming from
+// another site (Sec-Fetch-Site other than same-origin or none, or an Origin
+// whose host is not the request's), and an API body that is not JSON or
+// YAML (a page can send text/plain or form bodies without a preflight).
+// Requests with a bearer token need none of this: a page cannot attach one.
+func browserChecks(r *http.Request) *Error {
+	if safeMethod(r.Method) {
+		return nil
+	}
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
+		return forbidden("%s %s from another site (Sec-Fetch-Site: %s) refused: the localhost principal acts only for "+
+			"pages of this API's own origin; send a user token", r.Method, r.URL.Path, site)
+	}
+	if o := r.Header.Get("Origin"); o != "" {
+		if u, err := url.Parse(o); err != nil || u.Host != r.Host {
+			return forbidden("%s %s from origin %q refused: the localhost principal acts only for pages of this API's own "+
+				"origin; send a user token", r.Method, r.URL.Path, o)
+		}
+	}
+	// A page can POST without a preflight, with any body; PUT and PATCH
+	// need a preflight this API never answers, so only their bodies are
+	// checked. The console's forms are checked by the console.
+	hasBody := r.ContentLength != 0
+	if strings.HasPrefix(r.URL.Path, ConsolePrefix) || !(r.Method == http.MethodPost || (hasBody && (r.Method == http.MethodPut || r.Method == http.MethodPatch))) {
+		return nil
+	}
+	if mt := mediaType(r.Header.Get("Content-Type")); !jsonOrYAML(mt) {
+		return newError(http.StatusUnsupportedMediaType, "Unsupported Media Type",
+			"Content-Type %q refused: send application/json or application/yaml", r.Header.Get("Content-Type"))
+	}
+	return nil
+}
+
+func mediaType(ct string) string {
+	mt, _, _ := strings.Cut(ct, ";")
+	return strings.ToLower(strings.TrimSpace(mt))
+}
+
+func jsonOrYAML(mt string) bool {
+	switch mt {
+	case "application/json", "application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml":
+		return true
+	}
+	return strings.HasSuffix(mt, "+json") || strings.HasSuffix(mt, "+yaml")
 }
 
 func isLoopback(remoteAddr string) bool {
@@ -212,6 +288,13 @@ func (s *Server) authenticated(w http.ResponseWriter, r *http.Request) (*http.Re
 		w.Header().Set("WWW-Authenticate", `Bearer realm="meridian"`)
 		s.writeError(w, r, e)
 		return nil, false
+	}
+	if p.Via == "localhost" {
+		if e := browserChecks(r); e != nil {
+			s.logger.Warn("request refused", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "reason", e.Details)
+			s.writeError(w, r, e)
+			return nil, false
+		}
 	}
 	if e := authorize(p, r); e != nil {
 		s.logger.Debug("request forbidden", "method", r.Method, "path", r.URL.Path, "principal", p.Name, "reason", e.Details)

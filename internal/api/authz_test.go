@@ -59,6 +59,9 @@ func TestAuthorizationMatrix(t *testing.T) {
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
+		if body != "" {
+			req.Header.Set("Content-Type", contentType(body))
+		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -140,6 +143,9 @@ func TestZoneAuthorizationMatrix(t *testing.T) {
 		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		if body != "" {
+			req.Header.Set("Content-Type", contentType(body))
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

@@ -36,6 +36,7 @@ func BenchmarkPutRate8Clients(b *testing.B) {
 				}
 				body := fmt.Sprintf(timeoutJSON, i%2000, i)
 				req, _ := http.NewRequest("PUT", fmt.Sprintf("%s/meshes/default/meshtimeouts/t%d", f.srv.URL, i%2000), strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
 				resp, err := client.Do(req)
 				if err != nil {
 					b.Error(err)

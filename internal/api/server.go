@@ -75,6 +75,9 @@ type Config struct {
 	// LocalhostIsAdmin makes every loopback caller without a token an admin
 	// (Kuma's default); remote callers always need a token.
 	LocalhostIsAdmin bool
+	// AllowedHosts are the host names (beside loopback IPs and localhost)
+	// under which the console is served and loopback callers are admin.
+	AllowedHosts []string
 }
 
 // Server is the HTTP handler. It is safe for concurrent use.
@@ -185,6 +188,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if s.console != nil && (r.URL.Path == "/gui" || strings.HasPrefix(r.URL.Path, ConsolePrefix)) {
+		if !s.hostAllowed(r.Host) {
+			s.writeError(w, r, forbidden("the console is served under a loopback IP, localhost or a name in "+
+				"--api-allowed-hosts, not %q", r.Host))
+			return
+		}
 		// The console's own router: its paths overlap the API's
 		// /{plural}/{name} patterns, so it is not in the mux.
 		if r.URL.Path == "/gui" {

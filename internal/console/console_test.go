@@ -55,7 +55,10 @@ func testServer(t *testing.T) (http.Handler, string, string) {
 		t.Fatal(err)
 	}
 	reg := resource.NewDefaultRegistry()
+	// The console is addressed as example.com (httptest's Host), a name the
+	// operator configured.
 	srv, err := api.New(api.Config{Registry: reg, Store: store, Plane: plane.NewGlobal(""), Users: users, LocalhostIsAdmin: true, Tokens: ring,
+		AllowedHosts: []string{"example.com"},
 		Console: func(s *api.Server) (http.Handler, error) {
 			return New(Config{API: s, Plane: plane.NewGlobal(""), Registry: reg, Logger: hclog.NewNullLogger()})
 		}})

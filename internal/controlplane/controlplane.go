@@ -71,6 +71,9 @@ type Config struct {
 	SyncStream kds.StreamConfig
 	// LocalhostIsAdmin: loopback API callers without a token are admin.
 	LocalhostIsAdmin bool
+	// AllowedHosts: the API's host names beside loopback IPs and localhost
+	// (DNS rebinding protection).
+	AllowedHosts []string
 	// APITLS serves the API over HTTPS with TLSCertFile/TLSKeyFile (or the
 	// certificate generated into the data dir).
 	APITLS bool
@@ -166,7 +169,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	p.api = api.Config{
 		Registry: p.reg, Store: p.store, Logger: cfg.Logger.Named("api"), Plane: cfg.Plane, Version: cfg.Version,
-		Metrics: metricsHandler, Users: users, LocalhostIsAdmin: cfg.LocalhostIsAdmin,
+		Metrics: metricsHandler, Users: users, LocalhostIsAdmin: cfg.LocalhostIsAdmin, AllowedHosts: cfg.AllowedHosts,
 	}
 	// Background components stop before the store closes (deferred earlier).
 	ctx, cancel := context.WithCancel(ctx)

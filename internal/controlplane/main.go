@@ -30,6 +30,7 @@ type CommonFlags struct {
 	LogFormat          string
 	TombstoneRetention time.Duration
 	LocalhostIsAdmin   bool
+	AllowedHosts       []string
 	APIReadTimeout     time.Duration
 	APITLS             bool
 	TLSCertFile        string
@@ -61,6 +62,7 @@ func (f *CommonFlags) Register(cmd *cobra.Command, defaultAPI string) {
 	fs.StringVar(&f.TLSCertFile, "tls-cert-file", "", "TLS certificate (PEM) for KDS (global) and, with --api-tls, the API; self-signed into the data dir when absent")
 	fs.StringVar(&f.TLSKeyFile, "tls-key-file", "", "TLS private key (PEM) of --tls-cert-file")
 	fs.BoolVar(&f.LocalhostIsAdmin, "api-localhost-is-admin", true, "treat API callers on loopback without a token as admin (remote callers always need a token)")
+	fs.StringSliceVar(&f.AllowedHosts, "api-allowed-hosts", nil, "host names, beside loopback IPs and localhost, under which the console is served and loopback callers are admin (comma-separated)")
 }
 
 // ApplySources fills unset flags from the environment and the config file.
