@@ -143,6 +143,23 @@ func (n *node) request(method, path, body string) (int, []byte) {
 	return resp.StatusCode, b
 }
 
+// ctlToken runs a meridianctl command that prints a token on stdout (its
+// id goes to stderr) and returns the token, or fails the test.
+func (n *node) ctlToken(args ...string) string {
+	n.t.Helper()
+	cmd := exec.Command(bins.Meridianctl, append([]string{"--api-address", n.api}, args...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		n.t.Fatalf("meridianctl %v: %v: %s", args, err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "token id ") {
+		n.t.Errorf("meridianctl %v: no token id on stderr: %q", args, stderr.String())
+	}
+	return strings.TrimSpace(string(out))
+}
+
 // ctl runs meridianctl against n and returns its combined output and exit code.
 func (n *node) ctl(stdin string, args ...string) (string, int) {
 	n.t.Helper()

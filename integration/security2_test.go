@@ -3,11 +3,14 @@ package integration
 import (
 	"io"
 	"net/http"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/meridian-mesh/meridian/internal/auth"
 	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
 
@@ -153,5 +156,65 @@ func TestBrowserCannotActAsLocalhostAdmin(t *testing.T) {
 	}
 	if status, _ := browserRequest(t, g, "GET", "/gui/zones", "", map[string]string{"Host": "meridian.internal"}); status != 200 {
 		t.Errorf("console under a configured name: %d", status)
+	}
+}
+
+// TestUserTokenRevocation: a user token is revoked by its id, through any
+// client, and stays revoked across a restart; a request for a token
+// confined to no mesh, or named with characters that rewrite logs, is
+// refused.
+func TestUserTokenRevocation(t *testing.T) {
+	dir := t.TempDir()
+	g := startNode(t, "global", bins.Global, dir, "--kds-address", freeAddress(t), "--api-localhost-is-admin=false")
+	admin := readTokenFile(t, filepath.Join(g.dataDir, auth.AdminTokenFileName))
+	cmd := exec.Command(bins.Meridianctl, "--api-address", g.api, "--token", admin, "generate", "user-token",
+		"--name", "alice", "--group", "mesh-system:admin", "--valid-for", "1h")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("generate user-token: %v %s", err, stderr.String())
+	}
+	alice := strings.TrimSpace(string(out))
+	id := regexp.MustCompile(`token id (\S+),`).FindStringSubmatch(stderr.String())
+	if id == nil {
+		t.Fatalf("no token id in %q", stderr.String())
+	}
+	if code, _, body := g.requestAs(alice, "GET", "/meshes", ""); code != 200 {
+		t.Fatalf("alice before revocation: %d %s", code, body)
+	}
+	if out, code := g.ctl("", "--token", admin, "revoke", "user-token", id[1]); code != 0 || !strings.Contains(out, "revoked") {
+		t.Fatalf("revoke user-token: %d %s", code, out)
+	}
+	if code, _, body := g.requestAs(alice, "GET", "/meshes", ""); code != 401 || !strings.Contains(string(body), "revoked") {
+		t.Errorf("alice after revocation: %d %s", code, body)
+	}
+	if err := g.proc.Stop(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	g.start()
+	if code, _, body := g.requestAs(alice, "GET", "/meshes", ""); code != 401 {
+		t.Errorf("alice after a restart: %d %s", code, body)
+	}
+	if code, _, _ := g.requestAs(admin, "GET", "/meshes", ""); code != 200 {
+		t.Errorf("the admin token stopped working: %d", code)
+	}
+	for name, body := range map[string]string{
+		"confined to no mesh": `{"name":"bob","groups":["mesh-system:admin"],"meshes":[],"validFor":"1h"}`,
+		"bidi override":       `{"name":"eve\u202egnp.exe","groups":["mesh-system:viewer"],"validFor":"1h"}`,
+		"newline in the name": `{"name":"eve\nlevel=info msg=ok","groups":["mesh-system:viewer"],"validFor":"1h"}`,
+		"revoke an empty id":  "",
+		"revoke a 65-char id": "",
+	} {
+		path, method := "/tokens/user", "POST"
+		switch name {
+		case "revoke an empty id":
+			path, method = "/tokens/user/%20", "DELETE"
+		case "revoke a 65-char id":
+			path, method = "/tokens/user/"+strings.Repeat("a", 65), "DELETE"
+		}
+		if code, _, resp := g.requestAs(admin, method, path, body); code != 400 {
+			t.Errorf("%s: %d %s, want 400", name, code, resp)
+		}
 	}
 }

@@ -14,7 +14,7 @@ import (
 // signing keys, list keys.
 
 func (a *app) revokeCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "revoke", Short: "Revoke credentials (global control plane)"}
+	cmd := &cobra.Command{Use: "revoke", Short: "Revoke credentials"}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "zone-token ID",
 		Short: "Revoke one zone token by its id (printed when it was issued); its live streams end at once",
@@ -29,6 +29,18 @@ func (a *app) revokeCommand() *cobra.Command {
 			}
 			_ = json.Unmarshal(body, &out)
 			fmt.Fprintf(a.stdout, "zone token %s revoked (%d live stream(s) ended)\n", args[0], out.StreamsEnded)
+			return nil
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:   "user-token ID",
+		Short: "Revoke one user token by its id (printed when it was issued); it authenticates nobody from then on",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, _, err := a.client.do(cmd.Context(), "DELETE", "/tokens/user/"+url.PathEscape(args[0]), nil, nil, ""); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "user token %s revoked\n", args[0])
 			return nil
 		},
 	})

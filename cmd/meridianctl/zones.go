@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -50,13 +51,13 @@ func (a *app) issueToken(cmd *cobra.Command, path string, req map[string]any) er
 	if err != nil {
 		return err
 	}
-	var out struct {
-		Token string `json:"token"`
-	}
+	var out api.TokenResponse
 	if err := json.Unmarshal(resp, &out); err != nil || out.Token == "" {
 		return fmt.Errorf("unexpected response: %s", resp)
 	}
 	fmt.Fprintln(a.stdout, out.Token)
+	fmt.Fprintf(a.stderr, "token id %s, expires %s (revoke it with: meridianctl revoke %s %s)\n",
+		out.ID, out.ExpiresAt, strings.TrimPrefix(path, "/tokens/")+"-token", out.ID)
 	return nil
 }
 

@@ -21,10 +21,12 @@ import (
 // what; handlers read the principal from the request context when they need
 // it (mesh lists, audit logs).
 
-// UserTokens verifies and issues user tokens (internal/auth.UserTokens).
+// UserTokens verifies, issues and revokes user tokens
+// (revocation.UserTokens).
 type UserTokens interface {
 	Verify(token string) (auth.UserClaims, error)
 	Issue(req auth.UserTokenRequest) (string, auth.UserClaims, error)
+	Revoke(ctx context.Context, id string) error
 }
 
 // Principal is an authenticated caller.

@@ -1,24 +1,28 @@
 package api_test
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/meridian-mesh/meridian/internal/api"
 	"github.com/meridian-mesh/meridian/internal/auth"
 	"github.com/meridian-mesh/meridian/internal/plane"
+	"github.com/meridian-mesh/meridian/internal/revocation"
+	"github.com/meridian-mesh/meridian/internal/storage"
 )
 
 type fixedClock struct{ now time.Time }
 
 func (c *fixedClock) Now() time.Time { return c.now }
 
-func newUsers(t *testing.T, clock auth.Clock) *auth.UserTokens {
+func newUsers(t *testing.T, clock auth.Clock) *revocation.UserTokens {
 	t.Helper()
 	_, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -28,10 +32,41 @@ func newUsers(t *testing.T, clock auth.Clock) *auth.UserTokens {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return u
+	list, err := revocation.Open(context.Background(), revocation.Config{Store: &metaStore{}, MetaKey: "revoked", Remember: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return revocation.NewUserTokens(u, list)
 }
 
-func issue(t *testing.T, u *auth.UserTokens, name string, groups, meshes []string, validFor time.Duration) string {
+// metaStore keeps meta values in memory, for a revocation list.
+type metaStore struct {
+	mu   sync.Mutex
+	meta map[string][]byte
+}
+
+func (m *metaStore) Meta(_ context.Context, key string) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if v, ok := m.meta[key]; ok {
+		return v, nil
+	}
+	return nil, storage.ErrNotFound
+}
+
+func (m *metaStore) Apply(_ context.Context, b storage.Batch) (*storage.BatchResult, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.meta == nil {
+		m.meta = map[string][]byte{}
+	}
+	for k, v := range b.Meta {
+		m.meta[k] = v
+	}
+	return &storage.BatchResult{}, nil
+}
+
+func issue(t *testing.T, u *revocation.UserTokens, name string, groups, meshes []string, validFor time.Duration) string {
 	t.Helper()
 	tok, _, err := u.Issue(auth.UserTokenRequest{Name: name, Groups: groups, Meshes: meshes, ValidFor: validFor})
 	if err != nil {

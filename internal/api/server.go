@@ -145,6 +145,7 @@ func (s *Server) routes() {
 
 	if s.cfg.Users != nil {
 		s.mux.HandleFunc("POST /tokens/user", s.handleUserToken)
+		s.mux.HandleFunc("DELETE /tokens/user/{id}", s.handleRevokeUserToken)
 	}
 
 	if s.cfg.Plane.IsZone() {

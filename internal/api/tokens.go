@@ -8,17 +8,19 @@ import (
 	"time"
 
 	"github.com/meridian-mesh/meridian/internal/auth"
+	"github.com/meridian-mesh/meridian/internal/revocation"
 )
 
 type userTokenRequest struct {
-	Name     string   `json:"name"`
-	Groups   []string `json:"groups"`
+	Name   string   `json:"name"`
+	Groups []string `json:"groups"`
+	// Meshes is nil when absent: an empty list is a mistake, not "all".
 	Meshes   []string `json:"meshes"`
 	ValidFor string   `json:"validFor"`
 }
 
 // handleUserToken issues a user token: POST /tokens/user {"name", "groups",
-// "meshes"?, "validFor"} → {"token"}. Admin only (authorize). Issuance is
+// "meshes"?, "validFor"} → {"token", "id", "expiresAt"}. Admin only (authorize). Issuance is
 // logged with the token's id, never the token.
 func (s *Server) handleUserToken(w http.ResponseWriter, r *http.Request) {
 	body, err := s.readBody(r)
@@ -54,5 +56,22 @@ func (s *Server) handleUserToken(w http.ResponseWriter, r *http.Request) {
 	}
 	s.logger.Info("user token issued", "name", claims.Name, "groups", claims.Groups, "meshes", claims.Meshes,
 		"id", claims.ID, "expires", time.Unix(claims.ExpiresAt, 0).UTC(), "by", by)
-	s.writeValue(w, r, http.StatusOK, map[string]string{"token": token})
+	s.writeValue(w, r, http.StatusOK, tokenResponse(token, claims.ID, claims.ExpiresAt))
+}
+
+// handleRevokeUserToken revokes one user token by id (persisted): from then
+// on it authenticates nobody.
+func (s *Server) handleRevokeUserToken(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	err := s.cfg.Users.Revoke(r.Context(), id)
+	if errors.Is(err, revocation.ErrInvalidID) {
+		s.writeError(w, r, fieldError("id", "%v", err))
+		return
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.logger.Info("user token revoked", "id", id, "by", principalName(r))
+	s.writeValue(w, r, http.StatusOK, RevokedResponse{Revoked: id})
 }

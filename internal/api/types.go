@@ -1,6 +1,8 @@
 package api
 
 import (
+	"time"
+
 	"github.com/meridian-mesh/meridian/internal/kds"
 )
 
@@ -41,4 +43,22 @@ type RejectedItem struct {
 	Namespace string `json:"namespace,omitempty"`
 	Name      string `json:"name"`
 	Message   string `json:"message"`
+}
+
+// TokenResponse answers a token's issuance (zone, user and dataplane
+// tokens): the token, its id (for revocation) and its expiry (RFC 3339).
+type TokenResponse struct {
+	Token     string `json:"token"`
+	ID        string `json:"id"`
+	ExpiresAt string `json:"expiresAt"`
+}
+
+func tokenResponse(token, id string, expiresAt int64) TokenResponse {
+	return TokenResponse{Token: token, ID: id, ExpiresAt: time.Unix(expiresAt, 0).UTC().Format(time.RFC3339)}
+}
+
+// RevokedResponse answers a revocation.
+type RevokedResponse struct {
+	Revoked      string `json:"revoked"`
+	StreamsEnded int    `json:"streamsEnded"`
 }

@@ -125,8 +125,7 @@ func (s *Server) handleZoneToken(w http.ResponseWriter, r *http.Request) {
 	}
 	s.logger.Info("zone token issued", "zone", claims.Zone, "id", claims.ID,
 		"expires", time.Unix(claims.ExpiresAt, 0).UTC(), "by", principalName(r))
-	s.writeValue(w, r, http.StatusOK, map[string]any{"token": token, "id": claims.ID,
-		"expiresAt": time.Unix(claims.ExpiresAt, 0).UTC().Format(time.RFC3339)})
+	s.writeValue(w, r, http.StatusOK, tokenResponse(token, claims.ID, claims.ExpiresAt))
 }
 
 // handleRevokeZoneToken revokes one zone token by id (persisted); the
@@ -143,7 +142,7 @@ func (s *Server) handleRevokeZoneToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.logger.Info("zone token revocation requested", "id", id, "streams_ended", ended, "by", principalName(r))
-	s.writeValue(w, r, http.StatusOK, map[string]any{"revoked": id, "streamsEnded": ended})
+	s.writeValue(w, r, http.StatusOK, RevokedResponse{Revoked: id, StreamsEnded: ended})
 }
 
 func (s *Server) handleSigningKeys(w http.ResponseWriter, r *http.Request) {

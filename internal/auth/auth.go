@@ -31,6 +31,16 @@ func (realClock) Now() time.Time { return time.Now() }
 // crashed writer never leaves a half-written key behind. It returns
 // os.ErrExist (wrapped) when path already exists.
 func writeFileExclusive(path string, data []byte) error {
+	return writeFileAtomic(path, data, os.Link)
+}
+
+// writeFileReplace writes data to path with mode 0600, replacing what is
+// there atomically (a temporary file renamed into place).
+func writeFileReplace(path string, data []byte) error {
+	return writeFileAtomic(path, data, os.Rename)
+}
+
+func writeFileAtomic(path string, data []byte, install func(tmp, path string) error) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create %s: %w", dir, err)
@@ -55,7 +65,7 @@ func writeFileExclusive(path string, data []byte) error {
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", tmp.Name(), err)
 	}
-	if err := os.Link(tmp.Name(), path); err != nil {
+	if err := install(tmp.Name(), path); err != nil {
 		return fmt.Errorf("install %s: %w", path, err)
 	}
 	return nil

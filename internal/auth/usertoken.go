@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // User tokens authenticate REST API callers (docs/api.md), as Kuma's user tokens
@@ -34,6 +36,11 @@ const (
 	// start, so the operator of the machine can reach the API remotely.
 	AdminTokenFileName = "admin-token"
 )
+
+// AdminTokenValidity is how long the generated admin token is valid; a
+// control plane writes a new one at start once it has expired
+// (docs/security.md#user-tokens).
+const AdminTokenValidity = 30 * 24 * time.Hour
 
 const (
 	userTokenVersion   = 1
@@ -134,6 +141,10 @@ func checkUserTokenRequest(req UserTokenRequest) error {
 		return bad("name: must be set")
 	case len(req.Name) > maxUserTokenField:
 		return bad("name: at most %d characters", maxUserTokenField)
+	case !printableName(req.Name):
+		return bad("name: control and bidirectional-formatting characters are not allowed (names appear in logs and the console)")
+	case req.Meshes != nil && len(req.Meshes) == 0:
+		return bad("meshes: an empty list confines the token to no mesh; omit meshes for a token of every mesh")
 	case len(req.Groups) == 0:
 		return bad("groups: give at least one of %s, %s", GroupAdmin, GroupViewer)
 	case req.ValidFor <= 0 || req.ValidFor > MaxValidity:
@@ -152,6 +163,21 @@ func checkUserTokenRequest(req UserTokenRequest) error {
 		}
 	}
 	return nil
+}
+
+// printableName refuses what would let a name rewrite a log line or a
+// page: control characters and Unicode's bidirectional formatting
+// characters, and invalid UTF-8.
+func printableName(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) {
+			return false
+		}
+	}
+	return true
 }
 
 // Verify checks a token's signature and validity window. The error wraps
@@ -181,26 +207,32 @@ func (t *UserTokens) Verify(token string) (UserClaims, error) {
 	return c, nil
 }
 
-// EnsureAdminToken writes an admin token to dataDir/admin-token (0600) when
-// the file does not exist yet, and returns the file's path. An existing file
-// is left alone (delete it and restart to get a new one).
-func (t *UserTokens) EnsureAdminToken(dataDir string) (string, bool, error) {
+// EnsureAdminToken makes dataDir/admin-token (0600) hold a valid admin
+// token: it writes one (valid AdminTokenValidity) when the file does not
+// exist, or when the token in it no longer verifies (expired, or signed by
+// a user-token key that was rotated). It returns the file's path and the
+// claims of a token it wrote (nil when the file was left alone). A file
+// readable by group or others is refused.
+func (t *UserTokens) EnsureAdminToken(dataDir string) (string, *UserClaims, error) {
 	path := filepath.Join(dataDir, AdminTokenFileName)
-	if _, err := os.Stat(path); err == nil {
-		return path, false, nil
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return "", false, fmt.Errorf("admin token: %w", err)
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		if err := checkPrivate(path); err != nil {
+			return "", nil, fmt.Errorf("admin token: %w", err)
+		}
+		if _, err := t.Verify(strings.TrimSpace(string(b))); err == nil {
+			return path, nil, nil
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", nil, fmt.Errorf("admin token: %w", err)
 	}
-	token, _, err := t.Issue(UserTokenRequest{Name: "admin", Groups: []string{GroupAdmin}, ValidFor: MaxValidity})
+	token, claims, err := t.Issue(UserTokenRequest{Name: "admin", Groups: []string{GroupAdmin}, ValidFor: AdminTokenValidity})
 	if err != nil {
-		return "", false, err
+		return "", nil, err
 	}
-	err = writeFileExclusive(path, []byte(token+"\n"))
-	if errors.Is(err, fs.ErrExist) {
-		return path, false, nil
+	if err := writeFileReplace(path, []byte(token+"\n")); err != nil {
+		return "", nil, fmt.Errorf("admin token: %w", err)
 	}
-	if err != nil {
-		return "", false, fmt.Errorf("admin token: %w", err)
-	}
-	return path, true, nil
+	return path, &claims, nil
 }

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -15,6 +16,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/auth"
 	"github.com/meridian-mesh/meridian/internal/plane"
 	"github.com/meridian-mesh/meridian/internal/resource"
+	"github.com/meridian-mesh/meridian/internal/revocation"
 	"github.com/meridian-mesh/meridian/internal/storage/boltstore"
 )
 
@@ -46,10 +48,15 @@ func testServer(t *testing.T) (http.Handler, string, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
-	users, err := auth.LoadOrCreateUserTokens(dir, nil)
+	tokens, err := auth.LoadOrCreateUserTokens(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	revoked, err := revocation.Open(context.Background(), revocation.Config{Store: store, MetaKey: revocation.MetaUserTokens, Remember: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := revocation.NewUserTokens(tokens, revoked)
 	ring, err := auth.LoadZoneKeyRing(dir, nil)
 	if err != nil {
 		t.Fatal(err)

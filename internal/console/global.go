@@ -80,11 +80,7 @@ func (c *Console) tokensPage(w http.ResponseWriter, r *http.Request) {
 func (c *Console) issueZoneToken(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 4096)
 	zone, validFor := strings.TrimSpace(r.PostFormValue("zone")), strings.TrimSpace(r.PostFormValue("validFor"))
-	var resp struct {
-		Token     string `json:"token"`
-		ID        string `json:"kid"`
-		ExpiresAt string `json:"expiresAt"`
-	}
+	var resp api.TokenResponse
 	d := c.tokensData(r)
 	status := http.StatusOK
 	if err := c.call(r, http.MethodPost, "/tokens/zone", map[string]string{"zone": zone, "validFor": validFor}, &resp); err != nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/plane"
 	"github.com/meridian-mesh/meridian/internal/replica"
 	"github.com/meridian-mesh/meridian/internal/resource"
+	"github.com/meridian-mesh/meridian/internal/revocation"
 	"github.com/meridian-mesh/meridian/internal/storage"
 	"github.com/meridian-mesh/meridian/internal/storage/boltstore"
 	"github.com/meridian-mesh/meridian/internal/tuning"
@@ -163,7 +164,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := ensureDefaultMesh(ctx, cfg, p.store); err != nil {
 		return err
 	}
-	users, err := userTokens(cfg)
+	// Background components stop before the store closes (deferred earlier).
+	ctx, cancel := context.WithCancel(ctx)
+	defer func() {
+		cancel()
+		p.background.Wait()
+	}()
+	users, err := p.userTokens(ctx)
 	if err != nil {
 		return err
 	}
@@ -171,12 +178,6 @@ func Run(ctx context.Context, cfg Config) error {
 		Registry: p.reg, Store: p.store, Logger: cfg.Logger.Named("api"), Plane: cfg.Plane, Version: cfg.Version,
 		Metrics: metricsHandler, Users: users, LocalhostIsAdmin: cfg.LocalhostIsAdmin, AllowedHosts: cfg.AllowedHosts,
 	}
-	// Background components stop before the store closes (deferred earlier).
-	ctx, cancel := context.WithCancel(ctx)
-	defer func() {
-		cancel()
-		p.background.Wait()
-	}()
 	p.trimmer = tuning.NewMemoryTrimmer(tuning.MapReleaser(ctx, p.store, cfg.Logger))
 	p.run(ctx, p.trimmer.Run)
 	if cfg.Plane.IsGlobal() {
@@ -273,24 +274,37 @@ func newMetrics() (*prometheus.Registry, http.Handler) {
 // userTokens loads the API's user token key and writes the admin token on
 // first start; it warns when loopback callers are trusted on an API that is
 // reachable from elsewhere.
-func userTokens(cfg Config) (*auth.UserTokens, error) {
+func (p *process) userTokens(ctx context.Context) (*revocation.UserTokens, error) {
+	cfg := p.cfg
 	users, err := auth.LoadOrCreateUserTokens(cfg.DataDir, nil)
 	if err != nil {
 		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
 	}
-	path, created, err := users.EnsureAdminToken(cfg.DataDir)
+	path, written, err := users.EnsureAdminToken(cfg.DataDir)
 	if err != nil {
 		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
 	}
-	if created {
-		cfg.Logger.Info("admin user token written", "file", path)
+	if written != nil {
+		cfg.Logger.Info("admin user token written", "file", path, "id", written.ID,
+			"expires", time.Unix(written.ExpiresAt, 0).UTC())
+	}
+	revCfg := revocation.Config{Store: p.store, MetaKey: revocation.MetaUserTokens, Remember: auth.MaxValidity}
+	if p.rep != nil {
+		revCfg.Lock = func(ctx context.Context) (func(), error) { return p.rep.Lock(ctx, "revocations-lock/") }
+	}
+	revoked, err := revocation.Open(ctx, revCfg)
+	if err != nil {
+		return nil, err
+	}
+	if p.rep != nil {
+		p.run(ctx, func(ctx context.Context) error { return revoked.Follow(ctx, revocationPoll) })
 	}
 	if cfg.LocalhostIsAdmin && !loopbackOnly(cfg.APIAddress) {
 		cfg.Logger.Warn("--api-localhost-is-admin is on and the API listens beyond loopback: any process on this "+
 			"machine (or a proxy forwarding to it) is admin without a token; turn it off in production",
 			"api", cfg.APIAddress)
 	}
-	return users, nil
+	return revocation.NewUserTokens(users, revoked), nil
 }
 
 // loopbackOnly reports whether addr (HOST:PORT) binds only loopback.

@@ -488,6 +488,9 @@ func readSecretsKey(path string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--etcd-secrets-key-file: %w", err)
 	}
+	if err := auth.CheckPrivateFile(path); err != nil {
+		return nil, fmt.Errorf("--etcd-secrets-key-file: %w", err)
+	}
 	if len(b) == 32 {
 		return b, nil
 	}

@@ -2,11 +2,13 @@ package replica
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/meridian-mesh/meridian/internal/auth"
 	"github.com/meridian-mesh/meridian/internal/kds"
 )
 
@@ -88,5 +90,10 @@ func TestSecretsKeyFile(t *testing.T) {
 	_ = os.WriteFile(short, []byte("abc"), 0o600)
 	if _, err := readSecretsKey(short); err == nil || !strings.Contains(err.Error(), "found 3 bytes") {
 		t.Errorf("short key: %v", err)
+	}
+	open := filepath.Join(dir, "open")
+	_ = os.WriteFile(open, bytes.Repeat([]byte{1}, 32), 0o644)
+	if _, err := readSecretsKey(open); !errors.Is(err, auth.ErrInsecureFile) {
+		t.Errorf("a secrets key readable by others: %v", err)
 	}
 }

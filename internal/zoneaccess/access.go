@@ -19,6 +19,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/auth"
 	"github.com/meridian-mesh/meridian/internal/kds"
 	"github.com/meridian-mesh/meridian/internal/resource"
+	"github.com/meridian-mesh/meridian/internal/revocation"
 	"github.com/meridian-mesh/meridian/internal/storage"
 )
 
@@ -69,14 +70,16 @@ type Access struct {
 	clock func() time.Time
 	cfg   Config
 
-	mu      sync.RWMutex
-	revoked map[string]int64 // token id → its expiry (Unix s): kept until then
+	revoked *revocation.List
+
+	mu sync.RWMutex
 	// disabled are the zones WatchZones saw set to enabled: false (and not
 	// back); Authenticate reads the store itself, Recheck reads this.
 	disabled map[string]bool
 	streams  Streams
 }
 
+// metaRevokedZoneTokens is the store meta key of the revoked zone tokens.
 const metaRevokedZoneTokens = "auth/revoked-zone-tokens"
 
 // New reads the stored revocations and returns the access.
@@ -92,13 +95,13 @@ func New(ctx context.Context, cfg Config) (*Access, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	z := &Access{ring: cfg.Ring, store: cfg.Store, log: cfg.Logger, clock: cfg.Clock, cfg: cfg, disabled: map[string]bool{}}
-	revoked, err := z.readRevocations(ctx)
+	revoked, err := revocation.Open(ctx, revocation.Config{Store: cfg.Store, MetaKey: metaRevokedZoneTokens,
+		Remember: auth.MaxValidity, Lock: cfg.Lock, Clock: cfg.Clock})
 	if err != nil {
 		return nil, err
 	}
-	z.revoked = revoked
-	return z, nil
+	return &Access{ring: cfg.Ring, store: cfg.Store, log: cfg.Logger, clock: cfg.Clock, cfg: cfg, revoked: revoked,
+		disabled: map[string]bool{}}, nil
 }
 
 // Attach gives the access the server whose streams it ends.
@@ -119,10 +122,7 @@ func (z *Access) Authenticate(zone, token string) (kds.ZoneCredential, error) {
 	if kid == "" {
 		kid = tokens.KeyID() // issued before rotation existed: the current key verified it
 	}
-	z.mu.RLock()
-	_, revoked := z.revoked[claims.ID]
-	z.mu.RUnlock()
-	if revoked {
+	if z.revoked.Revoked(claims.ID) {
 		return kds.ZoneCredential{}, fmt.Errorf("zone token %s was revoked", claims.ID)
 	}
 	if disabled, err := z.zoneDisabled(zone); err != nil {
@@ -140,8 +140,8 @@ func (z *Access) Authenticate(zone, token string) (kds.ZoneCredential, error) {
 // the lock its EndStreams takes, and each of those changes is recorded here
 // before this access calls EndStreams.
 func (z *Access) Recheck(zone string, cred kds.ZoneCredential) error {
+	revoked := z.revoked.Revoked(cred.TokenID)
 	z.mu.RLock()
-	_, revoked := z.revoked[cred.TokenID]
 	disabled := z.disabled[zone]
 	z.mu.RUnlock()
 	switch {
@@ -186,47 +186,14 @@ func zoneEnabled(r *resource.Resource) bool {
 }
 
 // Revoke revokes the zone token with id, persistently, and ends its live
-// streams. expiresAt (Unix s) bounds how long the id is remembered; 0
-// remembers it for the longest validity a token can have.
+// streams.
 func (z *Access) Revoke(ctx context.Context, id string) (int, error) {
-	if id == "" || len(id) > 64 {
-		return 0, fmt.Errorf("%w: a zone token id is 1 to 64 characters", storage.ErrInvalid)
-	}
-	if z.cfg.Lock != nil {
-		unlock, err := z.cfg.Lock(ctx)
-		if err != nil {
-			return 0, fmt.Errorf("revoke zone token %s: %w", id, err)
+	if err := z.revoked.Revoke(ctx, id); err != nil {
+		if errors.Is(err, revocation.ErrInvalidID) {
+			return 0, fmt.Errorf("%w: %v", storage.ErrInvalid, err)
 		}
-		defer unlock()
-	}
-	stored, err := z.readRevocations(ctx)
-	if err != nil {
 		return 0, err
 	}
-	z.mu.Lock()
-	next := make(map[string]int64, len(z.revoked)+len(stored)+1)
-	now := z.clock().Unix()
-	for k, exp := range stored {
-		if exp > now {
-			next[k] = exp
-		}
-	}
-	for k, exp := range z.revoked {
-		if exp > now { // expired tokens need no revocation any more
-			next[k] = exp
-		}
-	}
-	next[id] = z.clock().Add(auth.MaxValidity).Unix()
-	raw, err := json.Marshal(next)
-	if err == nil {
-		_, err = z.store.Apply(ctx, storage.Batch{Meta: map[string][]byte{metaRevokedZoneTokens: raw}})
-	}
-	if err != nil {
-		z.mu.Unlock()
-		return 0, fmt.Errorf("persist revocation of zone token %s: %w", id, err)
-	}
-	z.revoked = next
-	z.mu.Unlock()
 	ended := z.endStreams(func(s kds.StreamInfo) bool { return s.TokenID == id },
 		fmt.Errorf("%w: zone token %s was revoked", kds.ErrStreamRevoked, id))
 	z.log.Info("zone token revoked", "id", id, "streams_ended", ended)
@@ -306,38 +273,13 @@ func (z *Access) watchZonesOnce(ctx context.Context) error {
 	}
 }
 
-// readRevocations reads the revoked token ids from the store.
-func (z *Access) readRevocations(ctx context.Context) (map[string]int64, error) {
-	out := map[string]int64{}
-	raw, err := z.store.Meta(ctx, metaRevokedZoneTokens)
-	switch {
-	case errors.Is(err, storage.ErrNotFound):
-		return out, nil
-	case err != nil:
-		return nil, fmt.Errorf("read revoked zone tokens: %w", err)
-	}
-	if err := json.Unmarshal(raw, &out); err != nil {
-		return nil, fmt.Errorf("read revoked zone tokens: %w", err)
-	}
-	return out, nil
-}
-
 // reloadRevocations takes revocations written by another replica (HA) and
 // ends their streams here.
 func (z *Access) reloadRevocations(ctx context.Context) {
-	stored, err := z.readRevocations(ctx)
+	fresh, err := z.revoked.Reload(ctx)
 	if err != nil {
 		return // the store is away; the replica's health check handles that
 	}
-	var fresh []string
-	z.mu.Lock()
-	for id, exp := range stored {
-		if _, ok := z.revoked[id]; !ok {
-			z.revoked[id] = exp
-			fresh = append(fresh, id)
-		}
-	}
-	z.mu.Unlock()
 	for _, id := range fresh {
 		n := z.endStreams(func(s kds.StreamInfo) bool { return s.TokenID == id },
 			fmt.Errorf("%w: zone token %s was revoked", kds.ErrStreamRevoked, id))
