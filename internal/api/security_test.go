@@ -7,10 +7,12 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
 	"github.com/meridian-mesh/meridian/internal/api"
+	"github.com/meridian-mesh/meridian/internal/auth"
 	"github.com/meridian-mesh/meridian/internal/plane"
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
@@ -89,5 +91,53 @@ func TestSyncedConditionOnTheZone(t *testing.T) {
 	resp := f.mustDo("GET", "/meshes/default/meshtimeouts/t", "", http.StatusOK)
 	if !strings.Contains(string(resp.body), `"type":"Synced","status":"False","reason":"Rejected","message":"rejected by the global control plane: mesh \"default\" does not exist on the global"`) {
 		t.Errorf("no Synced condition: %s", resp.body)
+	}
+}
+
+// TestAnonymousIndexShowsLittle: GET / is open; an anonymous caller of a
+// zone learns the product, version and mode, not the global's address or
+// the last sync error.
+func TestAnonymousIndexShowsLittle(t *testing.T) {
+	users := newUsers(t, nil)
+	sync := func() any { return map[string]string{"global": "10.0.0.1:5685", "lastError": "dial: refused"} }
+	srv, _ := serveAPI(t, api.Config{Plane: zonePlane("zone-1", plane.EnvUniversal, true), Users: users, SyncStatus: sync})
+	get := func(token string) map[string]any {
+		req, _ := http.NewRequest("GET", srv.URL+"/", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+			t.Fatal(err)
+		}
+		return body
+	}
+	anon := get("")
+	if len(anon) != 3 || anon["mode"] != "zone" || anon["product"] != "Meridian" {
+		t.Errorf("anonymous GET /: %v, want product, version and mode only", anon)
+	}
+	viewer := issue(t, users, "v", []string{auth.GroupViewer}, nil, time.Hour)
+	if full := get(viewer); full["sync"] == nil || full["zone"] != "zone-1" {
+		t.Errorf("a viewer's GET /: %v, want the zone and its sync state", full)
+	}
+}
+
+// TestBadNamespaceParameter: a namespace that cannot be one (a NUL byte, an
+// upper-case or over-long name) is a 400 on every path, never a 500.
+func TestBadNamespaceParameter(t *testing.T) {
+	f := newFixture(t, testZone)
+	for _, ns := range []string{"a%00b", "Web", strings.Repeat("a", 64), "a.b"} {
+		for _, path := range []string{"/meshes/default/meshtimeouts", "/meshes/default/meshtimeouts/x",
+			"/meshes/default/dataplanes/web-1/_rules", "/meshes/default/meshtimeouts/x/_resources/dataplanes"} {
+			r := f.do("GET", path+"?namespace="+ns, "")
+			if r.status != http.StatusBadRequest || !strings.Contains(string(r.body), "namespace") {
+				t.Errorf("GET %s?namespace=%s: %d %s", path, ns, r.status, r.body)
+			}
+		}
 	}
 }

@@ -175,6 +175,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil {
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	}
+	if ns := r.URL.Query().Get("namespace"); ns != "" && !resource.IsDNSLabel(ns) {
+		s.writeError(w, r, fieldError("namespace", "must be a namespace name (lowercase RFC 1123 label of at most 63 characters), got %q", ns))
+		return
+	}
 	if s.cfg.StoreReady != nil {
 		if need, _ := access(r); need != rightOpen {
 			if err := s.cfg.StoreReady(); err != nil {
@@ -210,6 +214,10 @@ func safeMethod(m string) bool {
 	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions
 }
 
+// handleIndex answers GET /, which is open: anonymous callers learn the
+// product, version and mode; an authenticated caller also the zone, its
+// environment and its connection to the global (an address and errors an
+// outsider has no use for).
 func (s *Server) handleIndex(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Console != nil && strings.Contains(r.Header.Get("Accept"), "text/html") {
 		http.Redirect(w, r, ConsolePrefix, http.StatusSeeOther) // a browser: the console
@@ -220,7 +228,7 @@ func (s *Server) handleIndex(w http.ResponseWriter, r *http.Request) {
 		"version": s.cfg.Version,
 		"mode":    string(s.cfg.Plane.Mode),
 	}
-	if s.cfg.Plane.IsZone() {
+	if p, e := s.authenticate(r); e == nil && p != nil && s.cfg.Plane.IsZone() {
 		body["zone"] = s.cfg.Plane.Zone
 		body["environment"] = s.cfg.Plane.Environment
 		if s.cfg.SyncStatus != nil {

@@ -50,10 +50,9 @@ type Config struct {
 	// Plane is the control plane the console shows.
 	Plane    plane.Plane
 	Registry *resource.Registry
-	// Changed returns a channel closed at the next change worth showing (a
-	// store write, a zone connecting or leaving); nil: pages never update
-	// by themselves.
-	Changed func() <-chan struct{}
+	// Changes tells pages of changes worth showing (a store write, a zone
+	// connecting or leaving); nil: pages never update by themselves.
+	Changes *Feed
 	Logger  hclog.Logger
 	// Now defaults to time.Now (relative times on pages).
 	Now func() time.Time

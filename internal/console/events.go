@@ -4,14 +4,16 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/meridian-mesh/meridian/internal/api"
 )
 
 // events streams one "changed" event per change (coalesced to at most one
 // every 250 ms) to a page, which then reloads its main section. The stream
-// is fed by the store watch and the zone tracker (Config.Changed); the page
-// never polls.
+// is fed by the store watch and the zone tracker (Config.Changes); the page
+// never polls. A user confined to some meshes hears only of theirs.
 func (c *Console) events(w http.ResponseWriter, r *http.Request) {
-	if c.cfg.Changed == nil {
+	if c.cfg.Changes == nil {
 		http.Error(w, "live updates are off", http.StatusNotFound)
 		return
 	}
@@ -28,8 +30,12 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 	flusher.Flush()
 	keepAlive := time.NewTicker(20 * time.Second)
 	defer keepAlive.Stop()
+	var meshes []string // nil: every change
+	if p := api.PrincipalFrom(r.Context()); p != nil && p.Meshes != nil {
+		meshes = p.Meshes
+	}
+	changed, seen := c.cfg.Changes.Wait()
 	for {
-		changed := c.cfg.Changed()
 		select {
 		case <-r.Context().Done():
 			return
@@ -46,6 +52,13 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		case <-time.After(250 * time.Millisecond): // coalesce a burst of writes
+		}
+		var now uint64
+		changed, now = c.cfg.Changes.Wait()
+		touched := c.cfg.Changes.Touched(seen, meshes)
+		seen = now
+		if !touched {
+			continue
 		}
 		_ = rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
 		if _, err := fmt.Fprint(w, "data: changed\n\n"); err != nil {

@@ -84,7 +84,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 		http.Error(w, "no template "+name, http.StatusInternalServerError)
 		return
 	}
-	p.Mode, p.Zone, p.User, p.Live = string(c.cfg.Plane.Mode), c.cfg.Plane.Zone, principalOf(r), c.cfg.Changed != nil
+	p.Mode, p.Zone, p.User, p.Live = string(c.cfg.Plane.Mode), c.cfg.Plane.Zone, principalOf(r), c.cfg.Changes != nil
 	root := "layout"
 	if r.Header.Get("X-Meridian-Fragment") == "1" {
 		root = "main"

@@ -190,7 +190,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	p.api.Console = func(s *api.Server) (http.Handler, error) {
-		return console.New(console.Config{API: s, Plane: cfg.Plane, Registry: p.reg, Changed: p.feed.Next, Logger: cfg.Logger.Named("console")})
+		return console.New(console.Config{API: s, Plane: cfg.Plane, Registry: p.reg, Changes: p.feed, Logger: cfg.Logger.Named("console")})
 	}
 	p.run(ctx, func(ctx context.Context) error { return p.feed.WatchStore(ctx, p.store, cfg.Logger) })
 	handler, err := api.New(p.api)
