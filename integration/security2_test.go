@@ -1,7 +1,9 @@
 package integration
 
 import (
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -217,4 +219,57 @@ func TestUserTokenRevocation(t *testing.T) {
 			t.Errorf("%s: %d %s, want 400", name, code, resp)
 		}
 	}
+}
+
+// TestKDSKeepsNoIdleStrangers: sockets that never authenticate are bounded
+// per source and closed when their setup does not finish in time, so a
+// host holding idle KDS connections cannot exhaust the global's descriptors.
+func TestKDSKeepsNoIdleStrangers(t *testing.T) {
+	kds := freeAddress(t)
+	g := startNode(t, "global", bins.Global, t.TempDir(), "--kds-address", kds,
+		"--kds-max-connections-per-source", "3", "--kds-connection-timeout", "2s")
+	closedWithin := func(c net.Conn, d time.Duration) bool {
+		_ = c.SetReadDeadline(time.Now().Add(d))
+		_, err := c.Read(make([]byte, 1))
+		var ne net.Error
+		return err != nil && !(errors.As(err, &ne) && ne.Timeout())
+	}
+	var idle []net.Conn
+	for range 3 {
+		c, err := net.Dial("tcp", kds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		idle = append(idle, c)
+	}
+	time.Sleep(200 * time.Millisecond) // accepted, counted
+	extra, err := net.Dial("tcp", kds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	if !closedWithin(extra, time.Second) {
+		t.Error("a fourth connection from the same source was kept")
+	}
+	start := time.Now()
+	for i, c := range idle {
+		if !closedWithin(c, 5*time.Second) {
+			t.Errorf("idle connection %d still open after %s", i, time.Since(start).Round(time.Millisecond))
+		}
+	}
+	if took := time.Since(start); took > 4*time.Second {
+		t.Errorf("idle connections closed after %s, want about the 2 s connection timeout", took)
+	}
+	// Their places are free again: a real zone connects.
+	file := filepath.Join(t.TempDir(), "token")
+	zoneTokenWithID(t, g, "zone-1", file)
+	startNode(t, "zone-1", bins.Zone, t.TempDir(), "--zone", "zone-1", "--environment", "universal",
+		"--global-address", kds, "--zone-token-file", file, "--kds-ca-file", filepath.Join(g.dataDir, "kds-server.crt"))
+	eventually(t, 10*time.Second, func() error {
+		if !zoneConnected(t, g, "zone-1") {
+			return errors.New("zone-1 not connected")
+		}
+		return nil
+	})
 }

@@ -3,9 +3,12 @@
 package main
 
 import (
+	"time"
+
 	"github.com/spf13/cobra"
 
 	"github.com/meridian-mesh/meridian/internal/controlplane"
+	"github.com/meridian-mesh/meridian/internal/kds"
 	"github.com/meridian-mesh/meridian/internal/plane"
 	"github.com/meridian-mesh/meridian/internal/replica"
 	"github.com/meridian-mesh/meridian/internal/version"
@@ -21,6 +24,8 @@ func newCommand() *cobra.Command {
 		kdsAddress string
 		store      string
 		etcd       replica.EtcdConfig
+		kdsLimits  kds.ConnLimits
+		kdsConnTO  time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "global-cp",
@@ -32,29 +37,34 @@ func newCommand() *cobra.Command {
 				return err
 			}
 			return controlplane.Run(cmd.Context(), controlplane.Config{
-				Plane:              plane.NewGlobal(""),
-				DataDir:            common.DataDir,
-				APIAddress:         common.APIAddress,
-				DebugAddress:       common.DebugAddress,
-				Version:            version.Version,
-				Logger:             logger,
-				TombstoneRetention: common.TombstoneRetention,
-				LocalhostIsAdmin:   common.LocalhostIsAdmin,
-				AllowedHosts:       common.AllowedHosts,
-				APIReadTimeout:     common.APIReadTimeout,
-				KDSAddress:         kdsAddress,
-				TLSCertFile:        common.TLSCertFile,
-				TLSKeyFile:         common.TLSKeyFile,
-				APITLS:             common.APITLS,
-				SyncStream:         common.SyncStream(),
-				Store:              store,
-				Etcd:               etcd,
+				Plane:                plane.NewGlobal(""),
+				DataDir:              common.DataDir,
+				APIAddress:           common.APIAddress,
+				DebugAddress:         common.DebugAddress,
+				Version:              version.Version,
+				Logger:               logger,
+				TombstoneRetention:   common.TombstoneRetention,
+				LocalhostIsAdmin:     common.LocalhostIsAdmin,
+				AllowedHosts:         common.AllowedHosts,
+				APIReadTimeout:       common.APIReadTimeout,
+				KDSAddress:           kdsAddress,
+				TLSCertFile:          common.TLSCertFile,
+				TLSKeyFile:           common.TLSKeyFile,
+				APITLS:               common.APITLS,
+				SyncStream:           common.SyncStream(),
+				Store:                store,
+				Etcd:                 etcd,
+				KDSConnLimits:        kdsLimits,
+				KDSConnectionTimeout: kdsConnTO,
 			})
 		},
 	}
 	common.Register(cmd, "127.0.0.1:5681")
 	fs := cmd.Flags()
 	fs.StringVar(&kdsAddress, "kds-address", "127.0.0.1:5685", "KDS (zone sync) gRPC listen address")
+	fs.IntVar(&kdsLimits.Max, "kds-max-connections", 4096, "KDS connections kept at most (0: no limit)")
+	fs.IntVar(&kdsLimits.PerSource, "kds-max-connections-per-source", 256, "KDS connections kept at most from one IP address (0: no limit)")
+	fs.DurationVar(&kdsConnTO, "kds-connection-timeout", 10*time.Second, "a KDS connection must finish its TLS and HTTP/2 setup within this")
 	fs.StringVar(&store, "store", "bolt", "store: bolt (embedded file in --data-dir) or etcd (replicas sharing --etcd-endpoints)")
 	fs.StringSliceVar(&etcd.Endpoints, "etcd-endpoints", nil, "etcd client URLs, comma-separated (with --store etcd)")
 	fs.StringVar(&etcd.Prefix, "etcd-prefix", "/meridian/", "key prefix of this Meridian in etcd")

@@ -68,6 +68,11 @@ type Config struct {
 	ZoneTokenFile string
 	KDSCAFile     string
 	KDSSkipVerify bool
+	// KDSConnLimits bound the global's KDS connections, in all and per
+	// source IP; KDSConnectionTimeout bounds a connection's TLS and HTTP/2
+	// setup (0: 10 s).
+	KDSConnLimits        kds.ConnLimits
+	KDSConnectionTimeout time.Duration
 	// SyncStream tunes heartbeats and batching (zero = defaults).
 	SyncStream kds.StreamConfig
 	// LocalhostIsAdmin: loopback API callers without a token are admin.
@@ -120,6 +125,9 @@ func (c *Config) check() error {
 	}
 	if c.APIReadTimeout <= 0 {
 		c.APIReadTimeout = 60 * time.Second
+	}
+	if c.KDSConnectionTimeout <= 0 {
+		c.KDSConnectionTimeout = 10 * time.Second
 	}
 	if hb := c.SyncStream; hb.HeartbeatInterval != 0 && hb.HeartbeatTimeout != 0 && hb.HeartbeatTimeout <= hb.HeartbeatInterval {
 		return fmt.Errorf("--kds-heartbeat-timeout (%s) must be more than --kds-heartbeat-interval (%s)", hb.HeartbeatTimeout, hb.HeartbeatInterval)

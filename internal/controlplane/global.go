@@ -27,6 +27,10 @@ import (
 // alone). Zones authenticate before any message is read (kds.Server).
 const maxKDSMessageBytes = 6 << 20
 
+// kdsIdleConnection: a KDS connection without a stream this long is closed
+// (a zone's stream never leaves its connection idle).
+const kdsIdleConnection = 30 * time.Second
+
 // revocationPoll is how often a global replica rereads the revoked zone
 // tokens other replicas may have written.
 const revocationPoll = 2 * time.Second
@@ -88,6 +92,7 @@ func (p *process) newKDSServer(access *zoneaccess.Access) (*kds.Server, *grpc.Se
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("kds address %s: %w", cfg.KDSAddress, err)
 	}
+	ln = cfg.KDSConnLimits.Listen(ln)
 	var ready func() error
 	if p.rep != nil {
 		ready = p.rep.Ready
@@ -100,6 +105,11 @@ func (p *process) newKDSServer(access *zoneaccess.Access) (*kds.Server, *grpc.Se
 		// gets read.
 		grpc.MaxHeaderListSize(64<<10),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		// A connection that has not finished its TLS and HTTP/2 setup in
+		// time, or that holds no stream, is closed: strangers do not keep
+		// sockets (gRPC's own setup timeout is 120 s).
+		grpc.ConnectionTimeout(cfg.KDSConnectionTimeout),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: kdsIdleConnection}),
 		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 			if ready != nil {
 				if err := ready(); err != nil {
