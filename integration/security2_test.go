@@ -2,12 +2,15 @@ package integration
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -272,4 +275,82 @@ func TestKDSKeepsNoIdleStrangers(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// rssMiB reads a process's resident set.
+func rssMiB(t *testing.T, pid int) float64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`VmRSS:\s+(\d+) kB`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("no VmRSS")
+	}
+	kb, _ := strconv.Atoi(string(m[1]))
+	return float64(kb) / 1024
+}
+
+// TestRogueZoneStatusReportsAreBounded: a zone token holder floods the
+// global with policy status reports about policies that do not exist,
+// with long messages. The global drops them and its memory stays put.
+func TestRogueZoneStatusReportsAreBounded(t *testing.T) {
+	kds := freeAddress(t)
+	g := startNode(t, "global", bins.Global, t.TempDir(), "--kds-address", kds)
+	file := filepath.Join(t.TempDir(), "token")
+	zoneTokenWithID(t, g, "rogue", file)
+	token := readTokenFile(t, file)
+	stream, done := kdsDial(t, g, kds, "rogue", token)
+	defer done()
+	if err := stream.Send(&syncv1.StreamRequest{Message: &syncv1.Message{Kind: &syncv1.Message_Handshake{Handshake: &syncv1.Handshake{
+		Zone: "rogue", ZoneToken: token, Environment: syncv1.Environment_ENVIRONMENT_UNIVERSAL,
+		Features: []string{"policy-status"}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := stream.Recv(); err != nil || !resp.GetMessage().GetHandshakeResponse().GetAccepted() {
+		t.Fatalf("handshake: %v %v", resp, err)
+	}
+	go func() { // drain what the global sends
+		for {
+			if _, err := stream.Recv(); err != nil {
+				return
+			}
+		}
+	}()
+	before := rssMiB(t, g.proc.PID())
+	long := strings.Repeat("m", 4000)
+	send := func(i int, more bool) error {
+		rep := &syncv1.PolicyStatusReport{More: more}
+		for j := range 50 {
+			rep.Statuses = append(rep.Statuses, &syncv1.PolicyStatus{
+				Key: &syncv1.ResourceKey{Type: "MeshTimeout", Mesh: "default", Name: fmt.Sprintf("invented-%d-%d", i, j)},
+				Conditions: []*syncv1.Condition{{Type: "Enforced", Status: "True", Reason: "Enforced",
+					Message: fmt.Sprintf("%d-%d %s", i, j, long)}}})
+		}
+		return stream.Send(&syncv1.StreamRequest{Message: &syncv1.Message{Kind: &syncv1.Message_PolicyStatusReport{PolicyStatusReport: rep}}})
+	}
+	start := time.Now()
+	i := 0
+	for ; time.Since(start) < 6*time.Second; i++ {
+		if send(i, true) != nil {
+			break // the global ended the stream (a report past its bounds): fine
+		}
+	}
+	_ = send(i, false) // the report's last chunk: the global keeps it
+	time.Sleep(500 * time.Millisecond)
+	peak := rssMiB(t, g.proc.PID())
+	// What the global keeps, once quiet (the collector's headroom and the
+	// trimmer let a burst's garbage sit up to 64 MiB for a few seconds).
+	var after float64
+	for range 20 {
+		time.Sleep(500 * time.Millisecond)
+		if after = rssMiB(t, g.proc.PID()); after-before < 24 {
+			break
+		}
+	}
+	t.Logf("global RSS %.0f MiB before, %.0f during the flood, %.0f after", before, peak, after)
+	if peak-before > 160 || after-before > 24 {
+		t.Errorf("the global grew from %.0f to %.0f MiB under a report flood and kept %.0f", before, peak, after)
+	}
 }

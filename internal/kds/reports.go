@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
@@ -51,16 +52,28 @@ type zoneReport struct {
 }
 
 // assemble starts a report of zone, which replaces the zone's previous one
-// once done.
-func (r *reports) assemble(zone string) reportAssembly {
-	return &zoneReportAssembly{r: r, zone: zone,
+// once done. known says whether the global holds the policy a status is
+// about; the statuses of others are dropped (a zone reports only the
+// global's policies it received).
+func (r *reports) assemble(zone string, known func(typ, mesh, name string) bool) reportAssembly {
+	return &zoneReportAssembly{r: r, zone: zone, known: known,
 		zr: &zoneReport{byName: map[typeMesh]map[string]uint32{}}, lists: map[conditionsKey]uint32{}}
 }
+
+// Bounds of what the global keeps of one status: a few conditions with
+// short fields (the engine's own are well within them).
+const (
+	maxReportConditions  = 4
+	maxConditionField    = 64
+	maxConditionMessage  = 512
+	maxReportedNameBytes = 253
+)
 
 // zoneReportAssembly is a zoneReport being built; owned by one session.
 type zoneReportAssembly struct {
 	r     *reports
 	zone  string
+	known func(typ, mesh, name string) bool
 	zr    *zoneReport
 	lists map[conditionsKey]uint32 // indexes of zr.conds by value
 }
@@ -74,6 +87,10 @@ func (a *zoneReportAssembly) add(statuses []*syncv1.PolicyStatus) {
 	}
 	for _, st := range statuses {
 		k := st.GetKey()
+		if len(k.GetName()) > maxReportedNameBytes || len(k.GetMesh()) > maxReportedNameBytes ||
+			len(k.GetType()) > maxConditionField || (a.known != nil && !a.known(k.GetType(), k.GetMesh(), k.GetName())) {
+			continue
+		}
 		tm := typeMesh{k.GetType(), k.GetMesh()}
 		byName := zr.byName[tm]
 		if byName == nil {
@@ -142,7 +159,11 @@ type conditionsKey struct {
 // 100 zones reporting at once, a copy per status was 128 MB of garbage.
 func (zr *zoneReport) list(lists map[conditionsKey]uint32, cs []*syncv1.Condition) uint32 {
 	conv := func(c *syncv1.Condition) ReportCondition {
-		return ReportCondition{Type: c.GetType(), Status: c.GetStatus(), Reason: c.GetReason(), Message: c.GetMessage()}
+		return ReportCondition{Type: cut(c.GetType(), maxConditionField), Status: cut(c.GetStatus(), maxConditionField),
+			Reason: cut(c.GetReason(), maxConditionField), Message: cut(c.GetMessage(), maxConditionMessage)}
+	}
+	if len(cs) > maxReportConditions {
+		cs = cs[:maxReportConditions]
 	}
 	if len(cs) > 2 {
 		out := make([]ReportCondition, 0, len(cs))
@@ -184,4 +205,16 @@ func (r *reports) get(typ, mesh, name string) []ZonePolicyStatus {
 // policy (type, mesh, name), sorted by zone.
 func (s *Server) PolicyStatuses(typ, mesh, name string) []ZonePolicyStatus {
 	return s.reports.get(typ, mesh, name)
+}
+
+// cut shortens s to at most n bytes, on a rune boundary, marking the cut.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n - len("…")
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
 }

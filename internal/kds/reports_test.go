@@ -1,6 +1,7 @@
 package kds
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/meridian-mesh/meridian/internal/kds/mapping"
+	"github.com/meridian-mesh/meridian/internal/resource"
+	"github.com/meridian-mesh/meridian/internal/storage"
 	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
 
@@ -145,7 +148,7 @@ func TestReportTakesEffectWhenDone(t *testing.T) {
 		}
 		return got[0].Conditions[0].Reason
 	}
-	first := r.assemble("zone-1")
+	first := r.assemble("zone-1", nil)
 	first.add(statuses("one", "a"))
 	first.add(statuses("one", "b"))
 	if reason("a") != "" {
@@ -155,12 +158,12 @@ func TestReportTakesEffectWhenDone(t *testing.T) {
 	if reason("a") != "one" || reason("b") != "one" {
 		t.Fatalf("after the first report: a %q, b %q", reason("a"), reason("b"))
 	}
-	unfinished := r.assemble("zone-1")
+	unfinished := r.assemble("zone-1", nil)
 	unfinished.add(statuses("two", "a"))
 	if reason("a") != "one" || reason("b") != "one" {
 		t.Fatalf("an unfinished report changed the zone's: a %q, b %q", reason("a"), reason("b"))
 	}
-	second := r.assemble("zone-1")
+	second := r.assemble("zone-1", nil)
 	second.add(statuses("three", "b"))
 	second.done()
 	if reason("a") != "" || reason("b") != "three" {
@@ -192,6 +195,17 @@ func (r bigReporter) PolicyStatusReport() (*syncv1.PolicyStatusReport, <-chan st
 func TestLargeStatusReportArrivesInChunks(t *testing.T) {
 	c := newCluster(t, clusterOpts{})
 	const n = 40000 // ~6 MB: over gRPC's 4 MiB default receive limit
+	// The global keeps statuses of its own policies only.
+	var batch storage.Batch
+	for i := range n {
+		r := timeout("policy-"+itoa(i), "", "")
+		r.Labels.Set(resource.LabelOrigin, resource.OriginGlobal)
+		setRole(t, r, "")
+		batch.Puts = append(batch.Puts, r)
+	}
+	if _, err := c.global.Apply(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
 	z := c.zone("zone-1", zoneOpts{reporter: bigReporter{n: n}}).start()
 	eventually(t, wait, "connected", z.connected)
 	// Written while the report's chunks are leaving: its batch travels
@@ -303,13 +317,13 @@ func (c *countingAssembly) done()                        { c.dones++ }
 func TestReportChunksAreBounded(t *testing.T) {
 	a := &countingAssembly{}
 	s := &session{onReport: func() reportAssembly { return a }}
-	half := make([]*syncv1.PolicyStatus, maxReportStatuses/2)
-	for range 2 {
-		if err := s.onReportChunk(&syncv1.PolicyStatusReport{Statuses: half, More: true}); err != nil {
+	part := make([]*syncv1.PolicyStatus, maxReportStatuses/16) // 128 KiB encoded
+	for range 16 {
+		if err := s.onReportChunk(&syncv1.PolicyStatusReport{Statuses: part, More: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	err := s.onReportChunk(&syncv1.PolicyStatusReport{Statuses: half[:1]})
+	err := s.onReportChunk(&syncv1.PolicyStatusReport{Statuses: part[:1]})
 	if !errors.Is(err, errProtocol) {
 		t.Fatalf("a report of %d statuses: %v, want a protocol error", maxReportStatuses+1, err)
 	}
@@ -320,7 +334,48 @@ func TestReportChunksAreBounded(t *testing.T) {
 
 // set replaces zone's report with rep (one that arrived whole).
 func (r *reports) set(zone string, rep *syncv1.PolicyStatusReport) {
-	a := r.assemble(zone)
+	a := r.assemble(zone, nil)
 	a.add(rep.GetStatuses())
 	a.done()
+}
+
+// TestReportBytesAreBounded: a chunk over maxReportChunkBytes, or a report
+// whose chunks together pass maxReportBytes, breaks the protocol before it
+// is taken in; statuses of policies the global does not hold are dropped,
+// and conditions are kept short.
+func TestReportBytesAreBounded(t *testing.T) {
+	big := strings.Repeat("x", 900<<10)
+	a := &countingAssembly{}
+	s := &session{onReport: func() reportAssembly { return a }}
+	huge := &syncv1.PolicyStatusReport{Statuses: []*syncv1.PolicyStatus{{Key: &syncv1.ResourceKey{Type: "MeshTimeout", Name: big + big}}}}
+	if err := s.onReportChunk(huge); !errors.Is(err, errProtocol) {
+		t.Errorf("a 1.8 MB chunk: %v, want a protocol error", err)
+	}
+	s = &session{onReport: func() reportAssembly { return a }}
+	chunk := &syncv1.PolicyStatusReport{More: true, Statuses: []*syncv1.PolicyStatus{{Key: &syncv1.ResourceKey{Type: "MeshTimeout", Name: big}}}}
+	var err error
+	for i := 0; i < maxReportBytes/len(big)+2 && err == nil; i++ {
+		err = s.onReportChunk(chunk)
+	}
+	if !errors.Is(err, errProtocol) {
+		t.Errorf("a report past %d bytes: %v, want a protocol error", maxReportBytes, err)
+	}
+
+	var r reports
+	known := func(typ, mesh, name string) bool { return name == "real" }
+	asm := r.assemble("zone-1", known)
+	asm.add([]*syncv1.PolicyStatus{
+		{Key: &syncv1.ResourceKey{Type: "MeshTimeout", Mesh: "default", Name: "real"},
+			Conditions: []*syncv1.Condition{{Type: "Enforced", Status: "True", Reason: "Enforced", Message: strings.Repeat("m", 10000)}}},
+		{Key: &syncv1.ResourceKey{Type: "MeshTimeout", Mesh: "default", Name: "invented"},
+			Conditions: []*syncv1.Condition{{Type: "Enforced", Status: "True"}}},
+	})
+	asm.done()
+	got := r.get("MeshTimeout", "default", "real")
+	if len(got) != 1 || len(got[0].Conditions[0].Message) > maxConditionMessage {
+		t.Errorf("the real policy's status: %+v", got)
+	}
+	if got := r.get("MeshTimeout", "default", "invented"); len(got) != 0 {
+		t.Errorf("a status of a policy the global does not hold was kept: %+v", got)
+	}
 }

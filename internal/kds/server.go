@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meridian-mesh/meridian/internal/kds/mapping"
 	"github.com/meridian-mesh/meridian/internal/plane"
 
 	"github.com/hashicorp/go-hclog"
@@ -410,7 +411,7 @@ func (s *Server) serve(ctx context.Context, ws wireStream, hs *syncv1.Handshake,
 		recvLog: log.Named("from-zone"), received: z2g, metaKey: MetaKeyZoneRevision(z.Zone),
 		storeKey: MetaKeyZoneStoreID(z.Zone), peerStore: hs.GetStoreId(), applied: applied,
 		onHeartbeat: func() { s.tracker.heartbeat(z.Zone, id); recheck() },
-		onReport:    func() reportAssembly { return s.reports.assemble(z.Zone) },
+		onReport:    func() reportAssembly { return s.reports.assemble(z.Zone, s.knownPolicy) },
 		drain:       drain,
 	}
 	if s.cfg.Admission != nil {
@@ -611,4 +612,23 @@ func recvFirst(ctx context.Context, ws wireStream, clock Clock, timeout time.Dur
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// knownPolicy reports whether the global holds a policy of its own under
+// (typ, mesh, name): the only statuses a zone may report. The zone copies
+// every session shares answer without I/O once the policy was sent; after a
+// restart (nothing sent yet) the store does.
+func (s *Server) knownPolicy(typ, mesh, name string) bool {
+	d, ok := s.cfg.Registry.Lookup(typ)
+	if !ok || !d.IsPolicy() {
+		return false
+	}
+	key := resource.Key{Type: d.Name, Mesh: mesh, Name: name}
+	if s.copies.has(key) {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := s.cfg.Store.Get(ctx, key)
+	return err == nil && mapping.IsGlobalOrigin(r)
 }

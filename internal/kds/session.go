@@ -96,6 +96,7 @@ type session struct {
 	maxChunk        int
 	partialReport   reportAssembly
 	partialStatuses int
+	partialBytes    int
 
 	// queue holds what the loop sends next: batches, answers, heartbeats.
 	// reportQueue holds status report chunks, sent only when queue is
@@ -397,6 +398,14 @@ const maxReportChunk = 256 << 10
 // and an unbounded stream of chunks must not grow the global's memory.
 const maxReportStatuses = 1 << 20
 
+// Byte bounds of status reports (a zone token holder must not grow the
+// global's heap at will): a report's chunks together, and one chunk (the
+// sender cuts them at 256 KiB).
+const (
+	maxReportBytes      = 64 << 20
+	maxReportChunkBytes = 1 << 20
+)
+
 // reportAssembly takes in one report, chunk by chunk (the global's end):
 // each chunk is folded in as it arrives, so that the decoded chunks of
 // many zones reporting at once are not all held until their last ones
@@ -413,11 +422,18 @@ func (s *session) onReportChunk(chunk *syncv1.PolicyStatusReport) error {
 	if s.onReport == nil {
 		return fmt.Errorf("%w: a policy status report was not negotiated", errProtocol)
 	}
+	size := proto.Size(chunk)
+	if size > maxReportChunkBytes {
+		return fmt.Errorf("%w: policy status report chunk of %d bytes, at most %d", errProtocol, size, maxReportChunkBytes)
+	}
 	if s.partialReport == nil {
-		s.partialReport, s.partialStatuses = s.onReport(), 0
+		s.partialReport, s.partialStatuses, s.partialBytes = s.onReport(), 0, 0
 	}
 	if s.partialStatuses += len(chunk.GetStatuses()); s.partialStatuses > maxReportStatuses {
 		return fmt.Errorf("%w: policy status report of more than %d statuses", errProtocol, maxReportStatuses)
+	}
+	if s.partialBytes += size; s.partialBytes > maxReportBytes {
+		return fmt.Errorf("%w: policy status report of more than %d bytes", errProtocol, maxReportBytes)
 	}
 	s.partialReport.add(chunk.GetStatuses())
 	if !chunk.GetMore() {

@@ -102,3 +102,11 @@ func encodedCopy(up *syncv1.Resource) *syncv1.Resource {
 	out.ProtoReflect().SetUnknown(rest)
 	return out
 }
+
+// has reports whether key's copy is held.
+func (c *zoneCopies) has(key resource.Key) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.byKey[key]
+	return ok
+}
