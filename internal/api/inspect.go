@@ -136,7 +136,7 @@ func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := snap.Explain(r.PathValue("name"), s.namespaceParam(r), d.Name, outbound, port, client)
 	if err == nil {
-		res.Limit(limit)
+		res = res.Limit(limit)
 	}
 	s.writeResult(w, r, res, err)
 }

@@ -141,3 +141,16 @@ func TestBadNamespaceParameter(t *testing.T) {
 		}
 	}
 }
+
+// TestCostlyWhenRefused: a `when` with a regular expression that compiles
+// to a large program is refused at write time, naming the field.
+func TestCostlyWhenRefused(t *testing.T) {
+	f := newFixture(t, testZone)
+	body := `{"type":"MeshTimeout","mesh":"default","name":"slow","spec":{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},` +
+		`"default":{"idleTimeout":"5s"},"when":{"default":"self.idleTimeout.matches('[a-z]{500}[0-9]{500}')"}}]}}`
+	r := f.do("PUT", "/meshes/default/meshtimeouts/slow", body)
+	if r.status != http.StatusBadRequest || !strings.Contains(string(r.body), "spec.to[0].when.default") ||
+		!strings.Contains(string(r.body), "instructions") {
+		t.Errorf("PUT with a costly regex: %d %s", r.status, r.body)
+	}
+}

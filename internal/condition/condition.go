@@ -13,14 +13,20 @@
 package condition
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"regexp/syntax"
 	"strconv"
+	"sync/atomic"
+	"time"
 
 	"cel.dev/cel-go/cel"
+	celast "cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/cost"
+	celoverloads "cel.dev/cel-go/common/overloads"
 	"cel.dev/cel-go/common/types"
 )
 
@@ -37,9 +43,33 @@ const (
 	// (a conf larger than assumed); the evaluation then fails and the
 	// condition counts as false.
 	RuntimeCostLimit = 1_000_000
+	// MaxRegexInstructions bounds the compiled program of a regular
+	// expression given to matches(): CEL's cost model counts the strings a
+	// regex reads, not the regex, and a nested repetition of 1 KB compiles
+	// to a program that took 270 ms to run per evaluation.
+	MaxRegexInstructions = 512
+	// MaxEvalTime stops one evaluation that runs longer anyway (it then
+	// fails, and counts as false).
+	MaxEvalTime = 5 * time.Millisecond
 
 	assumedMaxSize = 1000
 )
+
+// ErrBudget is wrapped by Eval once a Budget is used up.
+var ErrBudget = errors.New("the time this snapshot may spend on when expressions is used up")
+
+// Budget is the evaluation time a zone's snapshot may spend on `when`
+// expressions in all (every query of the snapshot draws on it), so that a
+// few costly expressions cannot keep the zone's cores busy. Safe for
+// concurrent use.
+type Budget struct{ left atomic.Int64 } // nanoseconds
+
+// NewBudget allows total evaluation time.
+func NewBudget(total time.Duration) *Budget {
+	b := &Budget{}
+	b.left.Store(int64(total))
+	return b
+}
 
 // ErrInvalid wraps every compile-time problem.
 var ErrInvalid = errors.New("invalid when expression")
@@ -91,23 +121,88 @@ func (e *Env) Compile(src string) (*Expr, error) {
 	if est.Max > MaxEstimatedCost {
 		return nil, fmt.Errorf("%w: estimated cost %d exceeds the limit %d (simplify the expression)", ErrInvalid, est.Max, MaxEstimatedCost)
 	}
-	prg, err := e.env.Program(ast, cel.CostLimit(RuntimeCostLimit))
+	if err := checkRegexes(ast); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	// Constant regexes are compiled once, with the program; an evaluation
+	// checks its deadline every 64 comprehension steps.
+	prg, err := e.env.Program(ast, cel.CostLimit(RuntimeCostLimit), cel.EvalOptions(cel.OptOptimize),
+		cel.InterruptCheckFrequency(64))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return &Expr{src: src, prg: prg}, nil
 }
 
+// checkRegexes refuses a matches() whose pattern is not a string literal
+// (it would be compiled at every evaluation, from data) or whose compiled
+// program exceeds MaxRegexInstructions.
+func checkRegexes(a *cel.Ast) error {
+	var err error
+	celast.PreOrderVisit(a.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
+		if err != nil || e.Kind() != celast.CallKind || e.AsCall().FunctionName() != celoverloads.Matches {
+			return
+		}
+		args := e.AsCall().Args()
+		if len(args) == 0 {
+			return
+		}
+		pattern := args[len(args)-1]
+		if pattern.Kind() != celast.LiteralKind {
+			err = errors.New("matches() takes a string literal as its pattern")
+			return
+		}
+		s, ok := pattern.AsLiteral().Value().(string)
+		if !ok {
+			err = errors.New("matches() takes a string literal as its pattern")
+			return
+		}
+		err = checkRegex(s)
+	}))
+	return err
+}
+
+func checkRegex(pattern string) error {
+	re, err := syntax.Parse(pattern, syntax.Perl)
+	if err != nil {
+		return fmt.Errorf("matches(%q): %v", pattern, err)
+	}
+	prog, err := syntax.Compile(re.Simplify())
+	if err != nil {
+		return fmt.Errorf("matches(%q): %v", pattern, err)
+	}
+	if n := len(prog.Inst); n > MaxRegexInstructions {
+		return fmt.Errorf("matches(%q): the regular expression compiles to %d instructions, at most %d (simplify its repetitions)",
+			pattern, n, MaxRegexInstructions)
+	}
+	return nil
+}
+
 // Eval evaluates the expression with self bound to conf, a decoded JSON
 // value (numbers may be json.Number; nil means "no conf yet" and is bound
-// as an empty object). A failure (a missing field, a type mismatch, a
-// non-boolean result, the runtime cost limit) is an error; callers treat it
+// as an empty object), within MaxEvalTime and the time left in budget (nil:
+// no budget). A failure (a missing field, a type mismatch, a non-boolean
+// result, the runtime cost limit, the time) is an error; callers treat it
 // as false and report it.
-func (e *Expr) Eval(conf any) (bool, error) {
+func (e *Expr) Eval(conf any, budget *Budget) (bool, error) {
 	if conf == nil {
 		conf = map[string]any{}
 	}
-	out, _, err := e.prg.Eval(map[string]any{"self": celValue(conf)})
+	limit := MaxEvalTime
+	if budget != nil {
+		left := time.Duration(budget.left.Load())
+		if left <= 0 {
+			return false, fmt.Errorf("when %q: %w", e.src, ErrBudget)
+		}
+		limit = min(limit, left)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	start := time.Now()
+	out, _, err := e.prg.ContextEval(ctx, map[string]any{"self": celValue(conf)})
+	cancel()
+	if budget != nil {
+		budget.left.Add(-int64(time.Since(start)))
+	}
 	if err != nil {
 		return false, fmt.Errorf("when %q: %w", e.src, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestCompileAndEval(t *testing.T) {
@@ -32,7 +33,7 @@ func TestCompileAndEval(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tt.expr, err)
 		}
-		got, err := e.Eval(tt.conf)
+		got, err := e.Eval(tt.conf, nil)
 		if tt.evalErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.evalErr) {
 				t.Errorf("%s: err %v, want %q", tt.expr, err, tt.evalErr)
@@ -77,6 +78,71 @@ func FuzzCompile(f *testing.F) {
 		if err != nil {
 			return
 		}
-		_, _ = e.Eval(map[string]any{"a": []any{json.Number("1")}, "http": map[string]any{}})
+		_, _ = e.Eval(map[string]any{"a": []any{json.Number("1")}, "http": map[string]any{}}, nil)
 	})
+}
+
+// TestRegexCostIsBounded: matches() takes literal patterns whose compiled
+// program is small; a nested repetition (1 KB of expression that cost
+// 270 ms per evaluation) is refused at write time.
+func TestRegexCostIsBounded(t *testing.T) {
+	e, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, src := range map[string]string{
+		"nested repetition": `self.hosts.all(h, h.matches('((a{1,100}){1,100}){1,100}'))`,
+		"large repetition":  `self.host.matches('[a-z]{1000}')`,
+		"pattern from data": `self.host.matches(self.pattern)`,
+		"function style":    `matches(self.host, '(x{1,1000}){1,1000}')`,
+	} {
+		if _, err := e.Compile(src); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v, want refused", name, err)
+		}
+	}
+	ok, err := e.Compile(`self.host.matches('^[a-z0-9-]+\\.example\\.com$')`)
+	if err != nil {
+		t.Fatalf("a plain regex refused: %v", err)
+	}
+	if got, err := ok.Eval(map[string]any{"host": "api.example.com"}, nil); err != nil || !got {
+		t.Errorf("plain regex: %v %v", got, err)
+	}
+}
+
+// TestEvalIsBounded: an evaluation stops at MaxEvalTime or the runtime
+// cost limit, and a used-up Budget fails every evaluation at once.
+func TestEvalIsBounded(t *testing.T) {
+	e, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The checker assumes at most 1,000 elements; a conf with more runs
+	// into the deadline (or the runtime cost limit) instead.
+	x, err := e.Compile(`self.list.all(a, a >= 0 && a < 1000000000)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := make([]any, 200000)
+	for i := range list {
+		list[i] = int64(i)
+	}
+	conf := map[string]any{"list": list}
+	start := time.Now()
+	_, err = x.Eval(conf, nil)
+	took := time.Since(start)
+	if err == nil {
+		t.Error("200,000 iterations evaluated without an error")
+	}
+	if took > 200*time.Millisecond {
+		t.Errorf("a runaway evaluation took %s: %v", took, err)
+	}
+	budget := NewBudget(0)
+	cheap, _ := e.Compile(`true`)
+	if _, err := cheap.Eval(nil, budget); !errors.Is(err, ErrBudget) {
+		t.Errorf("with the budget used up: %v", err)
+	}
+	budget = NewBudget(time.Second)
+	if got, err := cheap.Eval(nil, budget); err != nil || !got {
+		t.Errorf("within budget: %v %v", got, err)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/meridian-mesh/meridian/internal/condition"
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
@@ -215,7 +216,7 @@ func (d *delta) check(at string, key resource.Key) (typedName, error) {
 func (d *delta) build() *MeshSnapshot {
 	prev := d.prev
 	s := &MeshSnapshot{
-		mesh: prev.mesh, zone: prev.zone, sysNS: prev.sysNS,
+		mesh: prev.mesh, zone: prev.zone, sysNS: prev.sysNS, when: condition.NewBudget(WhenBudget),
 		dataplanes: prev.dataplanes, dpList: prev.dpList, types: maps.Clone(prev.types),
 		services: prev.services, svcByName: prev.svcByName, externals: prev.externals, extByName: prev.extByName,
 		multis: prev.multis, multiByName: prev.multiByName, gateways: prev.gateways,

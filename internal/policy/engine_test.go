@@ -691,3 +691,38 @@ func TestReuseByContent(t *testing.T) {
 }
 
 func clone(r *resource.Resource) *resource.Resource { return r.Clone() }
+
+// TestExplainIsMemoized: an explanation is computed once per snapshot and
+// query (viewers repeating it do not re-run `when` expressions); Limit
+// returns a copy and leaves the memoized one whole.
+func TestExplainIsMemoized(t *testing.T) {
+	s := mustSnapshot(t, "zone-1", yamlResources(t, `
+- type: Dataplane
+  mesh: default
+  name: web-1
+  networking:
+    address: 10.0.0.1
+    inbound: [{port: 8080, tags: {kuma.io/service: web}}]
+    outbound: [{port: 10001, tags: {kuma.io/service: backend}}]
+- type: MeshTimeout
+  mesh: default
+  name: a
+  spec: {targetRef: {kind: Mesh}, to: [{targetRef: {kind: Mesh}, default: {idleTimeout: 1s}}]}
+- type: MeshTimeout
+  mesh: default
+  name: b
+  spec: {targetRef: {kind: Mesh}, to: [{targetRef: {kind: Mesh}, default: {idleTimeout: 2s}}]}
+`))
+	first, err := s.Explain("web-1", "", "MeshTimeout", "backend", 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := s.Explain("web-1", "", "MeshTimeout", "backend", 0, nil)
+	if first != again {
+		t.Error("the same query computed twice")
+	}
+	limited := first.Limit(1)
+	if len(first.Blocks) != 2 || len(limited.Blocks) != 1 || limited.BlocksTotal != 2 {
+		t.Errorf("Limit: memoized %d blocks, limited %d of %d", len(first.Blocks), len(limited.Blocks), limited.BlocksTotal)
+	}
+}

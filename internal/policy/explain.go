@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -89,7 +90,45 @@ func (c *contribution) ref() BlockRef {
 // Explain explains one policy type on one target of a Dataplane: the
 // outbound to service, or the inbound on port for a client with the given
 // tags, or (both empty) the proxy-wide conf.
+//
+// The result is memoized for the snapshot (an explanation re-runs the
+// folds, `when` expressions included; viewers asking again must not): it
+// is shared, and callers must not change it.
 func (s *MeshSnapshot) Explain(dpName, dpNamespace, policyType, service string, port int, client map[string]string) (*Explanation, error) {
+	key := explainKey(dpName, dpNamespace, policyType, service, port, client)
+	if v, ok := s.explainMemo.Load(key); ok {
+		return v.(*Explanation), nil
+	}
+	ex, err := s.explain(dpName, dpNamespace, policyType, service, port, client)
+	if err != nil {
+		return nil, err
+	}
+	if s.explained.Add(1) > maxExplainMemo {
+		return ex, nil // callers choose the clients: the memo stays bounded
+	}
+	v, _ := s.explainMemo.LoadOrStore(key, ex)
+	return v.(*Explanation), nil
+}
+
+// maxExplainMemo bounds the explanations a snapshot keeps.
+const maxExplainMemo = 1024
+
+func explainKey(dpName, dpNamespace, policyType, service string, port int, client map[string]string) string {
+	var b strings.Builder
+	for _, s := range []string{dpName, dpNamespace, policyType, service, strconv.Itoa(port)} {
+		b.WriteString(s)
+		b.WriteByte(0)
+	}
+	for _, k := range slices.Sorted(maps.Keys(client)) {
+		b.WriteString(k)
+		b.WriteByte(1)
+		b.WriteString(client[k])
+		b.WriteByte(0)
+	}
+	return b.String()
+}
+
+func (s *MeshSnapshot) explain(dpName, dpNamespace, policyType, service string, port int, client map[string]string) (*Explanation, error) {
 	dp, err := s.dataplane(dpName, dpNamespace)
 	if err != nil {
 		return nil, err
@@ -122,7 +161,7 @@ func (s *MeshSnapshot) Explain(dpName, dpNamespace, policyType, service string, 
 		ex.Target.Proxy = true
 		if t != nil && t.desc.ProxyWide {
 			defaults, overrides := proxyBlocks(t, s.matchedPolicies(t, dp))
-			tr = traceFold(t.merger, defaults, overrides)
+			tr = traceFold(s.mergerOf(t), defaults, overrides)
 		}
 	}
 	if err != nil {
@@ -144,7 +183,7 @@ func (s *MeshSnapshot) traceOutbound(t *typeIndex, dp *dataplane, service string
 	}
 	common, specific, _ := s.outboundEntries(t, dp, s.matchedPolicies(t, dp))
 	es := mergeByPos(common, specific[idx[0]])
-	return traceFold(t.merger, defaultsOf(es), overridesOf(es)), nil
+	return traceFold(s.mergerOf(t), defaultsOf(es), overridesOf(es)), nil
 }
 
 func (s *MeshSnapshot) traceInbound(t *typeIndex, dp *dataplane, port int, client map[string]string) (*trace, error) {
@@ -161,7 +200,7 @@ func (s *MeshSnapshot) traceInbound(t *typeIndex, dp *dataplane, port int, clien
 			es = append(es, e)
 		}
 	}
-	return traceFold(t.merger, defaultsOf(es), overridesOf(es)), nil
+	return traceFold(s.mergerOf(t), defaultsOf(es), overridesOf(es)), nil
 }
 
 // defaultsOf lists the default blocks of es, in apply order.
@@ -292,16 +331,22 @@ func (bt *blockTrace) explain() BlockExplain {
 // ones, in apply order) and records the totals it cut: with 10,000 policies
 // on one target the whole explanation is megabytes, while a reader (the
 // console) shows the winners and a count. n <= 0 keeps everything.
-func (e *Explanation) Limit(n int) {
+//
+// It returns a copy: an Explanation is shared by every query of its
+// snapshot (Explain memoizes it).
+func (e *Explanation) Limit(n int) *Explanation {
 	if n <= 0 {
-		return
+		return e
 	}
-	if len(e.Blocks) > n {
-		e.BlocksTotal, e.Blocks = len(e.Blocks), e.Blocks[:n]
+	out := *e
+	if len(out.Blocks) > n {
+		out.BlocksTotal, out.Blocks = len(out.Blocks), out.Blocks[:n]
 	}
-	for i := range e.Fields {
-		if f := &e.Fields[i]; len(f.Lost) > n {
+	out.Fields = slices.Clone(out.Fields)
+	for i := range out.Fields {
+		if f := &out.Fields[i]; len(f.Lost) > n {
 			f.LostTotal, f.Lost = len(f.Lost), f.Lost[:n]
 		}
 	}
+	return &out
 }

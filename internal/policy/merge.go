@@ -258,6 +258,8 @@ func (c *contributionDef) computeWhere() string {
 type merger struct {
 	// appendPaths are the dotted conf paths whose lists concatenate.
 	appendPaths map[string]bool
+	// budget is the snapshot's time for `when` expressions (nil: none).
+	budget *condition.Budget
 }
 
 func newMerger(appendFields []string) merger {
@@ -287,7 +289,7 @@ func (m merger) fill(st foldState, c *contribution) (foldState, bool) {
 	}
 	apply := c.hasConf && (!c.atomic || !hasContent(st.root))
 	if apply && c.when != nil {
-		ok, err := c.when.Eval(st.value())
+		ok, err := c.when.Eval(st.value(), m.budget)
 		if err != nil {
 			st = st.warn(c, err)
 		}
@@ -333,7 +335,7 @@ func (m merger) override(st foldState, c *contribution) (foldState, bool) {
 		return st, false
 	}
 	if c.when != nil {
-		ok, err := c.when.Eval(st.value())
+		ok, err := c.when.Eval(st.value(), m.budget)
 		if err != nil {
 			return st.warn(c, err), false
 		}

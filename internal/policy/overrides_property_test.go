@@ -206,7 +206,7 @@ func reference(t *testing.T, env *condition.Env, es []*doEntry) any {
 		if len(state) > 0 {
 			self = normalizeJSON(nested(state))
 		}
-		ok, err := expr.Eval(self)
+		ok, err := expr.Eval(self, nil)
 		return ok && err == nil
 	}
 	state := map[string]string{}

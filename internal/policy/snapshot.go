@@ -8,7 +8,10 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
+	"time"
 
+	"github.com/meridian-mesh/meridian/internal/condition"
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
@@ -50,11 +53,29 @@ type Inputs struct {
 	Changes *Changes
 }
 
+// WhenBudget is the time one snapshot's queries may spend evaluating `when`
+// expressions, all queries together: past it, an expression counts as false
+// with a warning, until the next snapshot. It bounds what a few costly
+// expressions can take from a zone's cores.
+const WhenBudget = 2 * time.Second
+
+// mergerOf is t's merger drawing on s's `when` budget.
+func (s *MeshSnapshot) mergerOf(t *typeIndex) merger {
+	m := t.merger
+	m.budget = s.when
+	return m
+}
+
 // MeshSnapshot is an immutable, pre-indexed view of one mesh in one zone.
 // It is built once by NewMeshSnapshot and then queried concurrently: every
-// method is a pure function of the snapshot and its arguments.
+// method is a pure function of the snapshot and its arguments (but a
+// `when` expression evaluated after the snapshot spent its WhenBudget,
+// which counts as false with a warning).
 type MeshSnapshot struct {
 	mesh, zone, sysNS string
+	// when is the time this snapshot's queries may spend on `when`
+	// expressions together (docs/policy.md#defaults-and-overrides).
+	when *condition.Budget
 
 	dataplanes map[nsName]*dataplane
 	dpList     []*dataplane // sorted by namespace, name
@@ -82,7 +103,11 @@ type MeshSnapshot struct {
 	// computation. They are filled lazily and concurrently (sync.Map), never
 	// change a result, and die with the snapshot.
 	fromMemo sync.Map // type + entry signature → *fromResult
-	toMemo   sync.Map // type + signature of the Mesh entries → *sync.Map of outbound signature → *OutboundPolicy
+	// explainMemo holds the explanations asked for (explainKey →
+	// *Explanation).
+	explainMemo sync.Map
+	explained   atomic.Int64 // explanations memoized
+	toMemo      sync.Map     // type + signature of the Mesh entries → *sync.Map of outbound signature → *OutboundPolicy
 
 	// statuses of every policy (docs/policy.md#status), computed on first use.
 	statusOnce sync.Once
@@ -343,7 +368,7 @@ func NewMeshSnapshot(in Inputs) (*MeshSnapshot, error) {
 // table (taken), or nil.
 func build(in Inputs, sysNS string, prevParses *parseMap, kept []keptParse) (*MeshSnapshot, error) {
 	s := &MeshSnapshot{
-		mesh: in.Mesh, zone: in.Zone, sysNS: sysNS,
+		mesh: in.Mesh, zone: in.Zone, sysNS: sysNS, when: condition.NewBudget(WhenBudget),
 		dataplanes: map[nsName]*dataplane{}, types: map[string]*typeIndex{},
 		services: map[nsName]*meshService{}, svcByName: map[string][]*meshService{},
 		externals: map[nsName]*resource.Resource{}, extByName: map[string][]*resource.Resource{},

@@ -189,7 +189,7 @@ func (s *MeshSnapshot) aggregate(t *typeIndex) map[*policy]*policyAgg {
 			return
 		}
 		seen[key] = true
-		accumulate(aggs, statusTrace(t.merger, defaults, overrides))
+		accumulate(aggs, statusTrace(s.mergerOf(t), defaults, overrides))
 	}
 	for _, dp := range s.dpList {
 		matched := s.matchedPolicies(t, dp)

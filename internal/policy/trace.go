@@ -103,9 +103,9 @@ func foldTrace(m merger, defaults, overrides []*contribution, detail bool) *trac
 			bt.fate = fateNotReached
 			continue
 		}
-		bt.fate = preFate(c, st)
+		bt.fate = preFate(m, c, st)
 		if c.when != nil && bt.fate != fateApplied {
-			bt.whenErr = whenError(c, st)
+			bt.whenErr = whenError(m, c, st)
 		}
 		atomicLost := bt.fate == fateApplied && c.hasConf && c.atomic && hasContent(st.root)
 		var changed bool
@@ -121,9 +121,9 @@ func foldTrace(m merger, defaults, overrides []*contribution, detail bool) *trac
 		tr.blocks = append(tr.blocks, byC[c])
 	}
 	for _, c := range overrides {
-		bt := &blockTrace{c: c, fate: preFate(c, st)}
+		bt := &blockTrace{c: c, fate: preFate(m, c, st)}
 		if c.when != nil && bt.fate != fateApplied {
-			bt.whenErr = whenError(c, st)
+			bt.whenErr = whenError(m, c, st)
 		}
 		st, _ = m.override(st, c)
 		tr.blocks = append(tr.blocks, bt)
@@ -136,11 +136,11 @@ func foldTrace(m merger, defaults, overrides []*contribution, detail bool) *trac
 }
 
 // preFate evaluates a block's when against the state it is about to patch.
-func preFate(c *contribution, st foldState) blockFate {
+func preFate(m merger, c *contribution, st foldState) blockFate {
 	if c.when == nil {
 		return fateApplied
 	}
-	ok, err := c.when.Eval(st.value())
+	ok, err := c.when.Eval(st.value(), m.budget)
 	switch {
 	case err != nil:
 		return fateWhenFailed
@@ -150,8 +150,8 @@ func preFate(c *contribution, st foldState) blockFate {
 	return fateApplied
 }
 
-func whenError(c *contribution, st foldState) error {
-	_, err := c.when.Eval(st.value())
+func whenError(m merger, c *contribution, st foldState) error {
+	_, err := c.when.Eval(st.value(), m.budget)
 	return err
 }
 

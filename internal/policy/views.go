@@ -50,7 +50,7 @@ func (s *MeshSnapshot) view(t *typeIndex, dp *dataplane) *typeView {
 	}
 	if t.desc.ProxyWide {
 		var warns []string
-		v.proxy, warns = proxyView(t, matched)
+		v.proxy, warns = proxyView(s.mergerOf(t), t, matched)
 		v.warnings = append(v.warnings, warns...)
 	}
 	if t.desc.To {
@@ -66,8 +66,8 @@ func (s *MeshSnapshot) view(t *typeIndex, dp *dataplane) *typeView {
 
 // proxyView merges the proxy-wide blocks of the matched policies: defaults
 // in policy order, then overrides (docs/policy.md#defaults-and-overrides).
-func proxyView(t *typeIndex, matched []bool) (*Applied, []string) {
-	st := foldProxy(t, matched)
+func proxyView(m merger, t *typeIndex, matched []bool) (*Applied, []string) {
+	st := foldProxy(m, t, matched)
 	if ap, ok := st.applied(); ok {
 		return &ap, st.warnings()
 	}
@@ -92,9 +92,9 @@ func proxyBlocks(t *typeIndex, matched []bool) (defaults, overrides []*contribut
 	return defaults, overrides
 }
 
-func foldProxy(t *typeIndex, matched []bool) foldState {
+func foldProxy(m merger, t *typeIndex, matched []bool) foldState {
 	defaults, overrides := proxyBlocks(t, matched)
-	return t.merger.overrides(t.merger.fold(defaults), overrides)
+	return m.overrides(m.fold(defaults), overrides)
 }
 
 // toView computes every outbound's merged conf. Entries of kind Mesh apply
@@ -114,7 +114,7 @@ func (s *MeshSnapshot) toView(t *typeIndex, dp *dataplane, matched []bool) ([]*O
 		key := sigOf(specific[i]) + routed[i].sig()
 		v, ok := memo.Load(key)
 		if !ok {
-			v, _ = memo.LoadOrStore(key, outboundPolicy(t.merger, mergeByPos(common, specific[i]), routed[i]))
+			v, _ = memo.LoadOrStore(key, outboundPolicy(s.mergerOf(t), mergeByPos(common, specific[i]), routed[i]))
 		}
 		r := v.(*outboundResult)
 		out[i] = r.op
@@ -323,7 +323,7 @@ func (s *MeshSnapshot) fromRules(t *typeIndex, es []*entry) *fromResult {
 		return v.(*fromResult)
 	}
 	fr := &fromResult{entries: es}
-	if b, err := buildFromRules(t.merger, es, maxRulesPerInbound); err != nil {
+	if b, err := buildFromRules(s.mergerOf(t), es, maxRulesPerInbound); err != nil {
 		fr.err = err
 	} else {
 		fr.rules, fr.leaves, fr.warns = b.rules, b.leaves, b.warns
@@ -516,7 +516,7 @@ func (s *MeshSnapshot) evaluateInbound(t *typeIndex, dp *dataplane, in *inbound,
 				es = append(es, e)
 			}
 		}
-		return foldEntries(t.merger, es).applied()
+		return foldEntries(s.mergerOf(t), es).applied()
 	}
 	return Applied{}, false
 }
