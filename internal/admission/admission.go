@@ -33,6 +33,9 @@ var (
 	ErrOwned = errors.New("owned elsewhere")
 	// ErrMeshMissing: the resource's mesh does not exist: 400 on field mesh.
 	ErrMeshMissing = errors.New("mesh does not exist")
+	// ErrAppendTooLarge: the write would make the lists a type's policies
+	// append to every proxy of the mesh larger than MaxAppendedBytes: 413.
+	ErrAppendTooLarge = errors.New("appended lists too large")
 )
 
 // Config describes the control plane.
@@ -158,8 +161,43 @@ func (c *Controller) Put(res *resource.Resource) storage.Batch {
 				return nil, err
 			}
 		}
+		if err := c.appendedFits(tx, res); err != nil {
+			return nil, err
+		}
 		return nil, nil
 	}}
+}
+
+// MaxAppendedBytes bounds, per mesh and plane, the specs of a proxy-wide
+// type whose lists concatenate across policies (MeshProxyPatch's
+// appendModifications, MeshPassthrough's appendMatch): every proxy such a
+// policy selects carries all of them, in every inspect response and later in
+// its proxy configuration. Six MeshProxyPatches of 3.4 MiB made each
+// proxy's _rules 21.7 MB.
+const MaxAppendedBytes = 1 << 20
+
+// appendedFits refuses a write that would make the specs of res's type in
+// its mesh, together, exceed MaxAppendedBytes.
+func (c *Controller) appendedFits(tx storage.TxReader, res *resource.Resource) error {
+	d, ok := c.reg.Lookup(res.Type)
+	if !ok || !d.ProxyWide || len(d.AppendFields) == 0 {
+		return nil
+	}
+	list, err := tx.List(storage.ListOptions{Type: res.Type, Mesh: res.Mesh})
+	if err != nil {
+		return err
+	}
+	total := len(res.Spec)
+	for _, r := range list.Items {
+		if r.Key() != res.Key() {
+			total += len(r.Spec)
+		}
+	}
+	if total > MaxAppendedBytes {
+		return fmt.Errorf("%w: the %s policies of mesh %q would hold %d bytes together, at most %d: every proxy they "+
+			"select carries all of them (%s)", ErrAppendTooLarge, res.Type, res.Mesh, total, MaxAppendedBytes, strings.Join(d.AppendFields, ", "))
+	}
+	return nil
 }
 
 // notSquatting: a zone does not create a resource under the name the

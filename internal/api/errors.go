@@ -73,6 +73,8 @@ func toAPIError(err error) *Error {
 		return forbidden("%s", trimSentinel(err, admission.ErrForbidden))
 	case errors.Is(err, admission.ErrOwned):
 		return conflict("%s", trimSentinel(err, admission.ErrOwned))
+	case errors.Is(err, admission.ErrAppendTooLarge):
+		return newError(http.StatusRequestEntityTooLarge, "Request Entity Too Large", "%s", trimSentinel(err, admission.ErrAppendTooLarge))
 	case errors.Is(err, admission.ErrMeshMissing):
 		return fieldError("mesh", "%s", trimSentinel(err, admission.ErrMeshMissing))
 	case errors.Is(err, storage.ErrNotFound), errors.Is(err, policy.ErrNotFound):

@@ -1,10 +1,16 @@
 package api
 
 import (
+	"bufio"
 	"context"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	jsonv1 "github.com/go-json-experiment/json/v1"
 
 	"github.com/meridian-mesh/meridian/internal/policy"
 )
@@ -19,11 +25,62 @@ type Snapshots interface {
 
 // registerInspect adds the zone's inspect endpoints (docs/api.md).
 func (s *Server) registerInspect() {
-	s.mux.HandleFunc("GET /meshes/{mesh}/dataplanes/{name}/_rules", s.handleRules)
-	s.mux.HandleFunc("GET /meshes/{mesh}/dataplanes/{name}/_config", s.handleConfig)
-	s.mux.HandleFunc("GET /meshes/{mesh}/dataplanes/{name}/_evaluate", s.handleEvaluate)
-	s.mux.HandleFunc("GET /meshes/{mesh}/dataplanes/{name}/_explain", s.handleExplain)
-	s.mux.HandleFunc("GET /meshes/{mesh}/{plural}/{name}/_resources/dataplanes", s.handlePolicyDataplanes)
+	s.mux.HandleFunc("GET /meshes/{mesh}/dataplanes/{name}/_rules", s.limitInspect(s.handleRules))
+	s.mux.HandleFunc("GET /meshes/{mesh}/dataplanes/{name}/_config", s.limitInspect(s.handleConfig))
+	s.mux.HandleFunc("GET /meshes/{mesh}/dataplanes/{name}/_evaluate", s.limitInspect(s.handleEvaluate))
+	s.mux.HandleFunc("GET /meshes/{mesh}/dataplanes/{name}/_explain", s.limitInspect(s.handleExplain))
+	s.mux.HandleFunc("GET /meshes/{mesh}/{plural}/{name}/_resources/dataplanes", s.limitInspect(s.handlePolicyDataplanes))
+}
+
+// DefaultMaxInspectPerCaller bounds the inspect calls one caller has in
+// flight: each may compute and encode a large result (30 concurrent _config
+// calls of one viewer took a zone to 2.1 GB).
+const DefaultMaxInspectPerCaller = 4
+
+// limitInspect answers 429 to a caller with MaxInspectPerCaller inspect
+// calls in flight already.
+func (s *Server) limitInspect(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		key := "anonymous"
+		if p := PrincipalFrom(r.Context()); p != nil {
+			key = p.Via + ":" + p.Name
+		}
+		if !s.inspecting.acquire(key, s.cfg.MaxInspectPerCaller) {
+			w.Header().Set("Retry-After", "1")
+			s.writeError(w, r, newError(http.StatusTooManyRequests, "Too Many Requests",
+				"%d inspect calls of this caller are in flight already; retry when one is answered", s.cfg.MaxInspectPerCaller))
+			return
+		}
+		defer s.inspecting.release(key)
+		h(w, r)
+	}
+}
+
+// callerSlots counts each caller's calls in flight.
+type callerSlots struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *callerSlots) acquire(key string, limit int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	if c.n[key] >= limit {
+		return false
+	}
+	c.n[key]++
+	return true
+}
+
+func (c *callerSlots) release(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n[key]--; c.n[key] <= 0 {
+		delete(c.n, key)
+	}
 }
 
 func (s *Server) snapshot(r *http.Request) (*policy.MeshSnapshot, error) {
@@ -192,14 +249,42 @@ type jsonAppender interface {
 	AppendJSON(b []byte) []byte
 }
 
+// JSON is written as it is encoded (a large response is never held whole
+// beside the result); YAML is converted from the whole JSON document.
 func (s *Server) writeResult(w http.ResponseWriter, r *http.Request, v any, err error) {
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	if a, ok := v.(jsonAppender); ok {
-		s.writeJSONBytes(w, r, http.StatusOK, a.AppendJSON(nil))
+	if wantsYAML(r) {
+		if a, ok := v.(jsonAppender); ok {
+			s.writeJSONBytes(w, r, http.StatusOK, a.AppendJSON(nil))
+			return
+		}
+		s.writeValue(w, r, http.StatusOK, v)
 		return
 	}
-	s.writeValue(w, r, http.StatusOK, v)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriterSize(w, 32<<10)
+	if a, ok := v.(jsonStreamer); ok {
+		err = a.WriteJSON(bw)
+	} else {
+		err = jsonv2.MarshalWrite(bw, v, jsonv1.DefaultOptionsV1())
+	}
+	if err == nil {
+		err = bw.WriteByte('\n')
+	}
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err != nil {
+		s.logger.Debug("inspect response cut", "path", r.URL.Path, "error", err)
+	}
+}
+
+// jsonStreamer is a result that writes itself as JSON faster than
+// encoding/json (policy.RulesResult).
+type jsonStreamer interface {
+	WriteJSON(w io.Writer) error
 }

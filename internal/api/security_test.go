@@ -1,11 +1,13 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/api"
 	"github.com/meridian-mesh/meridian/internal/auth"
 	"github.com/meridian-mesh/meridian/internal/plane"
+	"github.com/meridian-mesh/meridian/internal/policy"
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
@@ -153,4 +156,79 @@ func TestCostlyWhenRefused(t *testing.T) {
 		!strings.Contains(string(r.body), "instructions") {
 		t.Errorf("PUT with a costly regex: %d %s", r.status, r.body)
 	}
+}
+
+// TestAppendedListsAreBounded: the MeshProxyPatches of a mesh together are
+// at most admission.MaxAppendedBytes, so no proxy's configuration (and
+// _rules) carries megabytes of patches; an update within the bound works.
+func TestAppendedListsAreBounded(t *testing.T) {
+	srv, _ := serveAPI(t, api.Config{Plane: testZone, LocalhostIsAdmin: true})
+	f := &fixture{t: t, srv: srv}
+	f.mustDo("PUT", "/meshes/default", `{"type":"Mesh","name":"default"}`, http.StatusCreated)
+	patch := func(name string, size int) string {
+		return fmt.Sprintf(`{"type":"MeshProxyPatch","mesh":"default","name":%q,"spec":{"targetRef":{"kind":"Mesh"},"default":{"appendModifications":[{"cluster":{"operation":"Add","value":%q}}]}}}`,
+			name, strings.Repeat("x", size))
+	}
+	if r := f.do("PUT", "/meshes/default/meshproxypatches/a", patch("a", 600<<10)); r.status != http.StatusCreated {
+		t.Fatalf("first patch: %d %s", r.status, r.body)
+	}
+	r := f.do("PUT", "/meshes/default/meshproxypatches/b", patch("b", 600<<10))
+	if r.status != http.StatusRequestEntityTooLarge || !strings.Contains(string(r.body), "MeshProxyPatch policies of mesh") {
+		t.Errorf("second patch: %d %s, want 413", r.status, r.body)
+	}
+	if r := f.do("PUT", "/meshes/default/meshproxypatches/a", patch("a", 900<<10)); r.status != http.StatusOK {
+		t.Errorf("growing the first patch within the bound: %d %s", r.status, r.body)
+	}
+}
+
+// blockingSnapshots holds every inspect call until released.
+type blockingSnapshots struct{ release chan struct{} }
+
+func (b blockingSnapshots) Snapshot(ctx context.Context, mesh string) (*policy.MeshSnapshot, error) {
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+	}
+	return nil, fmt.Errorf("mesh %q: %w", mesh, policy.ErrNotFound)
+}
+
+func (b blockingSnapshots) StatusSnapshot(context.Context, string) (*policy.MeshSnapshot, error) {
+	return nil, policy.ErrNotFound
+}
+
+// TestInspectCallsPerCallerAreBounded: a caller with
+// DefaultMaxInspectPerCaller inspect calls in flight gets 429 for one more;
+// another caller is not held up by it.
+func TestInspectCallsPerCallerAreBounded(t *testing.T) {
+	users := newUsers(t, nil)
+	snaps := blockingSnapshots{release: make(chan struct{})}
+	srv, _ := serveAPI(t, api.Config{Plane: zonePlane("zone-1", plane.EnvUniversal, false), Users: users, Snapshots: snaps})
+	viewer := issue(t, users, "v", []string{auth.GroupViewer}, nil, time.Hour)
+	other := issue(t, users, "w", []string{auth.GroupViewer}, nil, time.Hour)
+	get := func(token string) int {
+		req, _ := http.NewRequest("GET", srv.URL+"/meshes/default/dataplanes/web-1/_config", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	var wg sync.WaitGroup
+	for range api.DefaultMaxInspectPerCaller {
+		wg.Go(func() { get(viewer) })
+	}
+	time.Sleep(300 * time.Millisecond) // in flight
+	if code := get(viewer); code != http.StatusTooManyRequests {
+		t.Errorf("one call more: %d, want 429", code)
+	}
+	done := make(chan int)
+	go func() { done <- get(other) }()
+	time.Sleep(100 * time.Millisecond)
+	close(snaps.release)
+	if code := <-done; code == http.StatusTooManyRequests {
+		t.Error("another caller was refused")
+	}
+	wg.Wait()
 }

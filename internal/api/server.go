@@ -75,6 +75,9 @@ type Config struct {
 	// LocalhostIsAdmin makes every loopback caller without a token an admin
 	// (Kuma's default); remote callers always need a token.
 	LocalhostIsAdmin bool
+	// MaxInspectPerCaller bounds one caller's inspect calls in flight
+	// (default DefaultMaxInspectPerCaller); more are answered 429.
+	MaxInspectPerCaller int
 	// AllowedHosts are the host names (beside loopback IPs and localhost)
 	// under which the console is served and loopback callers are admin.
 	AllowedHosts []string
@@ -90,6 +93,8 @@ type Server struct {
 	mux    *http.ServeMux
 	// console serves /gui/ (nil: no console).
 	console http.Handler
+	// inspecting counts each caller's inspect calls in flight.
+	inspecting callerSlots
 }
 
 // New checks cfg and builds the handler.
@@ -111,6 +116,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.MaxInspectPerCaller <= 0 {
+		cfg.MaxInspectPerCaller = DefaultMaxInspectPerCaller
 	}
 	adm, err := admission.New(admission.Config{Registry: cfg.Registry, Plane: cfg.Plane})
 	if err != nil {

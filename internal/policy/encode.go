@@ -2,6 +2,7 @@ package policy
 
 import (
 	"encoding/json"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,6 +26,36 @@ func (r *RulesResult) AppendJSON(b []byte) []byte {
 		b = appendList(b, r.Warnings, appendString)
 	}
 	return append(b, '}')
+}
+
+// WriteJSON writes what AppendJSON appends, to w as it goes: a proxy's
+// rules are written one policy type at a time, so a large response is
+// never held whole.
+func (r *RulesResult) WriteJSON(w io.Writer) error {
+	b := make([]byte, 0, 32<<10)
+	b = append(b, `{"resource":`...)
+	b = appendMeta(b, r.Resource)
+	b = append(b, `,"rules":[`...)
+	for i, t := range r.Rules {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendTypeRules(b, t)
+		if len(b) >= 32<<10 {
+			if _, err := w.Write(b); err != nil {
+				return err
+			}
+			b = b[:0]
+		}
+	}
+	b = append(b, ']')
+	if len(r.Warnings) > 0 {
+		b = append(b, `,"warnings":`...)
+		b = appendList(b, r.Warnings, appendString)
+	}
+	b = append(b, '}')
+	_, err := w.Write(b)
+	return err
 }
 
 func appendTypeRules(b []byte, t TypeRules) []byte {

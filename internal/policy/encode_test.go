@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	jsonv1 "github.com/go-json-experiment/json/v1"
+
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
@@ -131,4 +134,59 @@ func manyLabels(n int) map[string]string {
 		m[fmt.Sprintf("k%d", (i*7)%n)] = fmt.Sprint(i)
 	}
 	return m
+}
+
+// TestStreamedEncodingsMatch: the API streams inspect results: RulesResult
+// through WriteJSON, every other result through the v2 encoder with v1
+// semantics. Both must write what AppendJSON and encoding/json write, on
+// every golden request.
+func TestStreamedEncodingsMatch(t *testing.T) {
+	inputs, err := filepath.Glob("testdata/*/input.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	same := func(name string, v any) {
+		t.Helper()
+		want, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got bytes.Buffer
+		if err := jsonv2.MarshalWrite(&got, v, jsonv1.DefaultOptionsV1()); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got.Bytes(), want) {
+			t.Errorf("%s: streamed encoding differs:\n got %s\nwant %s", name, got.Bytes(), want)
+		}
+		checked++
+	}
+	for _, input := range inputs {
+		gc, snap := loadCase(t, input)
+		for _, dp := range snap.dpList {
+			if r, err := snap.Rules(dp.res.Name, dp.ns); err == nil {
+				var got bytes.Buffer
+				if err := r.WriteJSON(&got); err != nil {
+					t.Fatal(err)
+				}
+				if want := r.AppendJSON(nil); !bytes.Equal(got.Bytes(), want) {
+					t.Errorf("%s %s: WriteJSON differs from AppendJSON", input, dp.res.Name)
+				}
+			}
+			if c, err := snap.Config(dp.res.Name, dp.ns); err == nil {
+				same(input+" _config "+dp.res.Name, c)
+			}
+		}
+		for _, req := range gc.Requests {
+			if req.Kind == "rules" || req.Kind == "config" {
+				continue
+			}
+			if v, err := runRequest(snap, req); err == nil {
+				same(input+" "+req.Kind, v)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("nothing checked")
+	}
 }
