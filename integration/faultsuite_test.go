@@ -186,6 +186,8 @@ type overview struct {
 	ZoneToGlobal struct {
 		ResourcesSent uint64 `json:"resourcesSent"`
 		FullSnapshots uint64 `json:"fullSnapshots"`
+		BatchesNacked uint64 `json:"batchesNacked"`
+		LastNackError string `json:"lastNackError"`
 	} `json:"zoneToGlobal"`
 }
 

@@ -354,3 +354,68 @@ func TestRogueZoneStatusReportsAreBounded(t *testing.T) {
 		t.Errorf("the global grew from %.0f to %.0f MiB under a report flood and kept %.0f", before, peak, after)
 	}
 }
+
+// TestHashedNameCollisions: zone "zone-x" with namespace "b" and zone
+// "zone-xb" without one get the same hashed names on the global (Kuma's
+// hash joins them without a separator). The victim's resource is refused
+// once, permanently, with a reason naming the collision, not resent
+// forever; and a zone whose name is another zone's name plus one of its
+// namespaces is refused when it connects.
+func TestHashedNameCollisions(t *testing.T) {
+	kds := freeAddress(t)
+	c := &cluster{kdsAddress: kds}
+	c.global = startNode(t, "global", bins.Global, t.TempDir(), "--kds-address", kds)
+	xb := c.startZone(t, "zone-xb", "kubernetes", c.token(t, "zone-xb"))
+	timeoutDoc := func(ns string) string {
+		doc := "type: MeshTimeout\nmesh: default\nname: t\n"
+		if ns != "" {
+			doc += "namespace: " + ns + "\n"
+		}
+		return doc + "spec:\n  targetRef: {kind: Mesh}\n  to: [{targetRef: {kind: Mesh}, default: {idleTimeout: 5s}}]\n"
+	}
+	apply(t, xb, timeoutDoc(""))
+	hashSuffix(t, c.global, "t") // zone-xb's copy is on the global
+	x := c.startZone(t, "zone-x", "kubernetes", c.token(t, "zone-x"))
+	apply(t, x, timeoutDoc("b"))
+	var nacked uint64
+	eventually(t, 15*time.Second, func() error {
+		o := zoneOverview(t, c.global, "zone-x")
+		if !strings.Contains(o.ZoneToGlobal.LastNackError, "hashed name collision") {
+			return fmt.Errorf("zone-x's last NACK: %q", o.ZoneToGlobal.LastNackError)
+		}
+		nacked = o.ZoneToGlobal.BatchesNacked
+		return nil
+	})
+	time.Sleep(3 * time.Second) // a retried NACK backs off from 100 ms
+	if o := zoneOverview(t, c.global, "zone-x"); o.ZoneToGlobal.BatchesNacked != nacked {
+		t.Errorf("the colliding resource was resent: %d NACKs, then %d", nacked, o.ZoneToGlobal.BatchesNacked)
+	}
+	status, body := x.request("GET", "/meshes/default/meshtimeouts/t?namespace=b", "")
+	if status != 200 || !strings.Contains(string(body), "collision") {
+		t.Errorf("zone-x's view of its refused policy: %d %s", status, body)
+	}
+
+	// A zone named zone-x plus one of zone-x's namespaces is refused.
+	apply(t, x, timeoutDoc("c"))
+	waitSynced := func() {
+		eventually(t, 15*time.Second, func() error {
+			status, body := c.global.request("GET", "/meshes/default/meshtimeouts?labels=kuma.io/zone=zone-x,k8s.kuma.io/namespace=c", "")
+			if status != 200 || !strings.Contains(string(body), `"total":1`) {
+				return fmt.Errorf("zone-x's namespace c on the global: %d %s", status, body)
+			}
+			return nil
+		})
+	}
+	waitSynced()
+	xc := c.startZone(t, "zone-xc", "universal", c.token(t, "zone-xc"))
+	eventually(t, 15*time.Second, func() error {
+		_, body := xc.request("GET", "/", "")
+		if !strings.Contains(string(body), "zone-x") || !strings.Contains(string(body), "namespace") {
+			return fmt.Errorf("zone-xc's sync state: %s", body)
+		}
+		return nil
+	})
+	if zoneConnected(t, c.global, "zone-xc") {
+		t.Error("zone-xc, zone-x plus its namespace c, was admitted")
+	}
+}

@@ -47,6 +47,11 @@ func (c *Controller) mayWrite(w writer, key resource.Key, existing *resource.Res
 			return fmt.Errorf("%w: %s belongs to zone %q, not %q", ErrOwned, key, o.Zone, w.zone)
 		}
 	case zoneStream:
+		if !o.Global && o.Zone != "" && o.Zone != w.zone {
+			// Another zone's copy under the same hashed name: Kuma's hash
+			// joins the zone and namespace without a separator.
+			return &CollisionError{Key: key, Zone: w.zone, Holder: existing}
+		}
 		if o.Global || o.Zone != w.zone {
 			return fmt.Errorf("%w: %s exists on the global with origin %q and zone %q", ErrOwned, key, origin, zone)
 		}
@@ -57,3 +62,26 @@ func (c *Controller) mayWrite(w writer, key resource.Key, existing *resource.Res
 	}
 	return nil
 }
+
+// CollisionError: a zone's resource maps, on the global, to the hashed name
+// another zone's resource holds already (zone "zone-x" with namespace "b"
+// and zone "zone-xb" without one hash alike; the hash must stay Kuma's).
+// It is permanent: the zone's resource is refused until it is renamed, not
+// resent forever. It wraps ErrOwned.
+type CollisionError struct {
+	Key    resource.Key
+	Zone   string
+	Holder *resource.Resource
+}
+
+func (e *CollisionError) Error() string {
+	return fmt.Sprintf("%v: hashed name collision: %s of zone %q maps to the name %s of zone %q holds already "+
+		"(written there as %s); Kuma's hash joins zone and namespace without a separator: rename one of them",
+		ErrOwned, e.Key.Type, e.Zone, e.Key.Name, e.Holder.Labels.Get(resource.LabelZone), resource.NamingOf(e.Holder))
+}
+
+// Unwrap makes a collision an ErrOwned.
+func (e *CollisionError) Unwrap() error { return ErrOwned }
+
+// Permanent marks the rejection as one the sender need not retry.
+func (e *CollisionError) Permanent() bool { return true }

@@ -416,10 +416,17 @@ func (in *inbound) applyPart(ctx context.Context, batch storage.Batch, wire func
 			if w == nil {
 				w = keyToWire(k)
 			}
-			rejected = append(rejected, &syncv1.ResourceError{Key: w, Message: keys[k].Error()})
+			rejected = append(rejected, &syncv1.ResourceError{Key: w, Message: keys[k].Error(), Permanent: isPermanent(keys[k])})
 		}
 		in.log.Warn("resources rejected in the write transaction", "count", len(keys))
 	}
+}
+
+// isPermanent reports whether a rejection holds whatever changes on this
+// side (admission marks such errors), so the sender need not resend.
+func isPermanent(err error) bool {
+	var p interface{ Permanent() bool }
+	return errors.As(err, &p) && p.Permanent()
 }
 
 func sortedResourceKeys(m map[resource.Key]error) []resource.Key {

@@ -573,6 +573,9 @@ func (o *outbound) scheduleRetry(f *flight, nack *syncv1.Nack) {
 		locals[e.wireKey] = e.local
 	}
 	for _, re := range nack.GetErrors() {
+		if re.GetPermanent() {
+			continue // refused until it changes: the watch sends its next version
+		}
 		if local, ok := locals[keyFromWire(re.GetKey())]; ok {
 			o.retryKeys[local] = struct{}{}
 		}

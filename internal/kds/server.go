@@ -249,6 +249,9 @@ func (s *Server) Stream(stream syncv1.SyncService_StreamServer) error {
 		return toStatus(err)
 	}
 	z, err := s.admit(hs, zone)
+	if err == nil {
+		err = s.nameCollides(ctx, zone)
+	}
 	if err != nil {
 		s.refuse(ws, zone, err)
 		return toStatus(err)
@@ -631,4 +634,48 @@ func (s *Server) knownPolicy(typ, mesh, name string) bool {
 	defer cancel()
 	r, err := s.cfg.Store.Get(ctx, key)
 	return err == nil && mapping.IsGlobalOrigin(r)
+}
+
+// nameCollides refuses a zone whose name is another zone's name followed by
+// one of that zone's namespaces: the hashed names of its resources in the
+// system namespace would be those of the other zone's resources in that
+// namespace (Kuma's hash joins the zone and the namespace without a
+// separator, and must stay as it is).
+func (s *Server) nameCollides(ctx context.Context, zone string) error {
+	for _, other := range s.knownZones(ctx) {
+		ns, ok := strings.CutPrefix(zone, other)
+		if !ok || ns == "" || !isDNSLabel(ns) {
+			continue
+		}
+		for _, typ := range typesWhere(s.cfg.Registry, func(d *resource.TypeDescriptor) bool { return d.Sync.ZoneToGlobal }) {
+			list, err := s.cfg.Store.List(ctx, storage.ListOptions{Type: typ, Limit: 1,
+				Labels: map[string]string{resource.LabelZone: other, resource.LabelNamespace: ns}})
+			if err != nil {
+				return fmt.Errorf("check zone name %q: %w", zone, err)
+			}
+			if list.Total > 0 {
+				return fmt.Errorf("%w: zone name %q is zone %q followed by its namespace %q: their resources would get the "+
+					"same hashed names on the global (Kuma's hash joins zone and namespace without a separator); "+
+					"choose another zone name", errBadHandshake, zone, other, ns)
+			}
+		}
+	}
+	return nil
+}
+
+// knownZones are the zones that connected since the server started and
+// those with a Zone resource.
+func (s *Server) knownZones(ctx context.Context) []string {
+	var out []string
+	for _, st := range s.tracker.statuses() {
+		out = append(out, st.Zone)
+	}
+	if list, err := s.cfg.Store.List(ctx, storage.ListOptions{Type: "Zone"}); err == nil {
+		for _, r := range list.Items {
+			if !slices.Contains(out, r.Name) {
+				out = append(out, r.Name)
+			}
+		}
+	}
+	return out
 }

@@ -926,9 +926,13 @@ func (x *Ack) GetRevision() uint64 {
 
 // ResourceError explains why one resource of a batch was rejected.
 type ResourceError struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           *ResourceKey           `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Key     *ResourceKey           `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// permanent: the receiver refuses this version of the resource whatever
+	// changes on its side (for example a hashed-name collision with another
+	// zone's resource); the sender resends it only once it changes.
+	Permanent     bool `protobuf:"varint,3,opt,name=permanent,proto3" json:"permanent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -975,6 +979,13 @@ func (x *ResourceError) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *ResourceError) GetPermanent() bool {
+	if x != nil {
+		return x.Permanent
+	}
+	return false
 }
 
 // Nack rejects a DeltaBatch in whole or in part. Valid resources of a NACKed
@@ -1338,10 +1349,11 @@ const file_meridian_sync_v1_sync_proto_rawDesc = "" +
 	"last_chunk\x18\b \x01(\bR\tlastChunk\"7\n" +
 	"\x03Ack\x12\x14\n" +
 	"\x05nonce\x18\x01 \x01(\tR\x05nonce\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x04R\brevision\"Z\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"x\n" +
 	"\rResourceError\x12/\n" +
 	"\x03key\x18\x01 \x01(\v2\x1d.meridian.sync.v1.ResourceKeyR\x03key\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"k\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1c\n" +
+	"\tpermanent\x18\x03 \x01(\bR\tpermanent\"k\n" +
 	"\x04Nack\x12\x14\n" +
 	"\x05nonce\x18\x01 \x01(\tR\x05nonce\x127\n" +
 	"\x06errors\x18\x02 \x03(\v2\x1f.meridian.sync.v1.ResourceErrorR\x06errors\x12\x14\n" +
