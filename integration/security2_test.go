@@ -419,3 +419,48 @@ func TestHashedNameCollisions(t *testing.T) {
 		t.Error("zone-xc, zone-x plus its namespace c, was admitted")
 	}
 }
+
+// TestZoneQuota: a zone pushing more MeshServices than its quota stores
+// only as many on the global, so only as many are relayed to the other
+// zones; its status shows its use and the refusals.
+func TestZoneQuota(t *testing.T) {
+	kds := freeAddress(t)
+	c := &cluster{kdsAddress: kds}
+	c.global = startNode(t, "global", bins.Global, t.TempDir(), "--kds-address", kds, "--kds-zone-max-resources", "20")
+	z1 := c.startZone(t, "zone-1", "universal", c.token(t, "zone-1"))
+	z2 := c.startZone(t, "zone-2", "universal", c.token(t, "zone-2"))
+	var doc strings.Builder
+	for i := range 30 {
+		fmt.Fprintf(&doc, "---\ntype: MeshService\nmesh: default\nname: svc-%d\nspec:\n  ports: [{port: 80, targetPort: 8080, appProtocol: http}]\n", i)
+	}
+	apply(t, z1, doc.String())
+	var st struct {
+		Quota struct {
+			Resources, MaxResources int
+			Rejected                uint64
+		} `json:"quota"`
+	}
+	eventually(t, 15*time.Second, func() error {
+		if err := getJSON(c.global, "/zones/zone-1/_overview", &st); err != nil {
+			return err
+		}
+		if st.Quota.Resources != 20 || st.Quota.MaxResources != 20 || st.Quota.Rejected == 0 {
+			return fmt.Errorf("zone-1's quota: %+v", st.Quota)
+		}
+		return nil
+	})
+	count := func(n *node) int {
+		var page struct{ Total int }
+		if err := getJSON(n, "/meshes/default/meshservices", &page); err != nil {
+			t.Fatal(err)
+		}
+		return page.Total
+	}
+	time.Sleep(time.Second)
+	if got := count(c.global); got != 20 {
+		t.Errorf("the global holds %d of zone-1's MeshServices, want 20", got)
+	}
+	if got := count(z2); got != 20 {
+		t.Errorf("zone-2 received %d of zone-1's MeshServices, want 20", got)
+	}
+}

@@ -26,6 +26,7 @@ func newCommand() *cobra.Command {
 		etcd       replica.EtcdConfig
 		kdsLimits  kds.ConnLimits
 		kdsConnTO  time.Duration
+		zoneQuota  kds.ZoneQuota
 	)
 	cmd := &cobra.Command{
 		Use:   "global-cp",
@@ -56,6 +57,7 @@ func newCommand() *cobra.Command {
 				Etcd:                 etcd,
 				KDSConnLimits:        kdsLimits,
 				KDSConnectionTimeout: kdsConnTO,
+				ZoneQuota:            zoneQuota,
 			})
 		},
 	}
@@ -64,6 +66,8 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&kdsAddress, "kds-address", "127.0.0.1:5685", "KDS (zone sync) gRPC listen address")
 	fs.IntVar(&kdsLimits.Max, "kds-max-connections", 4096, "KDS connections kept at most (0: no limit)")
 	fs.IntVar(&kdsLimits.PerSource, "kds-max-connections-per-source", 256, "KDS connections kept at most from one IP address (0: no limit)")
+	fs.IntVar(&zoneQuota.MaxResources, "kds-zone-max-resources", 200000, "resources one zone may store on the global (0: no limit)")
+	fs.Int64Var(&zoneQuota.MaxBytes, "kds-zone-max-bytes", 1<<30, "bytes of resources one zone may store on the global (0: no limit)")
 	fs.DurationVar(&kdsConnTO, "kds-connection-timeout", 10*time.Second, "a KDS connection must finish its TLS and HTTP/2 setup within this")
 	fs.StringVar(&store, "store", "bolt", "store: bolt (embedded file in --data-dir) or etcd (replicas sharing --etcd-endpoints)")
 	fs.StringSliceVar(&etcd.Endpoints, "etcd-endpoints", nil, "etcd client URLs, comma-separated (with --store etcd)")

@@ -330,26 +330,91 @@ func (r *Rejected) Error() string {
 // RejectedKeys lets callers that do not import this package read the keys.
 func (r *Rejected) RejectedKeys() map[resource.Key]error { return r.Keys }
 
+// ErrQuota: a zone's resources on the global would exceed its quota: the
+// put is refused (and resent later; the zone may delete others meanwhile).
+var ErrQuota = errors.New("zone quota exceeded")
+
+// Usage is what a zone stores on the global.
+type Usage struct {
+	Resources int   `json:"resources"`
+	Bytes     int64 `json:"bytes"`
+}
+
+// Quota bounds what one zone may store on the global (zero: no bound).
+// Used is what it stores; the precondition of each batch counts the
+// batch's change into Delta (its last run is the one committed), which the
+// caller adds to Used once the batch is written. One zone's batches are
+// applied one at a time.
+type Quota struct {
+	MaxResources int
+	MaxBytes     int64
+	Used, Delta  Usage
+}
+
+// ResourceSize is what a resource counts against a quota.
+func ResourceSize(r *resource.Resource) int64 {
+	n := len(r.Name) + len(r.Spec) + len(r.Status)
+	for k, v := range r.Labels.All() {
+		n += len(k) + len(v)
+	}
+	return int64(n)
+}
+
+func (q *Quota) fits(change Usage) bool {
+	after := Usage{q.Used.Resources + q.Delta.Resources + change.Resources, q.Used.Bytes + q.Delta.Bytes + change.Bytes}
+	return (q.MaxResources <= 0 || after.Resources <= q.MaxResources || change.Resources <= 0 && change.Bytes <= 0) &&
+		(q.MaxBytes <= 0 || after.Bytes <= q.MaxBytes || change.Bytes <= 0)
+}
+
 // FromZone is the precondition of a batch that zone's stream applies on the
 // global: every put and delete touches only that zone's own resources (or
-// nothing yet), and every put's mesh exists. It runs in the batch's
-// transaction, so a resource the global's API writes meanwhile is never
-// overwritten by a zone.
-func (c *Controller) FromZone(zone string, puts []*resource.Resource, deletes []resource.Key) func(storage.TxReader) ([]resource.Key, error) {
+// nothing yet), every put's mesh exists, and the zone stays within quota
+// (nil: none). It runs in the batch's transaction, so a resource the
+// global's API writes meanwhile is never overwritten by a zone.
+func (c *Controller) FromZone(zone string, quota *Quota, puts []*resource.Resource, deletes []resource.Key) func(storage.TxReader) ([]resource.Key, error) {
 	return func(tx storage.TxReader) ([]resource.Key, error) {
 		rejected := map[resource.Key]error{}
-		owned := func(key resource.Key) error {
+		owned := func(key resource.Key) (*resource.Resource, error) {
 			existing, err := getOrNil(tx, key)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			return c.mayWrite(writer{kind: zoneStream, zone: zone}, key, existing)
+			return existing, c.mayWrite(writer{kind: zoneStream, zone: zone}, key, existing)
+		}
+		if quota != nil {
+			quota.Delta = Usage{}
+		}
+		for _, k := range deletes {
+			existing, err := owned(k)
+			if err != nil {
+				rejected[k] = err
+				continue
+			}
+			if quota != nil && existing != nil {
+				quota.Delta.Resources--
+				quota.Delta.Bytes -= ResourceSize(existing)
+			}
 		}
 		meshes := map[string]bool{}
 		for _, r := range puts {
-			if err := owned(r.Key()); err != nil {
+			existing, err := owned(r.Key())
+			if err != nil {
 				rejected[r.Key()] = err
 				continue
+			}
+			if quota != nil {
+				change := Usage{Resources: 1, Bytes: ResourceSize(r)}
+				if existing != nil {
+					change = Usage{Bytes: ResourceSize(r) - ResourceSize(existing)}
+				}
+				if !quota.fits(change) {
+					rejected[r.Key()] = fmt.Errorf("%w: zone %q stores %d resources (%d bytes) on the global; its quota is %d "+
+						"resources and %d bytes", ErrQuota, zone, quota.Used.Resources+quota.Delta.Resources,
+						quota.Used.Bytes+quota.Delta.Bytes, quota.MaxResources, quota.MaxBytes)
+					continue
+				}
+				quota.Delta.Resources += change.Resources
+				quota.Delta.Bytes += change.Bytes
 			}
 			if r.Mesh == "" {
 				continue
@@ -365,11 +430,6 @@ func (c *Controller) FromZone(zone string, puts []*resource.Resource, deletes []
 			}
 			if !ok {
 				rejected[r.Key()] = fmt.Errorf("%w: mesh %q does not exist on the global", ErrMeshMissing, r.Mesh)
-			}
-		}
-		for _, k := range deletes {
-			if err := owned(k); err != nil {
-				rejected[k] = err
 			}
 		}
 		if len(rejected) > 0 {

@@ -240,7 +240,7 @@ func TestFromZone(t *testing.T) {
 	k := func(n string) resource.Key { return resource.Key{Type: "MeshTimeout", Mesh: "default", Name: n} }
 	puts := []*resource.Resource{timeout("default", "own", nil), timeout("default", "other", nil), timeout("nope", "x", nil), timeout("default", "new", nil)}
 	deletes := []resource.Key{k("global"), k("own")}
-	_, err := s.Apply(ctx, storage.Batch{Puts: puts, Deletes: deletes, Check: c.FromZone("zone-1", puts, deletes)})
+	_, err := s.Apply(ctx, storage.Batch{Puts: puts, Deletes: deletes, Check: c.FromZone("zone-1", nil, puts, deletes)})
 	var rej *admission.Rejected
 	if !errors.As(err, &rej) {
 		t.Fatalf("err %v, want Rejected", err)
@@ -288,5 +288,51 @@ func TestFromGlobal(t *testing.T) {
 	ok := []*resource.Resource{timeout("default", "synced", nil), timeout("default", "new", nil)}
 	if _, err := s.Apply(ctx, storage.Batch{Puts: ok, Check: c.FromGlobal(ok, nil)}); err != nil {
 		t.Fatalf("a batch of the global's own and new keys: %v", err)
+	}
+}
+
+// TestZoneQuota: a zone's puts on the global count against its quota by
+// resources and bytes; deletes in the same batch free room first; an
+// update counts only its growth; what does not fit is refused with
+// ErrQuota and the rest applies.
+func TestZoneQuota(t *testing.T) {
+	c := controller(t, plane.Global, false)
+	s := newStore(t)
+	ctx := context.Background()
+	seed(t, s, mesh("default", nil))
+	zoneTimeout := func(name string) *resource.Resource {
+		return timeout("default", name, map[string]string{resource.LabelOrigin: "zone", resource.LabelZone: "zone-1"})
+	}
+	q := &admission.Quota{MaxResources: 2}
+	apply := func(puts []*resource.Resource, deletes []resource.Key) error {
+		_, err := s.Apply(ctx, storage.Batch{Puts: puts, Deletes: deletes, Check: c.FromZone("zone-1", q, puts, deletes)})
+		if err == nil {
+			q.Used.Resources += q.Delta.Resources
+			q.Used.Bytes += q.Delta.Bytes
+		}
+		return err
+	}
+	if err := apply([]*resource.Resource{zoneTimeout("a"), zoneTimeout("b")}, nil); err != nil {
+		t.Fatalf("within the quota: %v", err)
+	}
+	err := apply([]*resource.Resource{zoneTimeout("c")}, nil)
+	var rej *admission.Rejected
+	if !errors.As(err, &rej) || !errors.Is(rej.Keys[zoneTimeout("c").Key()], admission.ErrQuota) {
+		t.Fatalf("a third resource: %v, want ErrQuota", err)
+	}
+	if err := apply([]*resource.Resource{zoneTimeout("a")}, nil); err != nil {
+		t.Errorf("an update at the quota: %v", err)
+	}
+	if err := apply([]*resource.Resource{zoneTimeout("c")}, []resource.Key{zoneTimeout("b").Key()}); err != nil {
+		t.Errorf("a put with a delete that frees room: %v", err)
+	}
+	if q.Used.Resources != 2 {
+		t.Errorf("used %d resources, want 2", q.Used.Resources)
+	}
+	q.MaxBytes = q.Used.Bytes + 10
+	big := zoneTimeout("a")
+	big.Labels.Set("padding", strings.Repeat("x", 60))
+	if err := apply([]*resource.Resource{big}, nil); !errors.As(err, &rej) {
+		t.Errorf("an update past the byte quota: %v", err)
 	}
 }

@@ -73,6 +73,8 @@ type Config struct {
 	// setup (0: 10 s).
 	KDSConnLimits        kds.ConnLimits
 	KDSConnectionTimeout time.Duration
+	// ZoneQuota bounds what each zone stores on the global.
+	ZoneQuota kds.ZoneQuota
 	// SyncStream tunes heartbeats and batching (zero = defaults).
 	SyncStream kds.StreamConfig
 	// LocalhostIsAdmin: loopback API callers without a token are admin.

@@ -83,7 +83,7 @@ func (p *process) newKDSServer(access *zoneaccess.Access) (*kds.Server, *grpc.Se
 	}
 	srv, err := kds.NewServer(kds.ServerConfig{
 		Store: p.store, Registry: p.reg, Authenticator: access, Admission: adm, Logger: cfg.Logger.Named("kds"),
-		SoftwareVersion: cfg.Version, Plane: cfg.Plane, Metrics: p.metrics, Stream: cfg.SyncStream,
+		SoftwareVersion: cfg.Version, Plane: cfg.Plane, Metrics: p.metrics, Stream: cfg.SyncStream, ZoneQuota: cfg.ZoneQuota,
 	})
 	if err != nil {
 		return nil, nil, nil, err

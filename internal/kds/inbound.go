@@ -40,8 +40,11 @@ type inbound struct {
 	// check, when set, gives the in-transaction precondition of each batch
 	// (the global: admission's rule that a zone writes only its own
 	// resources, into meshes that exist).
-	check   func(puts []*resource.Resource, deletes []resource.Key) func(storage.TxReader) ([]resource.Key, error)
-	metaKey string
+	check func(puts []*resource.Resource, deletes []resource.Key) func(storage.TxReader) ([]resource.Key, error)
+	// onApplied runs after each successful store write, with what it
+	// refused.
+	onApplied func(rejected []*syncv1.ResourceError)
+	metaKey   string
 	// storeKey and peerStore: the peer's store id, recorded with every resume
 	// point so that a replaced peer store is recognized (empty: not recorded).
 	storeKey  string
@@ -403,6 +406,9 @@ func (in *inbound) applyPart(ctx context.Context, batch storage.Batch, wire func
 			batch.Check = in.check(batch.Puts, batch.Deletes)
 		}
 		_, err := in.store.Apply(ctx, batch)
+		if err == nil && in.onApplied != nil {
+			in.onApplied(rejected)
+		}
 		var rej rejection
 		if err == nil || attempt > 0 || !errors.As(err, &rej) {
 			return rejected, err

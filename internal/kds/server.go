@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meridian-mesh/meridian/internal/admission"
 	"github.com/meridian-mesh/meridian/internal/kds/mapping"
 	"github.com/meridian-mesh/meridian/internal/plane"
 
@@ -45,7 +46,7 @@ type ZoneAuthenticator interface {
 // stream applies on the global (internal/admission.Controller.FromZone): it
 // may reject resources (admission.Rejected), which are then NACKed.
 type ZoneAdmission interface {
-	FromZone(zone string, puts []*resource.Resource, deletes []resource.Key) func(storage.TxReader) ([]resource.Key, error)
+	FromZone(zone string, quota *admission.Quota, puts []*resource.Resource, deletes []resource.Key) func(storage.TxReader) ([]resource.Key, error)
 }
 
 // GlobalAdmission gives the in-transaction precondition of a batch the
@@ -111,6 +112,9 @@ type ServerConfig struct {
 	Features []string
 	// Stream tunes heartbeats, batching and backoffs.
 	Stream StreamConfig
+	// ZoneQuota bounds what each zone stores on the global (zero fields:
+	// no bound); it needs Admission.
+	ZoneQuota ZoneQuota
 	// Metrics, when set, receives the sync metrics (never the default
 	// registry implicitly).
 	Metrics prometheus.Registerer
@@ -418,8 +422,18 @@ func (s *Server) serve(ctx context.Context, ws wireStream, hs *syncv1.Handshake,
 		drain:       drain,
 	}
 	if s.cfg.Admission != nil {
+		quota, err := s.zoneUsage(ctx, z.Zone)
+		if err != nil {
+			return err
+		}
 		p.checkBatch = func(puts []*resource.Resource, deletes []resource.Key) func(storage.TxReader) ([]resource.Key, error) {
-			return s.cfg.Admission.FromZone(z.Zone, puts, deletes)
+			return s.cfg.Admission.FromZone(z.Zone, quota, puts, deletes)
+		}
+		p.onApplied = func(rejected []*syncv1.ResourceError) {
+			quota.Used.Resources += quota.Delta.Resources
+			quota.Used.Bytes += quota.Delta.Bytes
+			quota.Delta = admission.Usage{}
+			s.quotaRejected(z.Zone, quota, rejected)
 		}
 	}
 	sess := newSession(p)
@@ -678,4 +692,47 @@ func (s *Server) knownZones(ctx context.Context) []string {
 		}
 	}
 	return out
+}
+
+// ZoneQuota bounds what one zone may store on the global: resources and
+// bytes (admission.ResourceSize). Zero means no bound.
+type ZoneQuota struct {
+	MaxResources int
+	MaxBytes     int64
+}
+
+// zoneUsage counts what zone stores on the global now, as its session's
+// quota.
+func (s *Server) zoneUsage(ctx context.Context, zone string) (*admission.Quota, error) {
+	q := &admission.Quota{MaxResources: s.cfg.ZoneQuota.MaxResources, MaxBytes: s.cfg.ZoneQuota.MaxBytes}
+	for _, typ := range typesWhere(s.cfg.Registry, func(d *resource.TypeDescriptor) bool { return d.Sync.ZoneToGlobal }) {
+		list, err := s.cfg.Store.List(ctx, storage.ListOptions{Type: typ,
+			Labels: map[string]string{resource.LabelOrigin: resource.OriginZone, resource.LabelZone: zone}})
+		if err != nil {
+			return nil, fmt.Errorf("count the resources of zone %s: %w", zone, err)
+		}
+		for _, r := range list.Items {
+			q.Used.Resources++
+			q.Used.Bytes += admission.ResourceSize(r)
+		}
+	}
+	s.tracker.quota(zone, QuotaStatus{Resources: q.Used.Resources, Bytes: q.Used.Bytes, MaxResources: q.MaxResources, MaxBytes: q.MaxBytes})
+	return q, nil
+}
+
+// quotaRejected records a zone's use of its quota after a batch, counting
+// the resources refused for it.
+func (s *Server) quotaRejected(zone string, q *admission.Quota, rejected []*syncv1.ResourceError) {
+	st, _ := s.tracker.status(zone)
+	n := uint64(0)
+	if st.Quota != nil {
+		n = st.Quota.Rejected
+	}
+	for _, re := range rejected {
+		if strings.Contains(re.GetMessage(), admission.ErrQuota.Error()) {
+			n++
+		}
+	}
+	s.tracker.quota(zone, QuotaStatus{Resources: q.Used.Resources, Bytes: q.Used.Bytes, MaxResources: q.MaxResources,
+		MaxBytes: q.MaxBytes, Rejected: n})
 }

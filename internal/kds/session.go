@@ -138,6 +138,9 @@ type sessionParams struct {
 	peerStore  string
 	applied    uint64
 	checkBatch func(puts []*resource.Resource, deletes []resource.Key) func(storage.TxReader) ([]resource.Key, error)
+	// onApplied (optional) runs after each store write of a received
+	// batch, with the resources the write refused.
+	onApplied func(rejected []*syncv1.ResourceError)
 	// streamSnapshots: write a full snapshot into the store while it is
 	// received (inbound.stream). Only a zone does, for the global's
 	// snapshots: while a stream is open every other write waits, and a
@@ -160,7 +163,7 @@ func newSession(p sessionParams) *session {
 	}
 	s.out = newOutbound(p.cfg.outbound(), p.store, p.src, p.sendLog, p.clock, p.sent, s.enqueue, s.backlog)
 	s.out.rej = p.rej
-	s.in = &inbound{store: p.store, sink: p.sink, check: p.checkBatch, metaKey: p.metaKey, storeKey: p.storeKey,
+	s.in = &inbound{store: p.store, sink: p.sink, check: p.checkBatch, onApplied: p.onApplied, metaKey: p.metaKey, storeKey: p.storeKey,
 		peerStore: p.peerStore, log: p.recvLog, obs: p.received, clock: p.clock, applied: p.applied,
 		streamSnapshots: p.streamSnapshots}
 	return s

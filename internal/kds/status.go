@@ -86,6 +86,19 @@ type ZoneStatus struct {
 	// ServedBy names the global replica whose stream this is (HA on etcd;
 	// empty with a single global).
 	ServedBy string `json:"servedBy,omitempty"`
+	// Quota is what the zone stores on the global against its limits.
+	Quota *QuotaStatus `json:"quota,omitempty"`
+}
+
+// QuotaStatus is a zone's use of its quota on the global.
+type QuotaStatus struct {
+	Resources    int   `json:"resources"`
+	Bytes        int64 `json:"bytes"`
+	MaxResources int   `json:"maxResources,omitempty"`
+	MaxBytes     int64 `json:"maxBytes,omitempty"`
+	// Rejected counts the resources refused for the quota since the zone
+	// connected.
+	Rejected uint64 `json:"rejected"`
 }
 
 func (z ZoneStatus) clone() ZoneStatus {
@@ -96,6 +109,10 @@ func (z ZoneStatus) clone() ZoneStatus {
 	c.Features = slices.Clone(z.Features)
 	c.GlobalToZone = z.GlobalToZone.clone()
 	c.ZoneToGlobal = z.ZoneToGlobal.clone()
+	if z.Quota != nil {
+		q := *z.Quota
+		c.Quota = &q
+	}
 	return c
 }
 
@@ -343,6 +360,13 @@ func (t *tracker) heartbeat(zone string, id uint64) {
 	if e := t.zones[zone]; e != nil && e.session == id {
 		e.st.LastHeartbeat = timePtr(t.clock.Now())
 	}
+}
+
+// quota records a zone's use of its quota.
+func (t *tracker) quota(zone string, q QuotaStatus) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.entry(zone).st.Quota = &q
 }
 
 func (t *tracker) entry(zone string) *zoneEntry {
