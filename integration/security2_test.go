@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"bytes"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -462,5 +464,63 @@ func TestZoneQuota(t *testing.T) {
 	}
 	if got := count(z2); got != 20 {
 		t.Errorf("zone-2 received %d of zone-1's MeshServices, want 20", got)
+	}
+}
+
+// TestSecretsAreAdminOnlyAndSealed: Secrets and GlobalSecrets are read by
+// admins only, stored sealed (the data file holds no plaintext) on the
+// global and in zones, and reach zones under their names; a Mesh's inline
+// CA key is redacted for viewers, shown to admins.
+func TestSecretsAreAdminOnlyAndSealed(t *testing.T) {
+	kds := freeAddress(t)
+	c := &cluster{kdsAddress: kds}
+	c.global = startNode(t, "global", bins.Global, t.TempDir(), "--kds-address", kds)
+	z := c.startZone(t, "zone-1", "universal", c.token(t, "zone-1"))
+	plain := "super-secret-key-material-0123456789"
+	data := base64.StdEncoding.EncodeToString([]byte(plain))
+	apply(t, c.global, fmt.Sprintf("type: Secret\nmesh: default\nname: ca-key\ndata: %s\n---\ntype: GlobalSecret\nname: shared\ndata: %s\n", data, data))
+	inlineKey := "-----BEGIN PRIVATE KEY-----inline-private-key-----END PRIVATE KEY-----"
+	apply(t, c.global, fmt.Sprintf(`type: Mesh
+name: default
+mtls:
+  enabledBackend: ca-1
+  backends:
+  - name: ca-1
+    type: provided
+    conf:
+      cert: {secret: ca-cert}
+      key: {inlineString: %q}
+`, inlineKey))
+	admin := readTokenFile(t, filepath.Join(c.global.dataDir, auth.AdminTokenFileName))
+	viewer := c.global.ctlToken("--token", admin, "generate", "user-token", "--name", "ro", "--group", "mesh-system:viewer", "--valid-for", "1h")
+	for _, path := range []string{"/meshes/default/secrets/ca-key", "/meshes/default/secrets", "/globalsecrets/shared", "/globalsecrets"} {
+		if code, _, body := c.global.requestAs(viewer, "GET", path, ""); code != 403 {
+			t.Errorf("viewer GET %s: %d %s", path, code, body)
+		}
+		if code, _, body := c.global.requestAs(admin, "GET", path, ""); code != 200 || !strings.Contains(string(body), data) {
+			t.Errorf("admin GET %s: %d %s", path, code, body)
+		}
+	}
+	if code, _, body := c.global.requestAs(viewer, "GET", "/meshes/default", ""); code != 200 ||
+		strings.Contains(string(body), "inline-private-key") || !strings.Contains(string(body), "REDACTED") {
+		t.Errorf("viewer GET of the mesh: %d %s", code, body)
+	}
+	if _, _, body := c.global.requestAs(admin, "GET", "/meshes/default", ""); !strings.Contains(string(body), "inline-private-key") {
+		t.Errorf("admin GET of the mesh lost the key: %s", body)
+	}
+	// The zone receives both under their names.
+	waitPresent(t, z, "/meshes/default/secrets/ca-key")
+	waitPresent(t, z, "/globalsecrets/shared")
+	if code, body := z.request("PUT", "/meshes/default/secrets/local", fmt.Sprintf(`{"type":"Secret","mesh":"default","name":"local","data":%q}`, data)); code != 403 {
+		t.Errorf("a federated zone creating a Secret: %d %s", code, body)
+	}
+	for _, n := range []*node{c.global, z} {
+		b, err := os.ReadFile(filepath.Join(n.dataDir, "meridian.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(b, []byte(plain)) || bytes.Contains(b, []byte(data)) {
+			t.Errorf("%s's data file holds the secret in the clear", n.proc.Name)
+		}
 	}
 }

@@ -154,6 +154,10 @@ func (c *Controller) Put(res *resource.Resource) storage.Batch {
 			return nil, fmt.Errorf("%w: zone %q is connected to a global control plane: create meshes there, "+
 				"they reach every zone", ErrForbidden, c.plane.Zone)
 		}
+		if d, _ := c.reg.Lookup(res.Type); d != nil && d.Secret && c.plane.Federated {
+			return nil, fmt.Errorf("%w: zone %q is connected to a global control plane: create %ss there, "+
+				"they reach every zone under their names", ErrForbidden, c.plane.Zone, res.Type)
+		}
 		if res.Mesh != "" {
 			if _, err := tx.Get(resource.Key{Type: "Mesh", Name: res.Mesh}); errors.Is(err, storage.ErrNotFound) {
 				return nil, fmt.Errorf("%w: mesh %q does not exist", ErrMeshMissing, res.Mesh)

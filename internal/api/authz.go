@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/meridian-mesh/meridian/internal/auth"
+	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
 // Authentication and authorization (docs/api.md). Every request except the open
@@ -233,7 +234,49 @@ func isLoopback(remoteAddr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// authorize checks p against what r needs.
+// authorize checks p against what r needs: the right its method and path
+// need, and admin for every access to a secret type (key material).
+func (s *Server) authorize(p *Principal, r *http.Request) *Error {
+	if e := authorize(p, r); e != nil {
+		return e
+	}
+	if !p.Admin && s.secretPath(r.URL.Path) {
+		return forbidden("%s lacks %s, which reading secrets needs", p, auth.GroupAdmin)
+	}
+	return nil
+}
+
+// secretPath reports whether path names a secret type's resources:
+// /meshes/{mesh}/{plural}[/...] or /{plural}[/...].
+func (s *Server) secretPath(path string) bool {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	plural := parts[0]
+	if plural == "meshes" && len(parts) >= 3 {
+		plural = parts[2]
+	}
+	d, ok := s.reg.LookupPlural(plural)
+	return ok && d.Secret
+}
+
+// forReader is res as the request's principal may read it: inline private
+// keys redacted for anyone but an admin.
+func (s *Server) forReader(r *http.Request, res *resource.Resource) *resource.Resource {
+	if p := PrincipalFrom(r.Context()); p != nil && p.Admin {
+		return res
+	}
+	d, ok := s.reg.Lookup(res.Type)
+	if !ok || !d.KeyMaterial {
+		return res
+	}
+	redacted, changed := resource.RedactKeyMaterial(res.Spec)
+	if !changed {
+		return res
+	}
+	c := *res
+	c.Spec = redacted
+	return &c
+}
+
 func authorize(p *Principal, r *http.Request) *Error {
 	need, mesh := access(r)
 	switch need {
@@ -298,7 +341,7 @@ func (s *Server) authenticated(w http.ResponseWriter, r *http.Request) (*http.Re
 			return nil, false
 		}
 	}
-	if e := authorize(p, r); e != nil {
+	if e := s.authorize(p, r); e != nil {
 		s.logger.Debug("request forbidden", "method", r.Method, "path", r.URL.Path, "principal", p.Name, "reason", e.Details)
 		s.writeError(w, r, e)
 		return nil, false
@@ -317,7 +360,7 @@ func (s *Server) Inner() http.Handler {
 			s.writeError(w, r, unauthenticated("console call without a principal"))
 			return
 		}
-		if e := authorize(p, r); e != nil {
+		if e := s.authorize(p, r); e != nil {
 			s.writeError(w, r, e)
 			return
 		}

@@ -165,7 +165,7 @@ func (s *Server) getAndWrite(w http.ResponseWriter, r *http.Request, key resourc
 		s.writeError(w, r, err)
 		return
 	}
-	s.writeResource(w, r, http.StatusOK, statuses.attach(res))
+	s.writeResource(w, r, http.StatusOK, s.forReader(r, statuses.attach(res)))
 }
 
 func (s *Server) writeResource(w http.ResponseWriter, r *http.Request, status int, res *resource.Resource) {
@@ -227,7 +227,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, d *resource.TypeDe
 	}
 	page := listPage{Total: res.Total, Items: make([]json.RawMessage, 0, len(res.Items))}
 	for _, item := range res.Items {
-		b, err := s.reg.EncodeJSON(statuses.attach(item))
+		b, err := s.reg.EncodeJSON(s.forReader(r, statuses.attach(item)))
 		if err != nil {
 			s.writeError(w, r, err)
 			return
@@ -254,7 +254,7 @@ func (s *Server) listOwnMeshes(w http.ResponseWriter, r *http.Request, p *Princi
 			s.writeError(w, r, err)
 			return
 		}
-		b, err := s.reg.EncodeJSON(res)
+		b, err := s.reg.EncodeJSON(s.forReader(r, res))
 		if err != nil {
 			s.writeError(w, r, err)
 			return

@@ -9,7 +9,10 @@
 package auth
 
 import (
+	"crypto/rand"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -86,4 +89,39 @@ func checkPrivate(path string) error {
 		return fmt.Errorf("%s has mode %#o: %w (want 0600; chmod 600 it)", path, perm, ErrInsecureFile)
 	}
 	return nil
+}
+
+// SecretsKeyFileName is the data-dir file of a control plane's secrets
+// key, which seals key material at rest (Secrets, CA keys) when no
+// replicas share an etcd store.
+const SecretsKeyFileName = "secrets.key"
+
+// LoadOrCreateSecretsKey returns the 32-byte key in path, creating it
+// (random, 0600) on first start; a file others can read is refused.
+func LoadOrCreateSecretsKey(path string) ([]byte, error) {
+	key, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		key = make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return nil, fmt.Errorf("secrets key: %w", err)
+		}
+		err = writeFileExclusive(path, key)
+		if errors.Is(err, fs.ErrExist) {
+			return LoadOrCreateSecretsKey(path) // another process made it first
+		}
+		if err != nil {
+			return nil, fmt.Errorf("secrets key: %w", err)
+		}
+		return key, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("secrets key: %w", err)
+	}
+	if err := checkPrivate(path); err != nil {
+		return nil, fmt.Errorf("secrets key: %w", err)
+	}
+	if len(key) != 32 {
+		return nil, fmt.Errorf("secrets key %s: %d bytes, want 32", path, len(key))
+	}
+	return key, nil
 }

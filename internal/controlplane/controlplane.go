@@ -32,6 +32,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/revocation"
 	"github.com/meridian-mesh/meridian/internal/storage"
 	"github.com/meridian-mesh/meridian/internal/storage/boltstore"
+	"github.com/meridian-mesh/meridian/internal/storage/kv"
 	"github.com/meridian-mesh/meridian/internal/tuning"
 )
 
@@ -235,7 +236,7 @@ func (p *process) openStore(ctx context.Context) error {
 	}
 	if cfg.Store == "etcd" {
 		rep, err := replica.Open(ctx, replica.Config{Etcd: cfg.Etcd, APIAddress: cfg.APIAddress,
-			TombstoneRetention: cfg.TombstoneRetention, Logger: cfg.Logger})
+			TombstoneRetention: cfg.TombstoneRetention, Logger: cfg.Logger, SecretTypes: p.reg.SecretTypes()})
 		if err != nil {
 			return err
 		}
@@ -246,10 +247,19 @@ func (p *process) openStore(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("store metrics: %w", err)
 	}
+	key, err := auth.LoadOrCreateSecretsKey(filepath.Join(cfg.DataDir, auth.SecretsKeyFileName))
+	if err != nil {
+		return fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
+	}
+	sealer, err := kv.NewSealer(key, p.reg.SecretTypes()...)
+	if err != nil {
+		return err
+	}
 	store, err := boltstore.Open(boltstore.Config{
 		Path:               filepath.Join(cfg.DataDir, StoreFileName),
 		Logger:             cfg.Logger.Named("store"),
 		Commits:            commits,
+		Sealer:             sealer,
 		TombstoneRetention: cfg.TombstoneRetention,
 		ExpiryInterval:     expiryInterval(cfg.TombstoneRetention),
 	})

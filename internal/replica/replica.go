@@ -33,6 +33,7 @@ import (
 
 	"github.com/meridian-mesh/meridian/internal/auth"
 	"github.com/meridian-mesh/meridian/internal/storage/etcdstore"
+	"github.com/meridian-mesh/meridian/internal/storage/kv"
 )
 
 // Each replica serves the API and KDS; what must happen once (the tombstone
@@ -98,7 +99,10 @@ type Replica struct {
 
 // Config opens a Replica.
 type Config struct {
-	Etcd EtcdConfig
+	// SecretTypes are the types whose specs the store seals with the
+	// secrets key (resource.Registry.SecretTypes).
+	SecretTypes []string
+	Etcd        EtcdConfig
 	// APIAddress names the replica when Etcd.Name is empty.
 	APIAddress string
 	// TombstoneRetention is the store's (see etcdstore.Config).
@@ -135,7 +139,17 @@ func Open(ctx context.Context, cfg Config) (*Replica, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcd %s: %w", strings.Join(e.Endpoints, ","), err)
 	}
-	store, err := etcdstore.Open(ctx, etcdstore.Config{Client: cli, Prefix: e.Prefix, Logger: cfg.Logger.Named("store"),
+	key, err := readSecretsKey(e.SecretsKeyFile)
+	if err != nil {
+		_ = cli.Close()
+		return nil, err
+	}
+	sealer, err := kv.NewSealer(key, cfg.SecretTypes...)
+	if err != nil {
+		_ = cli.Close()
+		return nil, err
+	}
+	store, err := etcdstore.Open(ctx, etcdstore.Config{Client: cli, Sealer: sealer, Prefix: e.Prefix, Logger: cfg.Logger.Named("store"),
 		TombstoneRetention: cfg.TombstoneRetention, CompactEtcd: true, MaxTxnOps: e.MaxTxnOps, MaxTxnBytes: e.MaxTxnBytes})
 	if err != nil {
 		_ = cli.Close()

@@ -1,11 +1,13 @@
 package resource
 
 import (
+	"encoding/json"
 	"fmt"
-	"github.com/meridian-mesh/meridian/internal/condition"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/meridian-mesh/meridian/internal/condition"
 )
 
 // Scope says where a type lives.
@@ -95,6 +97,25 @@ type TypeDescriptor struct {
 	Spec *Schema
 
 	Sync Sync
+	// Secret: the type holds key material. Only admins read it, stores seal
+	// it at rest, and its copies keep their names in zones so references
+	// by name (`secret: NAME`) resolve there.
+	Secret bool
+	// KeyMaterial: the type's spec may hold inline private keys (a
+	// provided CA's key, a client key); non-admin readers get them
+	// redacted.
+	KeyMaterial bool
+}
+
+// SecretTypes are the names of the types marked Secret in reg.
+func (reg *Registry) SecretTypes() []string {
+	var out []string
+	for _, n := range reg.Names() {
+		if d, _ := reg.Lookup(n); d.Secret {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // IsPolicy reports whether the type is a policy (targetRef or legacy).
@@ -237,17 +258,20 @@ func DefaultTypes() []*TypeDescriptor {
 	bothWays := Sync{GlobalToZone: true, ZoneToGlobal: true}
 	return []*TypeDescriptor{
 		// Infrastructure.
-		{Name: "Mesh", Plural: "meshes", Scope: ScopeGlobal, UniversalTopLevel: true, Spec: meshSpec(), Sync: globalToZone},
+		{Name: "Mesh", Plural: "meshes", Scope: ScopeGlobal, UniversalTopLevel: true, Spec: meshSpec(), Sync: globalToZone, KeyMaterial: true},
 		{Name: "Zone", Plural: "zones", Scope: ScopeGlobal, UniversalTopLevel: true, Spec: zoneSpec()},
 		{Name: "ZoneInsight", Plural: "zoneinsights", Scope: ScopeGlobal, Spec: openSpec()},
 		{Name: "Dataplane", Plural: "dataplanes", UniversalTopLevel: true, Spec: dataplaneSpec(), Sync: Sync{ZoneToGlobal: true}},
 		{Name: "MeshService", Plural: "meshservices", Spec: meshServiceSpec(), Sync: bothWays},
-		{Name: "MeshExternalService", Plural: "meshexternalservices", Spec: meshExternalServiceSpec(), Sync: globalToZone},
+		{Name: "MeshExternalService", Plural: "meshexternalservices", Spec: meshExternalServiceSpec(), Sync: globalToZone, KeyMaterial: true},
 		{Name: "MeshGateway", Plural: "meshgateways", UniversalTopLevel: true, Spec: meshGatewaySpec(), Sync: globalToZone},
 		{Name: "MeshMultiZoneService", Plural: "meshmultizoneservices", Spec: meshMultiZoneServiceSpec(), Sync: globalToZone},
-		{Name: "ExternalService", Plural: "externalservices", UniversalTopLevel: true, Spec: externalServiceSpec(), Sync: globalToZone},
-		{Name: "MeshIdentity", Plural: "meshidentities", Spec: meshIdentitySpec(), Sync: globalToZone},
+		{Name: "ExternalService", Plural: "externalservices", UniversalTopLevel: true, Spec: externalServiceSpec(), Sync: globalToZone, KeyMaterial: true},
+		{Name: "MeshIdentity", Plural: "meshidentities", Spec: meshIdentitySpec(), Sync: globalToZone, KeyMaterial: true},
 		{Name: "MeshTrust", Plural: "meshtrusts", Spec: meshTrustSpec(), Sync: bothWays},
+		{Name: "Secret", Plural: "secrets", UniversalTopLevel: true, Spec: secretSpec(), Sync: globalToZone, Secret: true},
+		{Name: "GlobalSecret", Plural: "globalsecrets", Scope: ScopeGlobal, UniversalTopLevel: true, Spec: secretSpec(),
+			Sync: globalToZone, Secret: true},
 
 		// targetRef policies.
 		{Name: "MeshTrafficPermission", Plural: "meshtrafficpermissions", Shape: ShapeTargetRef,
@@ -318,4 +342,44 @@ func NewDefaultRegistry() *Registry {
 		panic(err) // DefaultTypes is static; a duplicate is a bug caught by every test.
 	}
 	return r
+}
+
+// RedactKeyMaterial replaces, in spec, the inline value of every data
+// source named like a private key (a member whose name ends in "key",
+// whatever the case, holding {"inline": ...} or {"inlineString": ...}) with
+// "REDACTED". It reports whether it redacted anything (a spec that does
+// not parse is left alone: stored specs are valid JSON).
+func RedactKeyMaterial(spec json.RawMessage) (json.RawMessage, bool) {
+	var v any
+	if json.Unmarshal(spec, &v) != nil || !redactKeys(v) {
+		return spec, false
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		return spec, false
+	}
+	return out, true
+}
+
+func redactKeys(v any) bool {
+	changed := false
+	switch x := v.(type) {
+	case map[string]any:
+		for k, val := range x {
+			if src, ok := val.(map[string]any); ok && strings.HasSuffix(strings.ToLower(k), "key") {
+				for _, f := range []string{"inline", "inlineString"} {
+					if _, ok := src[f]; ok {
+						src[f] = "REDACTED"
+						changed = true
+					}
+				}
+			}
+			changed = redactKeys(val) || changed
+		}
+	case []any:
+		for _, val := range x {
+			changed = redactKeys(val) || changed
+		}
+	}
+	return changed
 }

@@ -1,6 +1,7 @@
 package resource
 
 import (
+	"encoding/base64"
 	"fmt"
 	"net"
 	"strconv"
@@ -14,6 +15,25 @@ import (
 func openSpec() *Schema { return anyValue() }
 
 func zoneSpec() *Schema { return object(opt("enabled", boolean())) }
+
+// MaxSecretBytes bounds a Secret's decoded data.
+const MaxSecretBytes = 64 << 10
+
+// secretSpec is Kuma's Secret and GlobalSecret: base64 data.
+func secretSpec() *Schema {
+	return object(req("data", nonEmptyStr().with(stringCheck(checkSecretData))))
+}
+
+func checkSecretData(s string) string {
+	b, err := base64.StdEncoding.DecodeString(s)
+	switch {
+	case err != nil:
+		return "must be base64 (standard encoding, padded)"
+	case len(b) > MaxSecretBytes:
+		return fmt.Sprintf("%d bytes decoded, at most %d", len(b), MaxSecretBytes)
+	}
+	return ""
+}
 
 func meshSpec() *Schema {
 	backends := func(extra ...field) *Schema {

@@ -41,8 +41,8 @@ func ToZone(d *resource.TypeDescriptor, r *resource.Resource) *resource.Resource
 // ZoneName is the name a zone gives the global's resource key (with labels
 // the resource or its tombstone carries); see ToZone.
 func ZoneName(d *resource.TypeDescriptor, key resource.Key, labels resource.Labels) string {
-	if labels.Get(resource.LabelOrigin) == resource.OriginZone || d.Scope == resource.ScopeGlobal {
-		return key.Name
+	if labels.Get(resource.LabelOrigin) == resource.OriginZone || d.Scope == resource.ScopeGlobal || d.Secret {
+		return key.Name // secrets keep their names: references by name resolve in zones
 	}
 	return HashedName(key.Mesh, key.Name, labels.Get(resource.LabelZone), labels.Get(resource.LabelNamespace))
 }

@@ -40,11 +40,15 @@ type record struct {
 	res *resource.Resource
 }
 
-func encodeRecord(lk logKey, r *resource.Resource) []byte {
-	return kv.AppendResource(append(make([]byte, 0, len(lk)+kv.ResourceSize(r)), lk[:]...), r)
+func encodeRecord(sealer *kv.Sealer, lk logKey, r *resource.Resource) ([]byte, error) {
+	r, err := sealer.Seal(r)
+	if err != nil {
+		return nil, err
+	}
+	return kv.AppendResource(append(make([]byte, 0, len(lk)+kv.ResourceSize(r)), lk[:]...), r), nil
 }
 
-func decodeRecord(b []byte) (record, error) {
+func decodeRecord(sealer *kv.Sealer, b []byte) (record, error) {
 	body, err := recordBody(b)
 	if err != nil {
 		return record{}, err
@@ -52,6 +56,9 @@ func decodeRecord(b []byte) (record, error) {
 	lk, _ := parseLogKey(b[:len(logKey{})])
 	r, err := kv.DecodeResource(body)
 	if err != nil {
+		return record{}, err
+	}
+	if err := sealer.Open(r); err != nil {
 		return record{}, err
 	}
 	return record{log: lk, res: r}, nil

@@ -210,7 +210,7 @@ func (s *Store) runGroup(reqs []*writeReq) (errs []error, dirty int, err error) 
 	if err != nil {
 		return nil, -1, fmt.Errorf("boltstore: begin write: %w", err)
 	}
-	w := newWriteTx(tx, s.clock)
+	w := newWriteTx(tx, s.clock, s.cfg.Sealer)
 	errs = make([]error, len(reqs))
 	for i, r := range reqs {
 		if errs[i] = r.ctx.Err(); errs[i] != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/meridian-mesh/meridian/internal/storage/kv"
 )
 
 // Clock tells the store the time for CreationTime, ModificationTime and
@@ -62,6 +63,9 @@ type Config struct {
 	// MaxWriteGroup caps how many concurrent single writes share one
 	// transaction (and one fsync).
 	MaxWriteGroup int
+	// Sealer, when set, encrypts the specs of secret types in the file
+	// (kv.Sealer).
+	Sealer *kv.Sealer
 	// Commits, when set, observes every commit of the write committer
 	// (metrics: writes per commit, commit duration).
 	Commits CommitObserver

@@ -21,7 +21,7 @@ func (s *Store) List(ctx context.Context, opts storage.ListOptions) (*storage.Li
 	}
 	var out *storage.ListResult
 	err := s.view(ctx, func(tx *bolt.Tx) (err error) {
-		out, err = scan(ctx, tx.Bucket([]byte(bucketResources)), opts)
+		out, err = scan(ctx, s.cfg.Sealer, tx.Bucket([]byte(bucketResources)), opts)
 		return err
 	})
 	if err != nil {
@@ -33,7 +33,7 @@ func (s *Store) List(ctx context.Context, opts storage.ListOptions) (*storage.Li
 // ctxCheckEvery is how many keys a scan visits between context checks.
 const ctxCheckEvery = 1024
 
-func scan(ctx context.Context, b *bolt.Bucket, opts storage.ListOptions) (*storage.ListResult, error) {
+func scan(ctx context.Context, sealer *kv.Sealer, b *bolt.Bucket, opts storage.ListOptions) (*storage.ListResult, error) {
 	prefix := kv.ListPrefix(opts)
 	// The prefix pins the namespace only when the mesh is set too.
 	checkNamespace := opts.Namespace != nil && opts.Mesh == ""
@@ -56,7 +56,7 @@ func scan(ctx context.Context, b *bolt.Bucket, opts storage.ListOptions) (*stora
 			} else if !match {
 				continue
 			}
-			rec, err := decodeListed(k, v)
+			rec, err := decodeListed(sealer, k, v)
 			if err != nil {
 				return nil, err
 			}
@@ -67,7 +67,7 @@ func scan(ctx context.Context, b *bolt.Bucket, opts storage.ListOptions) (*stora
 			continue
 		}
 		if r == nil {
-			rec, err := decodeListed(k, v)
+			rec, err := decodeListed(sealer, k, v)
 			if err != nil {
 				return nil, err
 			}
@@ -78,8 +78,8 @@ func scan(ctx context.Context, b *bolt.Bucket, opts storage.ListOptions) (*stora
 	return out, nil
 }
 
-func decodeListed(k, v []byte) (record, error) {
-	rec, err := decodeRecord(v)
+func decodeListed(sealer *kv.Sealer, k, v []byte) (record, error) {
+	rec, err := decodeRecord(sealer, v)
 	if err != nil {
 		return record{}, fmt.Errorf("boltstore: resource %q: %w", k, err)
 	}

@@ -215,7 +215,7 @@ func (s *Store) Get(ctx context.Context, key resource.Key) (*resource.Resource, 
 	}
 	var out *resource.Resource
 	err := s.view(ctx, func(tx *bolt.Tx) error {
-		rec, err := loadRecord(tx.Bucket([]byte(bucketResources)), kv.EncodeKey(key))
+		rec, err := loadRecord(s.cfg.Sealer, tx.Bucket([]byte(bucketResources)), kv.EncodeKey(key))
 		switch {
 		case err != nil:
 			return err
@@ -232,12 +232,12 @@ func (s *Store) Get(ctx context.Context, key resource.Key) (*resource.Resource, 
 }
 
 // loadRecord returns nil, nil when the key is absent.
-func loadRecord(b *bolt.Bucket, key []byte) (*record, error) {
+func loadRecord(sealer *kv.Sealer, b *bolt.Bucket, key []byte) (*record, error) {
 	v := b.Get(key)
 	if v == nil {
 		return nil, nil
 	}
-	rec, err := decodeRecord(v)
+	rec, err := decodeRecord(sealer, v)
 	if err != nil {
 		return nil, fmt.Errorf("boltstore: resource %q: %w", key, err)
 	}

@@ -148,7 +148,7 @@ func (s *Store) readStoredLog(w *watcher, next *logKey) (events []storage.Event,
 			}
 			ev, ok := s.events.get(lk)
 			if !ok {
-				if ev, err = decodeEvent(resources, lk, v); err != nil {
+				if ev, err = decodeEvent(s.cfg.Sealer, resources, lk, v); err != nil {
 					return err
 				}
 				ev = s.events.put(lk, ev)
@@ -187,13 +187,13 @@ func (k logKey) successor() logKey {
 // decodeEvent turns a log entry into an event. A put entry names its key;
 // the resource is read from the same snapshot, where it is exactly the
 // state that entry recorded because a rewrite drops the older entry.
-func decodeEvent(resources *bolt.Bucket, lk logKey, v []byte) (storage.Event, error) {
+func decodeEvent(sealer *kv.Sealer, resources *bolt.Bucket, lk logKey, v []byte) (storage.Event, error) {
 	if len(v) == 0 {
 		return storage.Event{}, fmt.Errorf("boltstore: log entry %d: %w: empty", lk.revision(), kv.ErrCorrupt)
 	}
 	switch v[0] {
 	case opPut:
-		rec, err := loadRecord(resources, v[1:])
+		rec, err := loadRecord(sealer, resources, v[1:])
 		switch {
 		case err != nil:
 			return storage.Event{}, err

@@ -26,6 +26,7 @@ import (
 type writeTx struct {
 	meta, resources, log, tombstones, userMeta *bolt.Bucket
 	clock                                      Clock
+	sealer                                     *kv.Sealer
 
 	startRev  uint64
 	rev       uint64 // last revision assigned in this transaction
@@ -41,8 +42,9 @@ type writeTx struct {
 	created [][]byte
 }
 
-func newWriteTx(tx *bolt.Tx, clock Clock) *writeTx {
+func newWriteTx(tx *bolt.Tx, clock Clock, sealer *kv.Sealer) *writeTx {
 	w := &writeTx{
+		sealer:     sealer,
 		meta:       tx.Bucket([]byte(bucketMeta)),
 		resources:  tx.Bucket([]byte(bucketResources)),
 		log:        tx.Bucket([]byte(bucketLog)),
@@ -107,7 +109,7 @@ func (w *writeTx) runFill() {
 func (w *writeTx) writeResource(in *resource.Resource, mode kv.PutMode, rev uint64, idx uint32) (*resource.Resource, storage.Outcome, error) {
 	key := in.Key()
 	k := kv.EncodeKey(key)
-	old, err := loadRecord(w.resources, k)
+	old, err := loadRecord(w.sealer, w.resources, k)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -131,7 +133,11 @@ func (w *writeTx) writeResource(in *resource.Resource, mode kv.PutMode, rev uint
 	if err := w.put(w.log, lk[:], append([]byte{opPut}, k...)); err != nil {
 		return nil, 0, fmt.Errorf("boltstore: log %s: %w", key, err)
 	}
-	if err := w.put(w.resources, k, encodeRecord(lk, next)); err != nil {
+	rec, err := encodeRecord(w.sealer, lk, next)
+	if err == nil {
+		err = w.put(w.resources, k, rec)
+	}
+	if err != nil {
 		return nil, 0, fmt.Errorf("boltstore: write %s: %w", key, err)
 	}
 	if old == nil {
@@ -147,7 +153,7 @@ func (w *writeTx) writeResource(in *resource.Resource, mode kv.PutMode, rev uint
 // log entry with a tombstone that keeps the last labels.
 func (w *writeTx) deleteResource(key resource.Key, version uint64, rev uint64, idx uint32) error {
 	k := kv.EncodeKey(key)
-	old, err := loadRecord(w.resources, k)
+	old, err := loadRecord(w.sealer, w.resources, k)
 	switch {
 	case err != nil:
 		return err
@@ -297,7 +303,7 @@ func (w *writeTx) Lookup(key resource.Key) (*resource.Resource, error) {
 	if err := kv.ValidateKey(key); err != nil {
 		return nil, err
 	}
-	rec, err := loadRecord(w.resources, kv.EncodeKey(key))
+	rec, err := loadRecord(w.sealer, w.resources, kv.EncodeKey(key))
 	if err != nil || rec == nil {
 		return nil, err
 	}
@@ -309,7 +315,7 @@ func (w *writeTx) List(opts storage.ListOptions) (*storage.ListResult, error) {
 	if err := kv.ValidateList(opts); err != nil {
 		return nil, err
 	}
-	return scan(context.Background(), w.resources, opts)
+	return scan(context.Background(), w.sealer, w.resources, opts)
 }
 
 // bulkOrder is the order in which apply writes a bulk write's puts when

@@ -217,7 +217,7 @@ func (s *Store) prefetch(ctx context.Context, reqs []*writeReq) (head, int64, ma
 			}
 			if len(kvs) == 1 {
 				enc, _ := s.l.resourceKey(kvs[0].Key)
-				_, res, err := decodeValue(kvs[0].Value)
+				_, res, err := decodeValue(s.cfg.Sealer, kvs[0].Value)
 				if err != nil {
 					return head{}, 0, nil, fmt.Errorf("etcdstore: resource %q: %w", enc, err)
 				}
@@ -381,7 +381,7 @@ func (w *writeTx) changeOps() []clientv3.Op {
 		c := w.changes[enc]
 		switch {
 		case c.res != nil:
-			ops = append(ops, clientv3.OpPut(w.s.l.resource([]byte(enc)), string(encodeValue(c.rev, c.res))))
+			ops = append(ops, clientv3.OpPut(w.s.l.resource([]byte(enc)), string(c.value)))
 		case c.prev != nil:
 			ops = append(ops, clientv3.OpDelete(w.s.l.resource([]byte(enc))))
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/meridian-mesh/meridian/internal/storage/kv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -33,6 +34,9 @@ const (
 type Config struct {
 	// Client is the caller's; the store never closes it.
 	Client *clientv3.Client
+	// Sealer, when set, encrypts the specs of secret types in etcd
+	// (kv.Sealer).
+	Sealer *kv.Sealer
 	// Prefix namespaces every key (e.g. "/meridian/"); several stores may
 	// share a cluster under different prefixes.
 	Prefix string

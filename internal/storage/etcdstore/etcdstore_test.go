@@ -1,6 +1,7 @@
 package etcdstore
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
 	"github.com/meridian-mesh/meridian/internal/storage/etcdstore/etcdtest"
+	"github.com/meridian-mesh/meridian/internal/storage/kv"
 	"github.com/meridian-mesh/meridian/internal/storage/storagetest"
 )
 
@@ -228,5 +230,49 @@ func TestCommittedAfterLostAnswer(t *testing.T) {
 		if err != nil || got != tc.want {
 			t.Errorf("%s: committed %v, %v; want %v", tc.name, got, err, tc.want)
 		}
+	}
+}
+
+// TestSealedSecretsInEtcd: a sealed type's spec is encrypted in etcd and
+// read back (Get, List, Watch) in the clear.
+func TestSealedSecretsInEtcd(t *testing.T) {
+	cluster := etcdtest.Start(t, 1, etcdtest.Options{})
+	cli := cluster.Client(t)
+	sealer, err := kv.NewSealer(bytes.Repeat([]byte{3}, 32), "Secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(t.Context(), Config{Client: cli, Prefix: "/sealed/", Logger: testLogger(t), Sealer: sealer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rev, err := s.Revision(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, err := s.Watch(t.Context(), rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := `{"data":"aW4tdGhlLWNsZWFy"}`
+	secret := &resource.Resource{Type: "Secret", Mesh: "default", Name: "k", Spec: []byte(spec)}
+	if _, err := s.Create(t.Context(), secret); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cli.Get(t.Context(), "/sealed/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range resp.Kvs {
+		if bytes.Contains(kv.Value, []byte("aW4tdGhlLWNsZWFy")) {
+			t.Errorf("etcd key %s holds the secret in the clear", kv.Key)
+		}
+	}
+	if got, err := s.Get(t.Context(), secret.Key()); err != nil || string(got.Spec) != spec {
+		t.Errorf("Get: %s %v", got.Spec, err)
+	}
+	if ev := <-events; ev.Resource == nil || string(ev.Resource.Spec) != spec {
+		t.Errorf("watched: %+v", ev.Resource)
 	}
 }

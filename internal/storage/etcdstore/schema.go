@@ -59,17 +59,24 @@ func (l layout) resourceKey(etcdKey []byte) ([]byte, bool) {
 }
 
 // encodeValue stores a resource with the store revision of its write.
-func encodeValue(rev uint64, r *resource.Resource) []byte {
+func encodeValue(sealer *kv.Sealer, rev uint64, r *resource.Resource) ([]byte, error) {
+	r, err := sealer.Seal(r)
+	if err != nil {
+		return nil, err
+	}
 	b := binary.BigEndian.AppendUint64(make([]byte, 0, 128+len(r.Spec)+len(r.Status)), rev)
-	return kv.AppendResource(b, r)
+	return kv.AppendResource(b, r), nil
 }
 
-func decodeValue(b []byte) (uint64, *resource.Resource, error) {
+func decodeValue(sealer *kv.Sealer, b []byte) (uint64, *resource.Resource, error) {
 	if len(b) < 8 {
 		return 0, nil, fmt.Errorf("%w: value of %d bytes", kv.ErrCorrupt, len(b))
 	}
 	r, err := kv.DecodeResource(b[8:])
 	if err != nil {
+		return 0, nil, err
+	}
+	if err := sealer.Open(r); err != nil {
 		return 0, nil, err
 	}
 	return binary.BigEndian.Uint64(b[:8]), r, nil

@@ -188,7 +188,7 @@ func (s *Store) load(ctx context.Context, enc []byte) (*resource.Resource, int64
 	if len(resp.Kvs) == 0 {
 		return nil, 0, nil
 	}
-	_, r, err := decodeValue(resp.Kvs[0].Value)
+	_, r, err := decodeValue(s.cfg.Sealer, resp.Kvs[0].Value)
 	if err != nil {
 		return nil, 0, fmt.Errorf("etcdstore: resource %q: %w", enc, err)
 	}
@@ -245,7 +245,7 @@ func (s *Store) scan(ctx context.Context, opts storage.ListOptions, fn func(enc 
 			if checkNamespace && !kv.NamespaceIs(enc, *opts.Namespace) {
 				continue
 			}
-			_, r, err := decodeValue(item.Value)
+			_, r, err := decodeValue(s.cfg.Sealer, item.Value)
 			if err != nil {
 				return fmt.Errorf("etcdstore: resource %q: %w", enc, err)
 			}

@@ -120,7 +120,7 @@ func (s *Store) toEvents(evs []*clientv3.Event, from uint64) ([]storage.Event, e
 		if e.Type != clientv3.EventTypePut {
 			continue
 		}
-		rev, r, err := decodeValue(e.Kv.Value)
+		rev, r, err := decodeValue(s.cfg.Sealer, e.Kv.Value)
 		if err != nil {
 			return nil, fmt.Errorf("resource %q: %w", enc, err)
 		}

@@ -36,6 +36,7 @@ type writeTx struct {
 // the request that made it, order its position for the transaction.
 type change struct {
 	res   *resource.Resource // nil: deleted
+	value []byte             // res as etcd stores it (encodeValue)
 	prev  *resource.Resource // what etcd holds (nil: absent)
 	tomb  *resource.Resource // for a delete: key, last labels, version
 	rev   uint64
@@ -94,10 +95,16 @@ func (w *writeTx) set(enc []byte, r, tomb *resource.Resource, rev uint64) error 
 	if _, ok := w.changes[string(enc)]; !ok {
 		w.ops++
 	}
-	w.changes[string(enc)] = &change{res: r, prev: prev, tomb: tomb, rev: rev, order: len(w.changes)}
+	c := &change{res: r, prev: prev, tomb: tomb, rev: rev, order: len(w.changes)}
+	if r != nil {
+		if c.value, err = encodeValue(w.s.cfg.Sealer, rev, r); err != nil {
+			return err
+		}
+	}
+	w.changes[string(enc)] = c
 	w.bytes += len(w.s.l.resource(enc)) + 8
 	if r != nil {
-		w.bytes += len(kv.AppendResource(nil, r))
+		w.bytes += len(c.value)
 	} else {
 		w.bytes += len(kv.AppendResource(nil, tomb)) + 16 // its entry in head
 	}
