@@ -4,7 +4,7 @@
 // replicas on one etcd) and held in memory, where checks read it without
 // I/O. An id is remembered until the longest validity a token can have has
 // passed, after which the token has expired anyway. See
-// docs/security.md#revocation.
+// docs/security.md#user-tokens and #zone-tokens.
 package revocation
 
 import (
