@@ -171,8 +171,15 @@ func TestReportTakesEffectWhenDone(t *testing.T) {
 	}
 }
 
-// bigReporter reports n statuses once.
-type bigReporter struct{ n int }
+// bigReporter reports n statuses once, each message padded to pad bytes.
+type bigReporter struct{ n, pad int }
+
+func (r bigReporter) message(s string) string {
+	if len(s) >= r.pad {
+		return s
+	}
+	return s + strings.Repeat(".", r.pad-len(s))
+}
 
 func (r bigReporter) PolicyStatusReport() (*syncv1.PolicyStatusReport, <-chan struct{}) {
 	rep := &syncv1.PolicyStatusReport{}
@@ -180,8 +187,8 @@ func (r bigReporter) PolicyStatusReport() (*syncv1.PolicyStatusReport, <-chan st
 		rep.Statuses = append(rep.Statuses, &syncv1.PolicyStatus{
 			Key: &syncv1.ResourceKey{Type: "MeshTimeout", Mesh: "default", Name: "policy-" + itoa(i)},
 			Conditions: []*syncv1.Condition{
-				{Type: "Accepted", Status: "True", Reason: "Accepted", Message: "the policy is valid and its references resolve"},
-				{Type: "Enforced", Status: "True", Reason: "Enforced", Message: "the policy applies to at least one Dataplane"},
+				{Type: "Accepted", Status: "True", Reason: "Accepted", Message: r.message("the policy is valid and its references resolve")},
+				{Type: "Enforced", Status: "True", Reason: "Enforced", Message: r.message("the policy applies to at least one Dataplane")},
 			}})
 	}
 	return rep, make(chan struct{})
@@ -194,7 +201,13 @@ func (r bigReporter) PolicyStatusReport() (*syncv1.PolicyStatusReport, <-chan st
 // so nothing the zone wrote reached the global any more.
 func TestLargeStatusReportArrivesInChunks(t *testing.T) {
 	c := newCluster(t, clusterOpts{})
-	const n = 40000 // ~6 MB: over gRPC's 4 MiB default receive limit
+	// 5,000 statuses of two 500-byte messages (the global keeps messages
+	// of at most 512 bytes): over gRPC's 4 MiB default receive limit.
+	const n = 5000
+	reporter := bigReporter{n: n, pad: 500}
+	if rep, _ := reporter.PolicyStatusReport(); proto.Size(rep) <= 4<<20 {
+		t.Fatalf("the report is %d bytes: not over gRPC's limit", proto.Size(rep))
+	}
 	// The global keeps statuses of its own policies only.
 	var batch storage.Batch
 	for i := range n {
@@ -206,7 +219,7 @@ func TestLargeStatusReportArrivesInChunks(t *testing.T) {
 	if _, err := c.global.Apply(context.Background(), batch); err != nil {
 		t.Fatal(err)
 	}
-	z := c.zone("zone-1", zoneOpts{reporter: bigReporter{n: n}}).start()
+	z := c.zone("zone-1", zoneOpts{reporter: reporter}).start()
 	eventually(t, wait, "connected", z.connected)
 	// Written while the report's chunks are leaving: its batch travels
 	// between them, and the report is still reassembled whole.
