@@ -34,6 +34,14 @@ var kumaRejects = map[string]string{
 	"meshretry-02.uni-meshservice.yaml":  "top-level kind Dataplane with tags: Kuma's ValidateTargetRef disallows tags with kind Dataplane",
 }
 
+func init() {
+	// The page's MeshHTTPRoute has a rule without matches; Kuma's schema
+	// requires matches with at least one item.
+	for _, style := range []string{"kube", "kube-meshservice", "uni", "uni-meshservice"} {
+		kumaRejects["meshtcproute-03."+style+".yaml"] = "MeshHTTPRoute rule without matches: Kuma's schema requires at least one match"
+	}
+}
+
 // meridianStricter are corpus files Kuma 2.14 accepts on Universal only by
 // dropping what it does not know (its OpenAPI validation allows unknown
 // fields and its JSON decoding ignores them; kubectl's default strict field

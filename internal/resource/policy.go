@@ -252,13 +252,13 @@ func validateInboundRules(d *TypeDescriptor, spec map[string]any, errs *Validati
 	})
 }
 
-// checkSectionName: sectionName on a top-level Dataplane narrows an inbound
-// policy to one inbound or listener; Kuma allows it only on policies with
-// rules.
+// checkSectionName: sectionName on a top-level Dataplane narrows a policy
+// to one inbound or listener; Kuma allows it only on policies that affect
+// inbounds (spec.from or spec.rules).
 func checkSectionName(spec map[string]any, errs *ValidationError) {
 	ref, _ := spec["targetRef"].(map[string]any)
-	if ref["kind"] == KindDataplane && ref["sectionName"] != nil && !isNonEmpty(spec["rules"]) {
-		errs.Add("spec.targetRef.sectionName", "can only be used with inbound policies (spec.rules)")
+	if ref["kind"] == KindDataplane && ref["sectionName"] != nil && !isNonEmpty(spec["rules"]) && !isNonEmpty(spec["from"]) {
+		errs.Add("spec.targetRef.sectionName", "can only be used with inbound policies (spec.from or spec.rules)")
 	}
 }
 
@@ -284,11 +284,22 @@ func validateRouteEntry(d *TypeDescriptor, path string, e map[string]any, errs *
 		listOf(str().with(stringCheck(checkGatewayHostname))).validate(path+".hostnames", h, errs)
 	}
 	if e["rules"] == nil {
-		errs.Add(path+".rules", "must be set")
+		if !d.OneRule {
+			errs.Add(path+".rules", "must be set")
+		}
 		return
 	}
-	if d.Conf != nil {
-		nonEmptyList(d.Conf).validate(path+".rules", e["rules"], errs)
+	rules := nonEmptyList(d.Conf)
+	if d.OneRule {
+		rules = listOf(d.Conf).with(atMostOne)
+	}
+	rules.validate(path+".rules", e["rules"], errs)
+}
+
+// atMostOne: a list of at most one item (Kuma's MaxItems=1).
+func atMostOne(path string, v any, errs *ValidationError) {
+	if len(v.([]any)) > 1 {
+		errs.Add(path, "must have at most one item")
 	}
 }
 
@@ -516,8 +527,11 @@ func kindRules(kind string) kindRule {
 	case KindMeshServiceSubset:
 		return kindRule{required: []string{"name", "tags"}, forbidden: []string{"labels", "sectionName"}}
 	case KindMeshGateway:
-		return kindRule{required: []string{"name"}, forbidden: []string{"labels", "namespace"}}
-	default: // MeshService, MeshHTTPRoute, MeshExternalService
+		return kindRule{required: []string{"name"}, forbidden: []string{"labels", "namespace", "sectionName"}}
+	case KindMeshHTTPRoute, KindMeshExternalService:
+		// One resource without sections (ports): Kuma refuses sectionName.
+		return kindRule{forbidden: []string{"tags", "sectionName"}, nameOrLabels: true}
+	default: // MeshService, MeshMultiZoneService: sectionName names a port
 		return kindRule{forbidden: []string{"tags"}, nameOrLabels: true}
 	}
 }

@@ -77,6 +77,10 @@ type TypeDescriptor struct {
 	FromKinds     []string
 	ProxyWide     bool // a top-level "default" (MeshTrace, MeshMetric, MeshProxyPatch)
 	Rules         bool // to[].rules (MeshHTTPRoute, MeshTCPRoute)
+	// OneRule: to[].rules holds at most one rule and may be left out, when
+	// the entry's target takes all the traffic (MeshTCPRoute: a TCP route
+	// has no matches to tell rules apart).
+	OneRule bool
 	// InboundRules: a top-level spec.rules list (Kuma 2.10+ inbound
 	// policies): each item's default applies to all inbound traffic of the
 	// selected proxies. RuleConf, when set, validates a rule's default
@@ -163,6 +167,9 @@ func NewRegistry(descs ...*TypeDescriptor) (*Registry, error) {
 		reg.byName[d.Name] = d
 		reg.byPlural[d.Plural] = d
 		reg.names = append(reg.names, d.Name)
+		for _, s := range []*Schema{d.Spec, d.Conf, d.RuleConf} {
+			s.markDefaults()
+		}
 	}
 	sort.Strings(reg.names)
 	reg.vocab = vocabulary(descs)
@@ -313,7 +320,7 @@ func DefaultTypes() []*TypeDescriptor {
 		{Name: "MeshHTTPRoute", Plural: "meshhttproutes", Shape: ShapeTargetRef,
 			TopLevelKinds: topLevelNoRt(), To: true, ToKinds: routeToKinds(), Rules: true, Conf: meshHTTPRouteRule(), Sync: bothWays},
 		{Name: "MeshTCPRoute", Plural: "meshtcproutes", Shape: ShapeTargetRef,
-			TopLevelKinds: topLevelNoRt(), To: true, ToKinds: routeToKinds(), Rules: true, Conf: meshTCPRouteRule(), Sync: bothWays},
+			TopLevelKinds: topLevelNoRt(), To: true, ToKinds: routeToKinds(), Rules: true, OneRule: true, Conf: meshTCPRouteRule(), Sync: bothWays},
 
 		// Legacy source/destination policies.
 		legacy("TrafficPermission", "trafficpermissions", ShapeLegacySourceDestination, trafficPermissionConf()),

@@ -51,6 +51,10 @@ type Schema struct {
 	nonEmpty bool // strings must not be "", lists must have an item
 	positive bool // durations must be greater than zero
 	checks   []checkFunc
+	// def is the value an absent field takes (defaults.go); nil: none.
+	def any
+	// defaults: def is set here or below (markDefaults).
+	defaults bool
 }
 
 // field is one member of an object schema, for the object constructor.

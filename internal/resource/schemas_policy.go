@@ -122,7 +122,7 @@ func meshPassthroughConf() *Schema {
 			req("type", enum("Domain", "IP", "CIDR")),
 			req("value", nonEmptyStr()),
 			opt("port", port()),
-			opt("protocol", enum("tcp", "tls", "grpc", "http", "http2", "mysql")),
+			opt("protocol", enum("tcp", "tls", "grpc", "http", "http2", "mysql").withDefault("tcp")),
 		))),
 	)
 }
@@ -131,7 +131,7 @@ func meshPassthroughConf() *Schema {
 func meshTLSConf() *Schema {
 	versions := []string{"TLSAuto", "TLS10", "TLS11", "TLS12", "TLS13"}
 	return object(
-		opt("tlsVersion", object(opt("min", enum(versions...)), opt("max", enum(versions...)))),
+		opt("tlsVersion", object(opt("min", enum(versions...).withDefault("TLSAuto")), opt("max", enum(versions...).withDefault("TLSAuto")))),
 		opt("tlsCiphers", listOf(enum("ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-ECDSA-AES256-GCM-SHA384",
 			"ECDHE-ECDSA-CHACHA20-POLY1305", "ECDHE-RSA-AES128-GCM-SHA256", "ECDHE-RSA-AES256-GCM-SHA384",
 			"ECDHE-RSA-CHACHA20-POLY1305"))),
@@ -167,7 +167,7 @@ func meshRetryConf() *Schema {
 			opt("hostSelection", listOf(object(
 				req("predicate", enum("OmitPreviousHosts", "OmitHostsWithTags", "OmitPreviousPriorities")),
 				opt("tags", tagMap()),
-				opt("updateFrequency", integer(0, 1<<31-1)),
+				opt("updateFrequency", integer(0, 1<<31-1).defaultInt("2")),
 			))),
 			opt("hostSelectionMaxAttempts", integer(0, 1<<63-1)),
 		)),
@@ -345,7 +345,7 @@ func meshAccessLogConf() *Schema {
 		opt("tcp", object(opt("format", accessLogFormat()), req("address", nonEmptyStr()))),
 		opt("file", object(opt("format", accessLogFormat()), req("path", nonEmptyStr()))),
 		opt("openTelemetry", object(
-			opt("endpoint", str()),
+			opt("endpoint", str().withDefault("")),
 			opt("attributes", listOf(object(req("key", nonEmptyStr()), req("value", str())))),
 			opt("body", anyValue()),
 			opt("backendRef", object(req("kind", enum("MeshOpenTelemetryBackend")), opt("labels", stringMap()))),
@@ -362,7 +362,7 @@ func accessLogFormat() *Schema {
 		opt("type", enum(blocks.types()...)),
 		opt("plain", str()),
 		opt("json", listOf(object(req("key", nonEmptyStr()), req("value", str())))),
-		opt("omitEmptyValues", boolean()),
+		opt("omitEmptyValues", boolean().withDefault(false)),
 	).with(blocks.check).with(func(path string, v any, errs *ValidationError) {
 		obj := v.(map[string]any)
 		if obj["type"] != nil {
@@ -445,11 +445,11 @@ func meshTraceConf() *Schema {
 		opt("type", enum(blocks.types()...)),
 		opt("zipkin", object(
 			req("url", nonEmptyStr()),
-			opt("traceId128bit", boolean()),
-			opt("apiVersion", enum("httpJson", "httpProto")),
-			opt("sharedSpanContext", boolean()),
+			opt("traceId128bit", boolean().withDefault(false)),
+			opt("apiVersion", enum("httpJson", "httpProto").withDefault("httpJson")),
+			opt("sharedSpanContext", boolean().withDefault(true)),
 		)),
-		opt("datadog", object(req("url", nonEmptyStr()), opt("splitService", boolean()))),
+		opt("datadog", object(req("url", nonEmptyStr()), opt("splitService", boolean().withDefault(false)))),
 		opt("openTelemetry", object(req("endpoint", nonEmptyStr()))),
 	).with(exactlyOneOf("zipkin", "datadog", "openTelemetry"), blocks.check)
 	backends := listOf(backend).with(func(path string, v any, errs *ValidationError) {
@@ -479,7 +479,7 @@ func meshMetricConf() *Schema {
 		)),
 		opt("applications", listOf(object(
 			opt("name", str()),
-			opt("path", str()),
+			opt("path", str().withDefault("/metrics")),
 			opt("address", str()),
 			req("port", port()),
 		))),
@@ -487,9 +487,9 @@ func meshMetricConf() *Schema {
 			req("type", enum(blocks.types()...)),
 			opt("prometheus", object(
 				opt("clientId", str()),
-				opt("port", port()),
-				opt("path", str()),
-				opt("tls", object(req("mode", enum("Disabled", "ProvidedTLS", "ActiveMTLSBackend")))),
+				opt("port", port().defaultInt("5670")),
+				opt("path", str().withDefault("/metrics")),
+				opt("tls", object(opt("mode", enum("Disabled", "ProvidedTLS", "ActiveMTLSBackend").withDefault("Disabled")))),
 			)),
 			opt("openTelemetry", object(req("endpoint", nonEmptyStr()), opt("refreshInterval", positiveDuration()))),
 		).with(blocks.check))),
@@ -538,12 +538,11 @@ func proxyPatchMod(ops []string, match ...field) *Schema {
 	})
 }
 
-// meshHTTPRouteRule is one entry of MeshHTTPRoute's to[].rules.
+// meshHTTPRouteRule is one entry of MeshHTTPRoute's to[].rules. Kuma's
+// schema requires at least one match (a catch-all is a PathPrefix "/").
 func meshHTTPRouteRule() *Schema {
 	return object(
-		// No matches: the rule matches every request (Kuma's default
-		// prefix "/").
-		opt("matches", listOf(httpRouteMatch())),
+		req("matches", nonEmptyList(httpRouteMatch())),
 		req("default", object(
 			opt("filters", listOf(httpRouteFilter())),
 			opt("backendRefs", listOf(backendRef())),
@@ -551,9 +550,9 @@ func meshHTTPRouteRule() *Schema {
 	)
 }
 
-// meshTCPRouteRule is one entry of MeshTCPRoute's to[].rules.
+// meshTCPRouteRule is the one entry MeshTCPRoute's to[].rules may hold.
 func meshTCPRouteRule() *Schema {
-	return object(req("default", object(opt("backendRefs", listOf(backendRef())))))
+	return object(req("default", object(req("backendRefs", nonEmptyList(backendRef())))))
 }
 
 func httpRouteMatch() *Schema {
@@ -606,7 +605,7 @@ func httpRouteFilter() *Schema {
 			opt("hostname", str().with(stringCheck(checkHostname))),
 			opt("path", pathRewrite()),
 			opt("port", port()),
-			opt("statusCode", integer(300, 399).with(intIn(301, 302, 303, 307, 308))),
+			opt("statusCode", integer(300, 399).with(intIn(301, 302, 303, 307, 308)).defaultInt("302")),
 		)),
 		opt("urlRewrite", object(
 			opt("hostname", str().with(stringCheck(checkHostname))),
@@ -638,7 +637,7 @@ func backendRef() *Schema {
 		opt("mesh", str()),
 		opt("sectionName", str()),
 		opt("port", port()),
-		opt("weight", uint32Value()),
+		opt("weight", uint32Value().defaultInt("1")),
 	).with(checkBackendRef)
 }
 
@@ -658,7 +657,7 @@ func checkBackendRef(path string, v any, errs *ValidationError) {
 
 func headerMatch() *Schema {
 	return object(
-		opt("type", enum("Exact", "Present", "RegularExpression", "Absent", "Prefix")),
+		opt("type", enum("Exact", "Present", "RegularExpression", "Absent", "Prefix").withDefault("Exact")),
 		req("name", nonEmptyStr()),
 		opt("value", str()),
 	)
