@@ -17,75 +17,135 @@ import (
 // re-compaction of every json.RawMessage conf; this writes each byte once.
 // The output is compact JSON; '<', '>' and '&' are not HTML-escaped.
 func (r *RulesResult) AppendJSON(b []byte) []byte {
-	b = append(b, `{"resource":`...)
-	b = appendMeta(b, r.Resource)
-	b = append(b, `,"rules":`...)
-	b = appendList(b, r.Rules, appendTypeRules)
-	if len(r.Warnings) > 0 {
-		b = append(b, `,"warnings":`...)
-		b = appendList(b, r.Warnings, appendString)
-	}
-	return append(b, '}')
+	e := &rulesEncoder{b: b}
+	e.result(r)
+	return e.b
 }
 
-// WriteJSON writes what AppendJSON appends, to w as it goes: a proxy's
-// rules are written one policy type at a time, so a large response is
-// never held whole.
+// WriteJSON writes what AppendJSON appends, to w as it goes: the encoding
+// is handed to w in pieces of about 32 KiB, so a large response is never
+// held whole (a proxy's origins alone can be megabytes: every entry that
+// matched each target).
 func (r *RulesResult) WriteJSON(w io.Writer) error {
-	b := make([]byte, 0, 32<<10)
-	b = append(b, `{"resource":`...)
-	b = appendMeta(b, r.Resource)
-	b = append(b, `,"rules":[`...)
-	for i, t := range r.Rules {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendTypeRules(b, t)
-		if len(b) >= 32<<10 {
-			if _, err := w.Write(b); err != nil {
-				return err
-			}
-			b = b[:0]
-		}
-	}
-	b = append(b, ']')
-	if len(r.Warnings) > 0 {
-		b = append(b, `,"warnings":`...)
-		b = appendList(b, r.Warnings, appendString)
-	}
-	b = append(b, '}')
-	_, err := w.Write(b)
-	return err
+	e := &rulesEncoder{b: make([]byte, 0, 2*flushAt), w: w}
+	e.result(r)
+	e.flush()
+	return e.err
 }
 
-func appendTypeRules(b []byte, t TypeRules) []byte {
-	b = append(b, `{"type":`...)
-	b = appendString(b, t.Type)
-	b = append(b, `,"warnings":`...)
-	b = appendList(b, t.Warnings, appendString)
-	b = append(b, `,"proxyRule":`...)
-	if t.ProxyRule == nil {
-		b = append(b, "null"...)
+// flushAt is the size at which a streaming encoder hands its buffer on.
+const flushAt = 32 << 10
+
+// rulesEncoder writes a RulesResult. Origin lists shared by several
+// targets (the memoized confs of outbounds with the same entries, of
+// inbounds with the same rules) are encoded once per response and copied.
+type rulesEncoder struct {
+	b      []byte
+	w      io.Writer // nil: append only
+	err    error
+	shared map[originsKey][]byte
+}
+
+// originsKey identifies an origin list by its backing array.
+type originsKey struct {
+	first *Origin
+	n     int
+}
+
+// minSharedOrigins is the length from which an origin list's encoding is
+// kept for the rest of the response.
+const minSharedOrigins = 16
+
+// maybeFlush hands the buffer to the writer once it is large enough.
+func (e *rulesEncoder) maybeFlush() {
+	if e.w != nil && len(e.b) >= flushAt {
+		e.flush()
+	}
+}
+
+// flush hands the buffer to the writer. After a failed write the rest is
+// dropped as it is encoded (the reader is gone).
+func (e *rulesEncoder) flush() {
+	if e.w == nil || len(e.b) == 0 {
+		return
+	}
+	if e.err == nil {
+		_, e.err = e.w.Write(e.b)
+	}
+	e.b = e.b[:0]
+}
+
+func (e *rulesEncoder) result(r *RulesResult) {
+	e.b = append(e.b, `{"resource":`...)
+	e.b = appendMeta(e.b, r.Resource)
+	e.b = append(e.b, `,"rules":`...)
+	if r.Rules == nil {
+		e.b = append(e.b, "null"...)
 	} else {
-		b = appendApplied(b, *t.ProxyRule)
+		e.b = append(e.b, '[')
+		for i, t := range r.Rules {
+			if i > 0 {
+				e.b = append(e.b, ',')
+			}
+			e.typeRules(t)
+		}
+		e.b = append(e.b, ']')
 	}
-	b = append(b, `,"toRules":`...)
-	b = appendList(b, t.ToRules, appendToRule)
-	b = append(b, `,"fromRules":`...)
-	b = appendList(b, t.FromRules, appendFromRules)
-	return append(b, '}')
+	if len(r.Warnings) > 0 {
+		e.b = append(e.b, `,"warnings":`...)
+		e.b = appendList(e.b, r.Warnings, appendString)
+	}
+	e.b = append(e.b, '}')
 }
 
-func appendApplied(b []byte, a Applied) []byte {
-	b = append(b, `{"conf":`...)
-	b = appendRaw(b, a.Conf)
-	b = append(b, `,"origin":`...)
-	b = appendList(b, a.Origin, appendOrigin)
-	return append(b, '}')
+func (e *rulesEncoder) typeRules(t TypeRules) {
+	e.b = append(e.b, `{"type":`...)
+	e.b = appendString(e.b, t.Type)
+	e.b = append(e.b, `,"warnings":`...)
+	e.b = appendList(e.b, t.Warnings, appendString)
+	e.b = append(e.b, `,"proxyRule":`...)
+	if t.ProxyRule == nil {
+		e.b = append(e.b, "null"...)
+	} else {
+		e.b = append(e.b, `{"conf":`...)
+		e.b = appendRaw(e.b, t.ProxyRule.Conf)
+		e.b = append(e.b, `,"origin":`...)
+		e.origins(t.ProxyRule.Origin)
+		e.b = append(e.b, '}')
+	}
+	e.b = append(e.b, `,"toRules":`...)
+	if t.ToRules == nil {
+		e.b = append(e.b, "null"...)
+	} else {
+		e.b = append(e.b, '[')
+		for i, tr := range t.ToRules {
+			if i > 0 {
+				e.b = append(e.b, ',')
+			}
+			e.toRule(tr)
+			e.maybeFlush()
+		}
+		e.b = append(e.b, ']')
+	}
+	e.b = append(e.b, `,"fromRules":`...)
+	if t.FromRules == nil {
+		e.b = append(e.b, "null"...)
+	} else {
+		e.b = append(e.b, '[')
+		for i, f := range t.FromRules {
+			if i > 0 {
+				e.b = append(e.b, ',')
+			}
+			e.fromRules(f)
+		}
+		e.b = append(e.b, ']')
+	}
+	e.b = append(e.b, '}')
+	e.maybeFlush()
 }
 
-func appendToRule(b []byte, t ToRule) []byte {
-	b = append(b, `{"outbound":{"port":`...)
+func (e *rulesEncoder) toRule(t ToRule) {
+	b := append(e.b, `{"outbound":{"port":`...)
 	b = strconv.AppendInt(b, int64(t.Outbound.Port), 10)
 	if t.Outbound.Address != "" {
 		b = append(b, `,"address":`...)
@@ -97,43 +157,80 @@ func appendToRule(b []byte, t ToRule) []byte {
 	b = appendStringMap(b, t.Outbound.Tags)
 	b = append(b, `},"conf":`...)
 	b = appendRaw(b, t.Conf)
-	b = append(b, `,"origin":`...)
-	b = appendList(b, t.Origin, appendOrigin)
+	e.b = append(b, `,"origin":`...)
+	e.origins(t.Origin)
 	if len(t.Routes) > 0 {
-		b = append(b, `,"routes":`...)
-		b = appendList(b, t.Routes, appendRouteConf)
+		e.b = append(e.b, `,"routes":[`...)
+		for i, r := range t.Routes {
+			if i > 0 {
+				e.b = append(e.b, ',')
+			}
+			e.b = append(e.b, `{"route":`...)
+			e.b = appendMeta(e.b, r.Route)
+			e.b = append(e.b, `,"conf":`...)
+			e.b = appendRaw(e.b, r.Conf)
+			e.b = append(e.b, `,"origin":`...)
+			e.origins(r.Origin)
+			e.b = append(e.b, '}')
+		}
+		e.b = append(e.b, ']')
 	}
-	return append(b, '}')
+	e.b = append(e.b, '}')
 }
 
-func appendRouteConf(b []byte, r RouteConf) []byte {
-	b = append(b, `{"route":`...)
-	b = appendMeta(b, r.Route)
-	b = append(b, `,"conf":`...)
-	b = appendRaw(b, r.Conf)
-	b = append(b, `,"origin":`...)
-	b = appendList(b, r.Origin, appendOrigin)
-	return append(b, '}')
+func (e *rulesEncoder) fromRules(f FromRules) {
+	e.b = append(e.b, `{"inbound":{"port":`...)
+	e.b = strconv.AppendInt(e.b, int64(f.Inbound.Port), 10)
+	e.b = append(e.b, `,"tags":`...)
+	e.b = appendStringMap(e.b, f.Inbound.Tags)
+	e.b = append(e.b, `},"rules":`...)
+	if f.Rules == nil {
+		e.b = append(e.b, "null"...)
+	} else {
+		e.b = append(e.b, '[')
+		for i, r := range f.Rules {
+			if i > 0 {
+				e.b = append(e.b, ',')
+			}
+			e.b = append(e.b, `{"matchers":`...)
+			e.b = appendList(e.b, r.Matchers, appendMatcher)
+			e.b = append(e.b, `,"conf":`...)
+			e.b = appendRaw(e.b, r.Conf)
+			e.b = append(e.b, `,"origin":`...)
+			e.origins(r.Origin)
+			e.b = append(e.b, '}')
+			e.maybeFlush()
+		}
+		e.b = append(e.b, ']')
+	}
+	e.b = append(e.b, '}')
 }
 
-func appendFromRules(b []byte, f FromRules) []byte {
-	b = append(b, `{"inbound":{"port":`...)
-	b = strconv.AppendInt(b, int64(f.Inbound.Port), 10)
-	b = append(b, `,"tags":`...)
-	b = appendStringMap(b, f.Inbound.Tags)
-	b = append(b, `},"rules":`...)
-	b = appendList(b, f.Rules, appendRule)
-	return append(b, '}')
-}
-
-func appendRule(b []byte, r Rule) []byte {
-	b = append(b, `{"matchers":`...)
-	b = appendList(b, r.Matchers, appendMatcher)
-	b = append(b, `,"conf":`...)
-	b = appendRaw(b, r.Conf)
-	b = append(b, `,"origin":`...)
-	b = appendList(b, r.Origin, appendOrigin)
-	return append(b, '}')
+// origins writes an origin list; a long one is encoded once per response
+// and copied where the same list appears again.
+func (e *rulesEncoder) origins(os []Origin) {
+	if len(os) < minSharedOrigins {
+		e.b = appendList(e.b, os, appendOrigin)
+		return
+	}
+	key := originsKey{&os[0], len(os)}
+	enc, ok := e.shared[key]
+	if !ok {
+		enc = appendList(make([]byte, 0, 128*len(os)), os, appendOrigin)
+		if e.shared == nil {
+			e.shared = map[originsKey][]byte{}
+		}
+		e.shared[key] = enc
+	}
+	if e.w != nil && len(enc) >= flushAt {
+		e.flush()
+		if e.err == nil {
+			_, e.err = e.w.Write(enc)
+		}
+		return
+	}
+	e.b = append(e.b, enc...)
+	e.maybeFlush()
 }
 
 func appendMatcher(b []byte, m Matcher) []byte {
