@@ -50,9 +50,11 @@ func TestStandaloneZoneEvaluatesSeed001Permissions(t *testing.T) {
 		client, action string
 		origins        []string
 	}{
-		{"kuma.io/service:web,version:v1", "DENY", []string{"backend-permissions"}},
-		{"kuma.io/service:web,version:v2", "ALLOW", []string{"backend-permissions"}},
-		{"kuma.io/service:infra-logger", "ALLOW", []string{"backend-permissions"}},
+		// Every entry that matched the client, in apply order (as Kuma
+		// lists origins); backend-permissions' are applied last.
+		{"kuma.io/service:web,version:v1", "DENY", []string{"allow-only-infra", "backend-permissions", "backend-permissions"}},
+		{"kuma.io/service:web,version:v2", "ALLOW", []string{"allow-only-infra", "backend-permissions"}},
+		{"kuma.io/service:infra-logger", "ALLOW", []string{"allow-only-infra", "allow-only-infra", "backend-permissions"}},
 	}
 	for _, tc := range cases {
 		status, body := z.request("GET", "/meshes/default/dataplanes/backend-1/_evaluate?inbound=8080&client="+tc.client, "")
@@ -89,7 +91,7 @@ func TestStandaloneZoneEvaluatesSeed001Permissions(t *testing.T) {
 	}
 	out, code = z.ctl("", "inspect", "dataplane", "backend-1")
 	if code != 0 || !strings.Contains(out, "Inbound 8080 (backend)") || !strings.Contains(out, "MeshTrafficPermission") ||
-		!strings.Contains(out, "from backend-permissions") {
+		!strings.Contains(out, "from allow-only-infra, backend-permissions") {
 		t.Errorf("inspect (summary): exit %d\n%s", code, out)
 	}
 	if status, body := z.request("GET", "/meshes/default/dataplanes/nope/_rules", ""); status != 404 {

@@ -18,6 +18,7 @@ type explainFlags struct {
 	explain  bool
 	typ      string
 	outbound string
+	route    string
 	inbound  int
 	client   string
 }
@@ -33,6 +34,9 @@ func (a *app) explain(cmd *cobra.Command, mesh, name string, q url.Values, ex ex
 	if ex.client != "" && ex.inbound == 0 {
 		return fmt.Errorf("--client needs --inbound PORT")
 	}
+	if ex.route != "" && ex.outbound == "" {
+		return fmt.Errorf("--route needs --outbound SERVICE")
+	}
 	if output == "" {
 		output = "table"
 	}
@@ -42,6 +46,9 @@ func (a *app) explain(cmd *cobra.Command, mesh, name string, q url.Values, ex ex
 	q.Set("type", ex.typ)
 	if ex.outbound != "" {
 		q.Set("outbound", ex.outbound)
+	}
+	if ex.route != "" {
+		q.Set("route", ex.route)
 	}
 	if ex.inbound != 0 {
 		q.Set("inbound", strconv.Itoa(ex.inbound))
@@ -75,6 +82,8 @@ func blockName(b policy.BlockRef) string {
 func (a *app) printExplanation(dp string, e policy.Explanation) error {
 	target := "proxy-wide"
 	switch {
+	case e.Target.Route != "":
+		target = "outbound " + e.Target.Outbound + ", route " + e.Target.Route
 	case e.Target.Outbound != "":
 		target = "outbound " + e.Target.Outbound
 	case e.Target.Inbound != 0:

@@ -23,7 +23,7 @@ func (a *app) inspectDataplaneCommand() *cobra.Command {
 	var rules, config bool
 	var ex explainFlags
 	cmd := &cobra.Command{
-		Use:   "dataplane NAME [-o json|yaml] [--rules|--config|--explain --type T (--outbound S | --inbound P --client k:v,...)]",
+		Use:   "dataplane NAME [-o json|yaml] [--rules|--config|--explain --type T (--outbound S [--route R] | --inbound P --client k:v,...)]",
 		Short: "Summarize a proxy's effective config (default), or show its rules, config, or why a field has its value (zone control plane)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -68,6 +68,7 @@ func (a *app) inspectDataplaneCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&ex.explain, "explain", false, "explain one policy type's effective conf field by field: who set each field, who lost and why")
 	cmd.Flags().StringVar(&ex.typ, "type", "", "with --explain: the policy type, e.g. MeshTimeout")
 	cmd.Flags().StringVar(&ex.outbound, "outbound", "", "with --explain: the outbound's service")
+	cmd.Flags().StringVar(&ex.route, "route", "", "with --explain --outbound: the MeshHTTPRoute whose traffic to explain (name, or namespace/name)")
 	cmd.Flags().IntVar(&ex.inbound, "inbound", 0, "with --explain: the inbound's port")
 	cmd.Flags().StringVar(&ex.client, "client", "", "with --explain --inbound: the client's tags, k:v,k2:v2")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: summary (default), json or yaml (the full _rules or, with --config, _config document); --explain: table, json or yaml")

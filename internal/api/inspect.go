@@ -177,6 +177,10 @@ func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fieldError("client", "is only meaningful with inbound=PORT"))
 		return
 	}
+	if q.Get("route") != "" && outbound == "" {
+		s.writeError(w, r, fieldError("route", "is only meaningful with outbound=SERVICE"))
+		return
+	}
 	snap, err := s.snapshot(r)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -191,7 +195,8 @@ func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	res, err := snap.Explain(r.PathValue("name"), s.namespaceParam(r), d.Name, outbound, port, client)
+	target := policy.ExplainTarget{Outbound: outbound, Route: q.Get("route"), Inbound: port, Client: client}
+	res, err := snap.Explain(r.PathValue("name"), s.namespaceParam(r), d.Name, target)
 	if err == nil {
 		res = res.Limit(limit)
 	}

@@ -3,10 +3,14 @@ package policy
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	jsonv1 "github.com/go-json-experiment/json/v1"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
@@ -100,10 +104,12 @@ func benchQuery(b *testing.B, s *MeshSnapshot, q func() (any, error)) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			// Encode as the zone API does.
-			if a, ok := r.(interface{ AppendJSON([]byte) []byte }); ok {
-				_ = a.AppendJSON(nil)
-			} else if _, err := json.Marshal(r); err != nil {
+			// Encode as the zone API does: streamed.
+			if a, ok := r.(interface{ WriteJSON(io.Writer) error }); ok {
+				if err := a.WriteJSON(io.Discard); err != nil {
+					b.Fatal(err)
+				}
+			} else if err := jsonv2.MarshalWrite(io.Discard, r, jsonv1.DefaultOptionsV1()); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -339,7 +345,7 @@ func BenchmarkRules10000MeshTimeoutsWithOverrides(b *testing.B) {
 	b.Run("rules", func(b *testing.B) { benchQuery(b, s, rulesQuery(s, "dp")) })
 	b.Run("explain", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := s.Explain("dp", "", "MeshTimeout", "svc-3", 0, nil); err != nil {
+			if _, err := s.Explain("dp", "", "MeshTimeout", ExplainTarget{Outbound: "svc-3"}); err != nil {
 				b.Fatal(err)
 			}
 		}

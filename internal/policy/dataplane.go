@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
@@ -32,10 +33,12 @@ type dpSpec struct {
 				Kind   string            `json:"kind"`
 				Name   string            `json:"name"`
 				Labels map[string]string `json:"labels"`
+				Port   int               `json:"port"`
 			} `json:"backendRef"`
 		} `json:"outbound"`
 		Gateway *struct {
 			Tags map[string]string `json:"tags"`
+			Type string            `json:"type"`
 		} `json:"gateway"`
 	} `json:"networking"`
 }
@@ -49,6 +52,14 @@ type dataplane struct {
 	outbounds []*outbound
 	// gateway holds a gateway's effective tags; nil for a sidecar.
 	gateway map[string]string
+	// delegated: a gateway run outside the mesh's builtin gateway (type
+	// DELEGATED, Kuma's default); selected by Dataplane targetRefs, not
+	// by MeshGateway ones.
+	delegated bool
+	// display is the Dataplane's display name and zone its zone (its
+	// kuma.io/zone label, else this zone): what a targetRef naming it
+	// is compared with.
+	display, zone string
 	// sets are the tag sets legacy selectors are matched against: one per
 	// inbound (listeners aside), and a gateway's tags.
 	sets []map[string]string
@@ -99,6 +110,11 @@ type outbound struct {
 	address string
 	service string
 	tags    map[string]string
+	// destPort is the port of its destination service the outbound sends
+	// to, what a to[].targetRef.sectionName names (docs/policy.md#selection):
+	// its backendRef's port, else the port of a Kubernetes-style service
+	// name (name_namespace_svc_port), else its own port.
+	destPort int
 }
 
 func (o *outbound) ref() OutboundRef {
@@ -111,8 +127,11 @@ func (in *inbound) ref() InboundRef { return InboundRef{Port: in.port, Tags: in.
 // Dataplane without inbounds and outbounds and a warning, so that queries
 // say what is wrong instead of "not found".
 func (b *builder) addDataplane(r *resource.Resource) {
-	dp := &dataplane{res: r, meta: metaOf(r), ns: b.normNS(r.Namespace),
+	dp := &dataplane{res: r, meta: metaOf(r), ns: b.normNS(r.Namespace), display: r.DisplayName(), zone: b.zone,
 		byService: map[string][]int{}, byBackend: map[string][]int{}}
+	if z := r.Labels.Get(resource.LabelZone); z != "" {
+		dp.zone = z
+	}
 	b.s.dataplanes[nsName{dp.ns, r.Name}] = dp
 	b.s.dpList = append(b.s.dpList, dp)
 	defer dp.finish()
@@ -134,11 +153,19 @@ func (b *builder) addDataplane(r *resource.Resource) {
 	}
 	if n.Gateway != nil {
 		dp.gateway = b.effectiveTags(n.Gateway.Tags, dp.ns)
+		dp.delegated = n.Gateway.Type != "BUILTIN"
 	}
 	for _, out := range n.Outbound {
 		o := &outbound{port: out.Port, address: out.Address, tags: copyTags(out.Tags), service: out.Tags[resource.ServiceTag]}
 		if o.service == "" {
 			o.service = out.Service
+		}
+		o.destPort = out.Port
+		if _, _, p, ok := parseKubeService(o.service); ok && p != 0 {
+			o.destPort = p
+		}
+		if br := out.BackendRef; br != nil && br.Port != 0 {
+			o.destPort = br.Port
 		}
 		i := len(dp.outbounds)
 		dp.outbounds = append(dp.outbounds, o)
@@ -226,6 +253,71 @@ func (b *builder) backendService(kind, name, ns string) string {
 		return r.DisplayName()
 	}
 	return name
+}
+
+// parseKubeService splits the kuma.io/service value Kuma derives for a
+// Kubernetes Service port, name_namespace_svc_port (the port is absent for
+// a headless service: 0).
+func parseKubeService(s string) (name, namespace string, port int, ok bool) {
+	parts := strings.Split(s, "_")
+	switch {
+	case len(parts) == 4 && parts[2] == "svc":
+		p, err := strconv.Atoi(parts[3])
+		if err != nil || p < 1 || p > 65535 {
+			return "", "", 0, false
+		}
+		port = p
+	case len(parts) == 3 && parts[2] == "svc":
+	default:
+		return "", "", 0, false
+	}
+	if parts[0] == "" || parts[1] == "" {
+		return "", "", 0, false
+	}
+	return parts[0], parts[1], port, true
+}
+
+// servicePort is one port of a MeshService or MeshMultiZoneService: its
+// number and its section name (the port's name, else its number).
+type servicePort struct {
+	name string
+	port int
+}
+
+// portsOf reads spec.ports of a service resource; an unreadable spec has
+// none.
+func portsOf(r *resource.Resource) []servicePort {
+	var spec struct {
+		Ports []struct {
+			Name string `json:"name"`
+			Port int    `json:"port"`
+		} `json:"ports"`
+	}
+	_ = json.Unmarshal(r.Spec, &spec)
+	out := make([]servicePort, 0, len(spec.Ports))
+	for _, p := range spec.Ports {
+		out = append(out, servicePort{name: sectionName(p.Name, p.Port), port: p.Port})
+	}
+	return out
+}
+
+// portNamed is the number of the port whose section name is section.
+func portNamed(ports []servicePort, section string) (int, bool) {
+	for _, p := range ports {
+		if p.name == section {
+			return p.port, true
+		}
+	}
+	return 0, false
+}
+
+func hasPort(ports []servicePort, port int) bool {
+	for _, p := range ports {
+		if p.port == port {
+			return true
+		}
+	}
+	return false
 }
 
 func hasLabels(have resource.Labels, want map[string]string) bool {

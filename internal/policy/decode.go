@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -200,10 +201,10 @@ func decodePolicy(r *resource.Resource, d *resource.TypeDescriptor, sysNS string
 		}
 	}
 	if d.ProxyWide {
-		if dec.proxy, err = decodeBlocks(cond, spec.rawBlocks, normalizeConf(d.Name, spec.Default.v)); err != nil {
+		if dec.proxy, err = decodeBlocks(cond, spec.rawBlocks, confOf(d, spec.Default.v)); err != nil {
 			return nil, fmt.Errorf("spec: %w", err)
 		}
-		dec.proxy.over = normalizeBlock(d.Name, dec.proxy.over)
+		dec.proxy.over = normalizeBlock(d, dec.proxy.over)
 	}
 	return dec, nil
 }
@@ -235,7 +236,7 @@ func decodeEntries(cond *condition.Env, d *resource.TypeDescriptor, list string,
 		if err != nil {
 			return nil, fmt.Errorf("spec.%s[%d]: %w", list, i, err)
 		}
-		bl.over = normalizeBlock(d.Name, bl.over)
+		bl.over = normalizeBlock(d, bl.over)
 		out[i] = decodedEntry{ref: item.TargetRef, blocks: bl}
 		for _, m := range item.Matches {
 			if m.SpiffeID != nil {
@@ -246,31 +247,67 @@ func decodeEntries(cond *condition.Env, d *resource.TypeDescriptor, list string,
 	return out, nil
 }
 
-// normalizeBlock applies normalizeConf to an override block.
-func normalizeBlock(typeName string, b confBlock) confBlock {
+// normalizeBlock applies confOf to an override block.
+func normalizeBlock(d *resource.TypeDescriptor, b confBlock) confBlock {
 	if b.value == nil {
 		return b
 	}
-	n := compileConf(normalizeConf(typeName, b.value))
+	n := compileConf(confOf(d, b.value))
 	n.atomic, n.when = b.atomic, b.when
 	return n
 }
 
-// entryConf decodes an entry's default, or for route types the rules (and
-// hostnames) the entry attaches to its target.
-func entryConf(d *resource.TypeDescriptor, item rawEntry) any {
-	if !d.Rules {
-		return normalizeConf(d.Name, item.Default.v)
-	}
-	rules := item.Rules.v
-	if rules == nil {
+// confOf is a conf block as the engine merges it: normalized, with the
+// type's schema defaults filled in (resource.TypeDescriptor.ConfDefaults).
+func confOf(d *resource.TypeDescriptor, v any) any {
+	if v == nil {
 		return nil
 	}
-	conf := map[string]any{"rules": rules}
+	return d.ConfDefaults(normalizeConf(d.Name, v))
+}
+
+// entryConf decodes an entry's default, or for route types the rules (and
+// hostnames) the entry attaches to its target, each rule with its
+// defaults. A MeshTCPRoute entry without rules sends all its traffic to
+// its target (Kuma's default rule).
+func entryConf(d *resource.TypeDescriptor, item rawEntry) any {
+	if !d.Rules {
+		return confOf(d, item.Default.v)
+	}
+	rules, _ := item.Rules.v.([]any)
+	if item.Rules.v == nil {
+		if !d.OneRule {
+			return nil
+		}
+		rules = []any{map[string]any{"default": map[string]any{"backendRefs": []any{backendOf(item.TargetRef)}}}}
+	}
+	withDefaults := make([]any, len(rules))
+	for i, r := range rules {
+		withDefaults[i] = d.ConfDefaults(r)
+	}
+	conf := map[string]any{"rules": withDefaults}
 	if hosts := item.Hostnames.v; hosts != nil {
 		conf["hostnames"] = hosts
 	}
 	return conf
+}
+
+// backendOf is the backendRef of a route entry's own target, with weight 1.
+func backendOf(ref targetRef) map[string]any {
+	out := map[string]any{"kind": ref.Kind, "weight": json.Number("1")}
+	for k, v := range map[string]string{"name": ref.Name, "namespace": ref.Namespace, "sectionName": ref.SectionName} {
+		if v != "" {
+			out[k] = v
+		}
+	}
+	if len(ref.Labels) > 0 {
+		labels := make(map[string]any, len(ref.Labels))
+		for k, v := range ref.Labels {
+			labels[k] = v
+		}
+		out["labels"] = labels
+	}
+	return out
 }
 
 // decodeLegacy reads the legacy shapes: sources/destinations/conf or

@@ -15,7 +15,7 @@
 //	in, err := s.EvaluateInbound("web-1", "web-ns", 8080, client) // …/_evaluate?inbound=
 //	out, err := s.EvaluateOutbound("web-1", "web-ns", "backend")  // …/_evaluate?outbound=
 //	dps, err := s.MatchedDataplanes("MeshTimeout", "t", "web-ns") // …/_resources/dataplanes
-//	ex, err := s.Explain("web-1", "web-ns", "MeshTimeout", "backend", 0, nil) // …/_explain
+//	ex, err := s.Explain("web-1", "web-ns", "MeshTimeout", policy.ExplainTarget{Outbound: "backend"}) // …/_explain
 //	st, err := s.PolicyStatus("MeshTimeout", "t", "web-ns")       // status.conditions
 //
 // Unknown Dataplanes, inbounds, outbounds and policies are errors wrapping
@@ -80,10 +80,12 @@
 //
 // # Decisions where the design leaves room
 //
-//   - Origin lists the contributions that changed the merged conf (the
-//     others are fully overridden), with their entry index, in apply order.
-//     A from-rule merged from adjacent rules with equal confs lists the
-//     contributions of all of them.
+//   - Origin lists, as Kuma does, every entry that matched the target in
+//     apply order (docs/policy.md#merging), then the overrides applied; a
+//     default whose `when` was false is left out. A from-rule lists the
+//     entries that match some client of it, so a rule merged from adjacent
+//     rules with equal confs lists those of all of them. Memoized results
+//     keep the blocks, and origins are rendered per query.
 //   - No MeshTrafficPermission on an inbound (or none allowing anything)
 //     is an RBAC config with action ALLOW and no policies: Envoy requires a
 //     principal per policy, and an ALLOW config without policies denies all.
@@ -97,5 +99,9 @@
 //   - '*' is a wildcard in top-level and legacy selectors; in from-entries a
 //     tag value is an exact client identity.
 //   - Route rules of several MeshHTTPRoutes on one outbound concatenate in
-//     apply order ("rules" is an append field for route types).
+//     apply order ("rules" is an append field for MeshHTTPRoute); a
+//     MeshTCPRoute's one rule is replaced by a more specific one.
+//   - A route's traffic gets the Mesh entries and the entries naming the
+//     route, including those of policies whose top-level targetRef is the
+//     route (docs/policy.md#routes); an outbound's conf never includes them.
 package policy

@@ -713,11 +713,11 @@ func TestExplainIsMemoized(t *testing.T) {
   name: b
   spec: {targetRef: {kind: Mesh}, to: [{targetRef: {kind: Mesh}, default: {idleTimeout: 2s}}]}
 `))
-	first, err := s.Explain("web-1", "", "MeshTimeout", "backend", 0, nil)
+	first, err := s.Explain("web-1", "", "MeshTimeout", ExplainTarget{Outbound: "backend"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, _ := s.Explain("web-1", "", "MeshTimeout", "backend", 0, nil)
+	again, _ := s.Explain("web-1", "", "MeshTimeout", ExplainTarget{Outbound: "backend"})
 	if first != again {
 		t.Error("the same query computed twice")
 	}

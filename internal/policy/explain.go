@@ -24,10 +24,13 @@ type Explanation struct {
 	Warnings    []string `json:"warnings"`
 }
 
-// ExplainTarget names what was explained: an outbound, an inbound with a
-// client, or the proxy.
+// ExplainTarget names what to explain: an outbound (by service), the
+// traffic of one route of an outbound (by the route's name or display
+// name, optionally namespace/name), an inbound (by port) with a client, or
+// the proxy (none of them).
 type ExplainTarget struct {
 	Outbound string            `json:"outbound,omitempty"`
+	Route    string            `json:"route,omitempty"`
 	Inbound  int               `json:"inbound,omitempty"`
 	Client   map[string]string `json:"client,omitempty"`
 	Proxy    bool              `json:"proxy,omitempty"`
@@ -88,18 +91,19 @@ func (c *contribution) ref() BlockRef {
 }
 
 // Explain explains one policy type on one target of a Dataplane: the
-// outbound to service, or the inbound on port for a client with the given
-// tags, or (both empty) the proxy-wide conf.
+// outbound to target.Outbound (or the traffic of its route target.Route),
+// or the inbound on port target.Inbound for a client with the tags
+// target.Client, or (none set) the proxy-wide conf.
 //
 // The result is memoized for the snapshot (an explanation re-runs the
 // folds, `when` expressions included; viewers asking again must not): it
 // is shared, and callers must not change it.
-func (s *MeshSnapshot) Explain(dpName, dpNamespace, policyType, service string, port int, client map[string]string) (*Explanation, error) {
-	key := explainKey(dpName, dpNamespace, policyType, service, port, client)
+func (s *MeshSnapshot) Explain(dpName, dpNamespace, policyType string, target ExplainTarget) (*Explanation, error) {
+	key := explainKey(dpName, dpNamespace, policyType, target)
 	if v, ok := s.explainMemo.Load(key); ok {
 		return v.(*Explanation), nil
 	}
-	ex, err := s.explain(dpName, dpNamespace, policyType, service, port, client)
+	ex, err := s.explain(dpName, dpNamespace, policyType, target)
 	if err != nil {
 		return nil, err
 	}
@@ -113,22 +117,23 @@ func (s *MeshSnapshot) Explain(dpName, dpNamespace, policyType, service string, 
 // maxExplainMemo bounds the explanations a snapshot keeps.
 const maxExplainMemo = 1024
 
-func explainKey(dpName, dpNamespace, policyType, service string, port int, client map[string]string) string {
+func explainKey(dpName, dpNamespace, policyType string, target ExplainTarget) string {
 	var b strings.Builder
-	for _, s := range []string{dpName, dpNamespace, policyType, service, strconv.Itoa(port)} {
+	for _, s := range []string{dpName, dpNamespace, policyType, target.Outbound, target.Route, strconv.Itoa(target.Inbound)} {
 		b.WriteString(s)
 		b.WriteByte(0)
 	}
-	for _, k := range slices.Sorted(maps.Keys(client)) {
+	for _, k := range slices.Sorted(maps.Keys(target.Client)) {
 		b.WriteString(k)
 		b.WriteByte(1)
-		b.WriteString(client[k])
+		b.WriteString(target.Client[k])
 		b.WriteByte(0)
 	}
 	return b.String()
 }
 
-func (s *MeshSnapshot) explain(dpName, dpNamespace, policyType, service string, port int, client map[string]string) (*Explanation, error) {
+func (s *MeshSnapshot) explain(dpName, dpNamespace, policyType string, target ExplainTarget) (*Explanation, error) {
+	service, route, port, client := target.Outbound, target.Route, target.Inbound, target.Client
 	dp, err := s.dataplane(dpName, dpNamespace)
 	if err != nil {
 		return nil, err
@@ -149,8 +154,8 @@ func (s *MeshSnapshot) explain(dpName, dpNamespace, policyType, service string, 
 	var tr *trace
 	switch {
 	case service != "":
-		ex.Target.Outbound = service
-		tr, err = s.traceOutbound(t, dp, service)
+		ex.Target.Outbound, ex.Target.Route = service, route
+		tr, err = s.traceOutbound(t, dp, service, route)
 	case port != 0:
 		ex.Target.Inbound, ex.Target.Client = port, maps.Clone(client)
 		if ex.Target.Client == nil {
@@ -173,17 +178,55 @@ func (s *MeshSnapshot) explain(dpName, dpNamespace, policyType, service string, 
 	return ex, nil
 }
 
-func (s *MeshSnapshot) traceOutbound(t *typeIndex, dp *dataplane, service string) (*trace, error) {
+// traceOutbound traces the outbound to service, or the traffic of its
+// route route (docs/policy.md#routes: the Mesh entries and the route's).
+func (s *MeshSnapshot) traceOutbound(t *typeIndex, dp *dataplane, service, route string) (*trace, error) {
 	idx := dp.byService[service]
 	if len(idx) == 0 {
 		return nil, fmt.Errorf("Dataplane %q has no outbound to %q: %w", qualified(dp.ns, dp.res.Name), service, ErrNotFound)
 	}
 	if t == nil || !t.desc.To {
+		if route != "" && !s.routeOf(dp, idx[0], route) {
+			return nil, fmt.Errorf("no MeshHTTPRoute %q sends the traffic of Dataplane %q to %q: %w", route, qualified(dp.ns, dp.res.Name), service, ErrNotFound)
+		}
 		return nil, nil
 	}
-	common, specific, _ := s.outboundEntries(t, dp, s.matchedPolicies(t, dp))
+	common, specific, routed := s.outboundEntries(t, dp, s.matchedPolicies(t, dp))
 	es := mergeByPos(common, specific[idx[0]])
+	if route != "" {
+		rs := routed[idx[0]]
+		k := slices.IndexFunc(rs.routes, func(r *policy) bool { return r.named(route) })
+		switch {
+		case k >= 0:
+			es = mergeByPos(common, rs.entries[k])
+		case !s.routeOf(dp, idx[0], route):
+			return nil, fmt.Errorf("no MeshHTTPRoute %q sends the traffic of Dataplane %q to %q: %w", route, qualified(dp.ns, dp.res.Name), service, ErrNotFound)
+		default:
+			es = common // no entry names the route: its traffic gets the Mesh entries
+		}
+	}
 	return traceFold(s.mergerOf(t), defaultsOf(es), overridesOf(es)), nil
+}
+
+// named reports whether a route is called name: its stored name, its
+// display name, or namespace/name.
+func (p *policy) named(name string) bool {
+	if ns, n, ok := strings.Cut(name, "/"); ok {
+		return p.resNS == ns && (p.resName == n || p.display == n)
+	}
+	return p.resName == name || p.display == name
+}
+
+// routeOf reports whether the MeshHTTPRoute called name applies to dp and
+// sends the traffic of its outbound i.
+func (s *MeshSnapshot) routeOf(dp *dataplane, i int, name string) bool {
+	routed := make([]routeEntries, len(dp.outbounds))
+	for _, r := range s.routes {
+		if r.named(name) {
+			s.addRouteEntry(routed, r, nil, dp)
+		}
+	}
+	return len(routed[i].routes) > 0
 }
 
 func (s *MeshSnapshot) traceInbound(t *typeIndex, dp *dataplane, port int, client map[string]string) (*trace, error) {
@@ -214,8 +257,8 @@ func defaultsOf(es []*entry) []*contribution {
 
 func (ex *Explanation) render(tr *trace) {
 	ex.Warnings = append(ex.Warnings, tr.final.warnings()...)
-	if ap, ok := tr.final.applied(); ok {
-		ex.Conf = ap.Conf
+	if !tr.final.empty() {
+		ex.Conf = tr.final.conf()
 	}
 	fields := map[string]*FieldExplain{}
 	field := func(path string) *FieldExplain {

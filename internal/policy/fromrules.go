@@ -55,10 +55,12 @@ type keyState struct {
 	negs   []string // sorted
 }
 
-// cellLeaf is one finished cell: its constraints and its fold.
+// cellLeaf is one finished cell: its constraints, its fold, and the
+// blocks that applied to some client of it (its rule's origin).
 type cellLeaf struct {
-	cons []keyCons
-	st   foldState
+	cons   []keyCons
+	st     foldState
+	blocks []*contribution
 }
 
 // keyCons is the constraint of a leaf on one key.
@@ -79,6 +81,10 @@ type ruleBuilder struct {
 	limit   int
 	steps   int
 	err     error
+	// path holds, in visiting order (most specific first), the entries of
+	// the current path that matched some client of the cell when visited:
+	// folded in, or skipped because they would change nothing.
+	path []*entry
 }
 
 // buildFromRules computes the rules of entries given in apply order, and
@@ -96,14 +102,17 @@ func buildFromRules(m merger, applyOrder []*entry, limit int) (*fromBuild, error
 		return nil, b.err
 	}
 	slices.Sort(b.warns)
-	return &fromBuild{rules: b.rules(), leaves: b.leaves, warns: slices.Compact(b.warns)}, nil
+	rules, blocks := b.rules()
+	return &fromBuild{rules: rules, ruleBlocks: blocks, leaves: b.leaves, warns: slices.Compact(b.warns)}, nil
 }
 
-// fromBuild is what buildFromRules computed.
+// fromBuild is what buildFromRules computed: rules without origins and,
+// by rule, the blocks of their origins.
 type fromBuild struct {
-	rules  []Rule
-	leaves []cellLeaf // the cells the rules were rendered from, with their final folds
-	warns  []string   // `when` expressions that failed to evaluate
+	rules      []Rule
+	ruleBlocks [][]*contribution
+	leaves     []cellLeaf // the cells the rules were rendered from, with their final folds
+	warns      []string   // `when` expressions that failed to evaluate
 }
 
 // walk visits entries from i on. st is the defaults fold of the entries
@@ -112,6 +121,8 @@ type fromBuild struct {
 // subset). An entry with an override always matters, so it always splits
 // an undetermined cell.
 func (b *ruleBuilder) walk(i int, st foldState, overs *contributors) {
+	mark := len(b.path)
+	defer func() { b.path = b.path[:mark] }()
 	for ; i < len(b.entries); i++ {
 		if b.steps++; b.steps > maxRuleSteps {
 			b.err = fmt.Errorf("%w: more than %d steps", errTooManyRules, maxRuleSteps)
@@ -125,6 +136,7 @@ func (b *ruleBuilder) walk(i int, st foldState, overs *contributors) {
 		next, changed := b.m.fill(st, e.c)
 		if !changed && e.o == nil {
 			st = next // a failed `when` leaves a warning
+			b.path = append(b.path, e)
 			continue
 		}
 		nextOvers := overs
@@ -133,6 +145,7 @@ func (b *ruleBuilder) walk(i int, st foldState, overs *contributors) {
 		}
 		if len(undetermined) == 0 {
 			st, overs = next, nextOvers
+			b.path = append(b.path, e)
 			continue
 		}
 		b.split(i, st, next, overs, nextOvers, undetermined)
@@ -162,6 +175,23 @@ func (b *ruleBuilder) classify(tags []tag) (undetermined []tag, possible bool) {
 	return undetermined, true
 }
 
+// possible reports whether some client of the cell carries tags.
+func (b *ruleBuilder) possible(tags []tag) bool {
+	for _, t := range tags {
+		ks := b.cell[t.key]
+		switch {
+		case ks == nil:
+		case ks.hasPos:
+			if ks.pos != t.value {
+				return false
+			}
+		case hasSorted(ks.negs, t.value):
+			return false
+		}
+	}
+	return true
+}
+
 // split visits the cell where every undetermined tag holds (with the entry
 // folded in), then, for each tag in turn, the cell where the tags before it
 // hold and it does not (without the entry).
@@ -169,7 +199,9 @@ func (b *ruleBuilder) split(i int, st, next foldState, overs, nextOvers *contrib
 	for _, t := range tags {
 		b.setPos(t)
 	}
+	b.path = append(b.path, b.entries[i])
 	b.walk(i+1, next, nextOvers)
+	b.path = b.path[:len(b.path)-1]
 	for _, t := range tags {
 		b.unsetPos(t.key)
 	}
@@ -254,14 +286,28 @@ func (b *ruleBuilder) emit(st foldState, overs *contributors) {
 			cons = append(cons, keyCons{key: k, negs: slices.Clone(ks.negs)})
 		}
 	}
-	b.leaves = append(b.leaves, cellLeaf{cons: cons, st: st})
+	b.leaves = append(b.leaves, cellLeaf{cons: cons, st: st, blocks: st.appliedBlocks(b.matchedDefaults())})
+}
+
+// matchedDefaults lists, in apply order, the default blocks of the path's
+// entries that match some client of the finished cell: an entry skipped
+// while its tags were undetermined may have been contradicted by a later
+// split.
+func (b *ruleBuilder) matchedDefaults() []*contribution {
+	out := make([]*contribution, 0, len(b.path))
+	for i := len(b.path) - 1; i >= 0; i-- {
+		if b.possible(b.path[i].tags) {
+			out = append(out, b.path[i].c)
+		}
+	}
+	return out
 }
 
 // rules renders the leaves, merging adjacent ones with equal confs whose
-// union is a single conjunction. A merged rule's origin lists the
-// contributions of every rule merged into it, in apply order: each of them
-// gave that conf to some of its clients.
-func (b *ruleBuilder) rules() []Rule {
+// union is a single conjunction, and lists each rule's origin blocks. A
+// merged rule's origin lists the blocks of every rule merged into it, in
+// apply order: each of them applied to some of its clients.
+func (b *ruleBuilder) rules() ([]Rule, [][]*contribution) {
 	type rendered struct {
 		cons    []keyCons
 		conf    json.RawMessage
@@ -275,7 +321,7 @@ func (b *ruleBuilder) rules() []Rule {
 			conf = canonicalJSON(l.st.value())
 			confs[l.st.root] = conf
 		}
-		stack = append(stack, rendered{cons: l.cons, conf: conf, contrib: l.st.contributions()})
+		stack = append(stack, rendered{cons: l.cons, conf: conf, contrib: l.blocks})
 		for len(stack) >= 2 {
 			x, y := &stack[len(stack)-2], &stack[len(stack)-1]
 			if !bytes.Equal(x.conf, y.conf) {
@@ -290,10 +336,12 @@ func (b *ruleBuilder) rules() []Rule {
 		}
 	}
 	out := make([]Rule, len(stack))
+	blocks := make([][]*contribution, len(stack))
 	for i, r := range stack {
-		out[i] = Rule{Matchers: matchersOf(r.cons), Conf: r.conf, Origin: originsOf(r.contrib)}
+		out[i] = Rule{Matchers: matchersOf(r.cons), Conf: r.conf}
+		blocks[i] = r.contrib
 	}
-	return out
+	return out, blocks
 }
 
 // mergeContributions unions two lists sorted in apply order.

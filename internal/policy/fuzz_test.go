@@ -83,12 +83,12 @@ func exercise(t *testing.T, s *MeshSnapshot, rs []*resource.Resource) {
 			encode(s.EvaluateOutbound(m.Name, m.Namespace, o.service))
 		}
 		for _, typ := range s.typeNames {
-			encode(s.Explain(m.Name, m.Namespace, typ, "", 0, nil))
+			encode(s.Explain(m.Name, m.Namespace, typ, ExplainTarget{}))
 			for _, in := range dp.inbounds {
-				encode(s.Explain(m.Name, m.Namespace, typ, "", in.port, in.tags))
+				encode(s.Explain(m.Name, m.Namespace, typ, ExplainTarget{Inbound: in.port, Client: in.tags}))
 			}
 			for _, o := range dp.outbounds {
-				encode(s.Explain(m.Name, m.Namespace, typ, o.service, 0, nil))
+				encode(s.Explain(m.Name, m.Namespace, typ, ExplainTarget{Outbound: o.service}))
 			}
 		}
 	}

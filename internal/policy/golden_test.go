@@ -44,6 +44,7 @@ type goldenRequest struct {
 	Port      int               `json:"port,omitempty"`
 	Client    map[string]string `json:"client,omitempty"`
 	Service   string            `json:"service,omitempty"`
+	Route     string            `json:"route,omitempty"`
 	Type      string            `json:"type,omitempty"`
 	Name      string            `json:"name,omitempty"`
 	Note      string            `json:"note,omitempty"`
@@ -177,7 +178,7 @@ func runRequest(s *MeshSnapshot, req goldenRequest) (any, error) {
 	case "matchedDataplanes":
 		return s.MatchedDataplanes(req.Type, req.Name, req.Namespace)
 	case "explain":
-		return s.Explain(req.Dataplane, req.Namespace, req.Type, req.Service, req.Port, req.Client)
+		return s.Explain(req.Dataplane, req.Namespace, req.Type, ExplainTarget{Outbound: req.Service, Route: req.Route, Inbound: req.Port, Client: req.Client})
 	case "status":
 		return s.PolicyStatus(req.Type, req.Name, req.Namespace)
 	}

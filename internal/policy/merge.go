@@ -211,6 +211,10 @@ type foldState struct {
 	// warns are `when` expressions that failed to evaluate (counted as
 	// false), newest first.
 	warns *warning
+	// skipped are the default blocks whose `when` was false or failed:
+	// they matched the target but did not apply to it (origins leave them
+	// out).
+	skipped *contributors
 	// idleShape is the shape of a default block that filled nothing into
 	// idleRoot; while root is idleRoot, blocks of that shape fill nothing
 	// either (shape.go).
@@ -294,6 +298,9 @@ func (m merger) fill(st foldState, c *contribution) (foldState, bool) {
 			st = st.warn(c, err)
 		}
 		apply = ok && err == nil
+		if !apply {
+			st.skipped = &contributors{c: c, next: st.skipped}
+		}
 	}
 	root, changed := st.root, false
 	if apply {
@@ -628,8 +635,34 @@ func collectOwners(n *node, owners map[*contribution]bool) {
 	owners[n.by] = true
 }
 
-// origins lists the contributions that changed the fold, in apply order.
-func (st foldState) origins() []Origin { return originsOf(st.contributions()) }
+// appliedBlocks lists the blocks that applied to the fold's target, as
+// origins show them (docs/policy.md#merging): the default blocks of every
+// entry that matched it, given in apply order (defaults), whether or not a
+// later block replaced all they set, except those whose `when` was false
+// or failed; then the overrides applied, in the order applied. A block
+// listed twice in a row (the entries of one rule's matches share it) is
+// listed once.
+func (st foldState) appliedBlocks(defaults []*contribution) []*contribution {
+	var skipped map[*contribution]bool
+	for c := st.skipped; c != nil; c = c.next {
+		if skipped == nil {
+			skipped = map[*contribution]bool{}
+		}
+		skipped[c.c] = true
+	}
+	out := make([]*contribution, 0, len(defaults))
+	for _, c := range defaults {
+		if c.active() && !skipped[c] && (len(out) == 0 || out[len(out)-1] != c) {
+			out = append(out, c)
+		}
+	}
+	n := len(out)
+	for c := st.over; c != nil; c = c.next {
+		out = append(out, c.c)
+	}
+	slices.Reverse(out[n:])
+	return out
+}
 
 func originsOf(cs []*contribution) []Origin {
 	out := make([]Origin, len(cs))
@@ -639,13 +672,17 @@ func originsOf(cs []*contribution) []Origin {
 	return out
 }
 
-// applied renders a fold for output; ok is false when there is no conf.
-func (st foldState) applied() (Applied, bool) {
+// applied renders a fold of the default blocks defaults (in apply order)
+// and its overrides for output; ok is false when there is no conf.
+func (st foldState) applied(defaults []*contribution) (Applied, bool) {
 	if st.empty() {
 		return Applied{}, false
 	}
-	return Applied{Conf: canonicalJSON(st.value()), Origin: st.origins()}, true
+	return Applied{Conf: st.conf(), Origin: originsOf(st.appliedBlocks(defaults))}, true
 }
+
+// conf is the fold's conf as canonical JSON.
+func (st foldState) conf() json.RawMessage { return canonicalJSON(st.value()) }
 
 // canonicalJSON encodes v with sorted object keys and without HTML escaping
 // (proxy patches carry Envoy YAML with '<' and '&'): resource.CanonicalJSON,

@@ -35,6 +35,17 @@ func kindRank(kind string) int {
 	return 0
 }
 
+// entryKindRank orders to/from entries by their own targetRef (Kuma's
+// CompareByToEntry): by kind, and among MeshService entries one naming a
+// port (sectionName) after one naming the whole service.
+func entryKindRank(ref *targetRef) int {
+	r := 2 * kindRank(ref.Kind)
+	if ref.Kind == resource.KindMeshService && ref.SectionName != "" {
+		r++
+	}
+	return r
+}
+
 // compareDataplaneRefs orders two top-level Dataplane targetRefs (Kuma's
 // CompareDataplaneKind): by labels < by name, and without sectionName <
 // with it. Any other pair is equal here.

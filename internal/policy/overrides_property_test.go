@@ -308,7 +308,7 @@ func checkDOOutbound(t *testing.T, reg *resource.Registry, snap *MeshSnapshot, r
 	}
 	// _explain renders the same conf, and every field it lists as in
 	// effect is in it.
-	ex, err := snap.Explain("backend-1", "", "MeshTimeout", "backend", 0, nil)
+	ex, err := snap.Explain("backend-1", "", "MeshTimeout", ExplainTarget{Outbound: "backend"})
 	if err != nil {
 		t.Fatal(err)
 	}

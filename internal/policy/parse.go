@@ -116,7 +116,7 @@ type entry struct {
 type entryDef struct {
 	index int
 	ref   *targetRef // shared (refTable), never written; from entries: Mesh when absent
-	kind  int        // rank of ref.Kind
+	kind  int        // entryKindRank of ref
 
 	// from entries: the client subset as tags; never is set when the
 	// targetRef's tags contradict each other (no client can match).
@@ -291,7 +291,7 @@ func (b *builder) entries(p *policy, list string, items []decodedEntry) []*entry
 			ref.Kind = resource.KindMesh
 		}
 		def := entryDef{index: i, ref: b.s.refs.intern(ref)}
-		def.kind = kindRank(def.ref.Kind)
+		def.kind = entryKindRank(def.ref)
 		if inbound {
 			def.tags, def.never = clientTags(*def.ref)
 		}

@@ -274,6 +274,46 @@ func bruteForce(entries []propEntry, client map[string]string, appendPaths map[s
 	return forwardFold(confs, appendPaths)
 }
 
+// bruteOrigins lists, in apply order, the entries that select the client:
+// the origin docs/policy.md#merging gives its conf.
+func bruteOrigins(entries []propEntry, client map[string]string) []string {
+	out := []string{}
+	for _, e := range entries {
+		if e.never {
+			continue
+		}
+		ok := true
+		for k, v := range e.tags {
+			if client[k] != v {
+				ok = false
+			}
+		}
+		if ok {
+			out = append(out, fmt.Sprintf("%s[%d]", e.policy, e.index))
+		}
+	}
+	return out
+}
+
+func originNames(os []Origin) []string {
+	out := []string{}
+	for _, o := range os {
+		out = append(out, fmt.Sprintf("%s[%d]", o.Name, *o.Entry))
+	}
+	return out
+}
+
+// isSubsequence reports whether every item of sub appears in list, in order.
+func isSubsequence(sub, list []string) bool {
+	i := 0
+	for _, v := range list {
+		if i < len(sub) && sub[i] == v {
+			i++
+		}
+	}
+	return i == len(sub)
+}
+
 func ruleMatches(rule Rule, client map[string]string) bool {
 	for _, m := range rule.Matchers {
 		v, ok := client[m.Key]
@@ -317,12 +357,15 @@ func checkPropCase(t *testing.T, reg *resource.Registry, r *rand.Rand, typ strin
 	for c := 0; c < clients; c++ {
 		client := randomClient(r)
 		want := normalizeJSON(bruteForce(entries, client, nil))
+		wantOrigins := bruteOrigins(entries, client)
 		var got any
+		var gotRule *Rule
 		n := 0
 		for i, rule := range rules {
 			if ruleMatches(rule, client) {
 				n++
 				got = ruleConfs[i]
+				gotRule = &rules[i]
 			}
 		}
 		fail := func(format string, args ...any) {
@@ -339,6 +382,11 @@ func checkPropCase(t *testing.T, reg *resource.Registry, r *rand.Rand, typ strin
 		if !reflect.DeepEqual(got, want) {
 			fail("rule conf %s, brute force %s", compact(got), compact(want))
 		}
+		// A rule's origin is the union of its clients' origins, in apply
+		// order: it holds this client's.
+		if gotRule != nil && !isSubsequence(wantOrigins, originNames(gotRule.Origin)) {
+			fail("rule origin %v does not hold the client's %v", originNames(gotRule.Origin), wantOrigins)
+		}
 		ev, err := snap.EvaluateInbound("backend-1", "", 8080, client)
 		if err != nil {
 			t.Fatal(err)
@@ -346,6 +394,9 @@ func checkPropCase(t *testing.T, reg *resource.Registry, r *rand.Rand, typ strin
 		evConf := any(nil)
 		if ap, ok := ev.Policies[typ]; ok {
 			evConf = normalizeJSON(ap.Conf)
+			if got := originNames(ap.Origin); !slices.Equal(got, wantOrigins) {
+				fail("evaluate origin %v, brute force %v", got, wantOrigins)
+			}
 		}
 		if !reflect.DeepEqual(evConf, want) {
 			fail("evaluate conf %s, brute force %s", compact(evConf), compact(want))

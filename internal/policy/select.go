@@ -3,6 +3,7 @@ package policy
 import (
 	"cmp"
 	"slices"
+	"strconv"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
@@ -32,10 +33,13 @@ func (s *MeshSnapshot) selectsSection(p *policy, dp *dataplane, sec *section, de
 	case resource.KindMesh:
 		return true
 	case resource.KindDataplane:
-		// Kuma: a Dataplane targetRef selects inbounds and listeners, never
-		// a builtin gateway.
-		return sec.kind != sectionGateway && s.selectsDataplane(p, dp) &&
-			(ref.SectionName == "" || ref.SectionName == sec.name)
+		// Kuma: a Dataplane targetRef selects inbounds and listeners (one
+		// by sectionName), and a delegated gateway as a whole; never a
+		// builtin gateway.
+		if sec.kind == sectionGateway {
+			return dp.delegated && s.selectsDataplane(p, dp)
+		}
+		return s.selectsDataplane(p, dp) && (ref.SectionName == "" || ref.SectionName == sec.name)
 	case resource.KindMeshHTTPRoute:
 		if depth >= maxRouteDepth {
 			return false
@@ -58,14 +62,17 @@ func (s *MeshSnapshot) selectsSection(p *policy, dp *dataplane, sec *section, de
 	case resource.KindMeshServiceSubset:
 		return tags[resource.ServiceTag] == ref.Name && tagListMatch(p.topTags, tags)
 	case resource.KindMeshGateway:
-		return proxyType == "Gateway" && s.gatewaySelects(ref, tags)
+		return proxyType == "Gateway" && !dp.delegated && s.gatewaySelects(ref, tags)
 	}
 	return false
 }
 
 // selectsDataplane: a Dataplane targetRef names dp by labels (all of them
-// on the Dataplane), by name in a namespace (the reference's, else the
-// policy's own, as Kuma resolves it), or, with neither, every Dataplane.
+// on the Dataplane), by name, or, with none of labels, name and namespace,
+// every Dataplane. A name is resolved as Kuma resolves it: in the zone of
+// the policy (a global policy has none, so it names no zone's Dataplane)
+// and in the reference's namespace, else the policy's own; it is compared
+// with the Dataplane's display name.
 func (s *MeshSnapshot) selectsDataplane(p *policy, dp *dataplane) bool {
 	ref := p.top
 	switch {
@@ -81,7 +88,9 @@ func (s *MeshSnapshot) selectsDataplane(p *policy, dp *dataplane) bool {
 		if ref.Namespace == "" {
 			ns = p.ownNS
 		}
-		return dp.res.Name == ref.Name && dp.ns == ns
+		return dp.display == ref.Name && dp.ns == ns && dp.zone == p.zone
+	case ref.Namespace != "":
+		return false // neither every Dataplane nor one by name (Kuma)
 	}
 	return true
 }
@@ -283,17 +292,31 @@ func refName(ref *targetRef) string {
 
 // toTarget is what a to-entry selects, resolved once per snapshot.
 type toTarget struct {
-	all      bool       // kind Mesh: every outbound
-	services []svcMatch // outbounds by service tag
-	backends []string   // outbounds by backendRef "Kind/name"
-	routes   []*policy  // kind MeshHTTPRoute: route-level confs
+	all      bool           // kind Mesh: every outbound
+	services []svcMatch     // outbounds by service tag
+	backends []backendMatch // outbounds by backendRef
+	routes   []*policy      // kind MeshHTTPRoute: route-level confs
+}
+
+// backendMatch selects the outbounds whose backendRef names key
+// ("Kind/name"), to port when it is not 0.
+type backendMatch struct {
+	key  string
+	port int
 }
 
 // svcMatch selects outbounds by kuma.io/service, constrained by
-// k8s.kuma.io/namespace and kuma.io/zone where both sides know them.
-type svcMatch struct{ service, ns, zone string }
+// k8s.kuma.io/namespace and kuma.io/zone where both sides know them, and
+// to one destination port when port is not 0 (a sectionName).
+type svcMatch struct {
+	service, ns, zone string
+	port              int
+}
 
 func (m svcMatch) matches(o *outbound) bool {
+	if m.port != 0 && o.destPort != m.port {
+		return false
+	}
 	if m.ns != "" {
 		if v, ok := o.tags[resource.LabelNamespace]; ok && v != m.ns {
 			return false
@@ -332,9 +355,16 @@ func (b *builder) resolveTo(p *policy, e *entry) *toTarget {
 
 // resolveService resolves a MeshService reference through MeshService
 // resources when one exists, so a renamed synced copy is found; otherwise it
-// falls back to the kuma.io/service tag (and namespace) of outbounds.
+// falls back to the kuma.io/service tag (and namespace) of outbounds. A
+// sectionName narrows it to the outbounds of that port; a service without
+// such a port gives nothing (docs/policy.md#selection). A Kubernetes-style
+// service name (name_namespace_svc_port) names the MeshService of that
+// name and namespace, on that port, as Kuma resolves it.
 func (b *builder) resolveService(p *policy, e *entry) *toTarget {
 	ref := e.ref
+	if t := b.resolveKubeService(p, e); t != nil {
+		return t
+	}
 	ns := b.normNS(ref.Namespace)
 	if ref.Namespace == "" {
 		ns = p.ownNS // empty namespace = the policy's own
@@ -342,20 +372,80 @@ func (b *builder) resolveService(p *policy, e *entry) *toTarget {
 	services := b.findServices(ref, ns)
 	t := &toTarget{}
 	for _, ms := range services {
-		t.services = append(t.services, svcMatch{service: ms.display, ns: ms.origNS, zone: ms.zone})
-		t.backends = append(t.backends, resource.KindMeshService+"/"+ms.res.Name)
+		port := 0
+		if ref.SectionName != "" {
+			var ok bool
+			if port, ok = portNamed(ms.ports, ref.SectionName); !ok {
+				p.warnings = append(p.warnings, policyWarning(p, "spec.to[%d].targetRef: MeshService %q has no port %q: the entry applies to none of its outbounds",
+					e.index, ms.display, ref.SectionName))
+				continue
+			}
+		}
+		t.addService(ms, port)
 	}
 	if len(services) > 0 {
 		return t
 	}
+	port := 0
+	if ref.SectionName != "" {
+		// No resource says which ports the service has: a section names
+		// a port by its number, or nothing.
+		n, err := strconv.Atoi(ref.SectionName)
+		if err != nil || n < 1 {
+			return t
+		}
+		port = n
+	}
 	switch {
 	case ref.Name != "":
-		t.services = []svcMatch{{service: ref.Name, ns: ns}}
+		t.services = []svcMatch{{service: ref.Name, ns: ns, port: port}}
 	case ref.Labels[resource.LabelDisplayName] != "":
 		l := ref.Labels
-		t.services = []svcMatch{{service: l[resource.LabelDisplayName], ns: b.normNS(l[resource.LabelNamespace]), zone: l[resource.LabelZone]}}
+		t.services = []svcMatch{{service: l[resource.LabelDisplayName], ns: b.normNS(l[resource.LabelNamespace]), zone: l[resource.LabelZone], port: port}}
 	default:
 		p.warnings = append(p.warnings, policyWarning(p, "spec.to[%d].targetRef: no MeshService has labels %s", e.index, formatTags(ref.Labels)))
+	}
+	return t
+}
+
+// addService selects the outbounds of ms (to port, when not 0).
+func (t *toTarget) addService(ms *meshService, port int) {
+	t.services = append(t.services, svcMatch{service: ms.display, ns: ms.origNS, zone: ms.zone, port: port})
+	t.backends = append(t.backends, backendMatch{key: resource.KindMeshService + "/" + ms.res.Name, port: port})
+}
+
+// resolveKubeService resolves a MeshService reference by a Kubernetes-style
+// service name without sectionName to the MeshServices of that display
+// name in that namespace, on that port (all ports for a headless name);
+// nil when the name is not of that form or no such MeshService exists.
+// Outbounds still carrying the name as their kuma.io/service tag are
+// selected too.
+func (b *builder) resolveKubeService(p *policy, e *entry) *toTarget {
+	ref := e.ref
+	if ref.SectionName != "" || ref.Name == "" {
+		return nil
+	}
+	name, ns, port, ok := parseKubeService(ref.Name)
+	if !ok {
+		return nil
+	}
+	var found []*meshService
+	for _, ms := range b.s.svcByName[name] {
+		if ms.origNS == b.normNS(ns) {
+			found = append(found, ms)
+		}
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	t := &toTarget{services: []svcMatch{{service: ref.Name}}}
+	for _, ms := range found {
+		if port == 0 || hasPort(ms.ports, port) {
+			t.addService(ms, port)
+			continue
+		}
+		p.warnings = append(p.warnings, policyWarning(p, "spec.to[%d].targetRef: MeshService %q of namespace %q has no port %d: the entry applies to none of its outbounds",
+			e.index, name, ns, port))
 	}
 	return t
 }
@@ -403,8 +493,17 @@ func (b *builder) resolveResource(p *policy, e *entry, byKey map[nsName]*resourc
 		found = byName[ref.Name]
 	}
 	for _, r := range found {
-		t.services = append(t.services, svcMatch{service: r.DisplayName()})
-		t.backends = append(t.backends, ref.Kind+"/"+r.Name)
+		port := 0
+		if ref.SectionName != "" {
+			var ok bool
+			if port, ok = portNamed(portsOf(r), ref.SectionName); !ok {
+				p.warnings = append(p.warnings, policyWarning(p, "spec.to[%d].targetRef: %s %q has no port %q: the entry applies to none of its outbounds",
+					e.index, ref.Kind, r.DisplayName(), ref.SectionName))
+				continue
+			}
+		}
+		t.services = append(t.services, svcMatch{service: r.DisplayName(), port: port})
+		t.backends = append(t.backends, backendMatch{key: ref.Kind + "/" + r.Name, port: port})
 	}
 	if len(found) == 0 {
 		p.warnings = append(p.warnings, policyWarning(p, "spec.to[%d].targetRef: %s %q not found", e.index, ref.Kind, refName(ref)))
@@ -433,8 +532,12 @@ func (t *toTarget) outbounds(dp *dataplane) []int {
 			}
 		}
 	}
-	for _, key := range t.backends {
-		out = append(out, dp.byBackend[key]...)
+	for _, m := range t.backends {
+		for _, i := range dp.byBackend[m.key] {
+			if m.port == 0 || dp.outbounds[i].destPort == m.port {
+				out = append(out, i)
+			}
+		}
 	}
 	if len(t.services)+len(t.backends) > 1 {
 		slices.Sort(out)

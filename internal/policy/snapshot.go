@@ -235,16 +235,32 @@ func (t *parseTable) take() *parseMap {
 }
 
 // fromResult is a memoized from-rule computation; the RBAC filter (for
-// MeshTrafficPermission) is derived on first use, by `_config` only.
+// MeshTrafficPermission) is derived on first use, by `_config` only. Its
+// rules carry no origins, their blocks instead (ruleBlocks), rendered per
+// query (rendered), as outboundResult does.
 type fromResult struct {
-	rules   []Rule
-	leaves  []cellLeaf // the cells the rules were rendered from
-	entries []*entry   // the inbound's entries, in apply order
-	warns   []string
-	err     error
+	rules      []Rule
+	ruleBlocks [][]*contribution // by rule
+	leaves     []cellLeaf        // the cells the rules were rendered from
+	entries    []*entry          // the inbound's entries, in apply order
+	warns      []string
+	err        error
 
 	rbacOnce sync.Once
 	rbac     RBACFilter
+}
+
+// rendered is the rules with their origins.
+func (fr *fromResult) rendered() []Rule {
+	if fr.rules == nil {
+		return nil
+	}
+	out := make([]Rule, len(fr.rules))
+	for i, r := range fr.rules {
+		r.Origin = originsOf(fr.ruleBlocks[i])
+		out[i] = r
+	}
+	return out
 }
 
 func (fr *fromResult) rbacFilter(mesh string) RBACFilter {
@@ -283,6 +299,7 @@ type meshService struct {
 	display string
 	origNS  string // namespace the service lives in where it was created ("" = none/system)
 	zone    string // kuma.io/zone label, "" when local or unknown
+	ports   []servicePort
 }
 
 type gateway struct {
@@ -474,7 +491,7 @@ func (b *builder) addInfra(r *resource.Resource) {
 	b.s.infra = append(b.s.infra, r)
 	switch r.Type {
 	case "MeshService":
-		ms := &meshService{res: r, display: r.DisplayName(), origNS: b.ownNamespace(r), zone: r.Labels.Get(resource.LabelZone)}
+		ms := &meshService{res: r, display: r.DisplayName(), origNS: b.ownNamespace(r), zone: r.Labels.Get(resource.LabelZone), ports: portsOf(r)}
 		b.s.services[key] = ms
 		b.s.svcByName[ms.display] = append(b.s.svcByName[ms.display], ms)
 	case "MeshExternalService":
@@ -544,9 +561,11 @@ func (b *builder) typeIndex(d *resource.TypeDescriptor) *typeIndex {
 	t := b.s.types[d.Name]
 	if t == nil {
 		appendFields := d.AppendFields
-		if d.Rules {
-			// Route rules of several routes on one outbound are all kept, in
-			// apply order; matching precedence is the Envoy generator's job.
+		if d.Rules && !d.OneRule {
+			// HTTP route rules of several routes on one outbound are all
+			// kept, in apply order; matching precedence is the Envoy
+			// generator's job. A TCP route's one rule has no matches to
+			// tell it from another's: the most specific replaces the rest.
 			appendFields = append(append([]string(nil), appendFields...), "rules")
 		}
 		n := b.perType[d]

@@ -207,7 +207,7 @@ func (s *MeshSnapshot) aggregate(t *typeIndex) map[*policy]*policyAgg {
 				es := mergeByPos(common, specific[i])
 				add(defaultsOf(es), overridesOf(es))
 				for _, res := range routed[i].entries {
-					rs := mergeByPos(es, res)
+					rs := mergeByPos(common, res)
 					add(defaultsOf(rs), overridesOf(rs))
 				}
 			}

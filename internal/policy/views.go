@@ -2,10 +2,13 @@ package policy
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
 	"sync"
+
+	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
 // typeView is everything one policy type gives one Dataplane; `_rules`,
@@ -67,8 +70,9 @@ func (s *MeshSnapshot) view(t *typeIndex, dp *dataplane) *typeView {
 // proxyView merges the proxy-wide blocks of the matched policies: defaults
 // in policy order, then overrides (docs/policy.md#defaults-and-overrides).
 func proxyView(m merger, t *typeIndex, matched []bool) (*Applied, []string) {
-	st := foldProxy(m, t, matched)
-	if ap, ok := st.applied(); ok {
+	defaults, overrides := proxyBlocks(t, matched)
+	st := m.overrides(m.fold(defaults), overrides)
+	if ap, ok := st.applied(defaults); ok {
 		return &ap, st.warnings()
 	}
 	return nil, st.warnings()
@@ -92,11 +96,6 @@ func proxyBlocks(t *typeIndex, matched []bool) (defaults, overrides []*contribut
 	return defaults, overrides
 }
 
-func foldProxy(m merger, t *typeIndex, matched []bool) foldState {
-	defaults, overrides := proxyBlocks(t, matched)
-	return m.overrides(m.fold(defaults), overrides)
-}
-
 // toView computes every outbound's merged conf. Entries of kind Mesh apply
 // to all outbounds; the others are distributed to the outbounds they
 // select. Outbounds with the same specific entries share one fold, which
@@ -109,31 +108,65 @@ func (s *MeshSnapshot) toView(t *typeIndex, dp *dataplane, matched []bool) ([]*O
 	common, specific, routed := s.outboundEntries(t, dp, matched)
 	memo := s.outboundMemo(t.desc.Name + "\x00" + sigOf(common))
 	out := make([]*OutboundPolicy, n)
+	rendered := map[*outboundResult]*OutboundPolicy{}
 	var warns []string
 	for i := range n {
 		key := sigOf(specific[i]) + routed[i].sig()
 		v, ok := memo.Load(key)
 		if !ok {
-			v, _ = memo.LoadOrStore(key, outboundPolicy(s.mergerOf(t), mergeByPos(common, specific[i]), routed[i]))
+			v, _ = memo.LoadOrStore(key, outboundPolicy(s.mergerOf(t), common, specific[i], routed[i]))
 		}
 		r := v.(*outboundResult)
-		out[i] = r.op
+		op, ok := rendered[r]
+		if !ok {
+			op = r.render()
+			rendered[r] = op
+		}
+		out[i] = op
 		warns = append(warns, r.warns...)
 	}
 	slices.Sort(warns)
 	return out, slices.Compact(warns)
 }
 
-// outboundResult is a memoized outbound computation.
+// outboundResult is a memoized outbound computation. It keeps the blocks
+// of its origins, not the origins: a proxy matched by 100,000 policies has
+// as many origins per target, 13 MB as Origin values, which a memo kept for
+// the snapshot's life. They are rendered per query (render), once per
+// distinct result.
 type outboundResult struct {
-	op    *OutboundPolicy // nil: nothing applies
-	warns []string
+	has    bool // something applies
+	conf   json.RawMessage
+	blocks []*contribution
+	routes []routeResult
+	warns  []string
+}
+
+// routeResult is the conf of one route's traffic on an outbound.
+type routeResult struct {
+	route  *policy
+	conf   json.RawMessage
+	blocks []*contribution
+}
+
+// render is the result as a view shows it; nil when nothing applies.
+func (r *outboundResult) render() *OutboundPolicy {
+	if !r.has {
+		return nil
+	}
+	op := &OutboundPolicy{Conf: r.conf, Origin: originsOf(r.blocks)}
+	for _, rr := range r.routes {
+		op.Routes = append(op.Routes, RouteConf{Route: rr.route.meta(), Conf: rr.conf, Origin: originsOf(rr.blocks)})
+	}
+	return op
 }
 
 // outboundEntries distributes the to-entries of the matched policies: Mesh
 // entries apply to every outbound (common), the others to the outbounds
 // they select (specific, by outbound index), and entries naming routes to
-// the outbounds those routes send traffic to (routed).
+// the outbounds those routes send traffic to (routed), as do the entries of
+// a policy whose top-level targetRef is a route: such a policy shapes that
+// route's traffic only (docs/policy.md#routes).
 func (s *MeshSnapshot) outboundEntries(t *typeIndex, dp *dataplane, matched []bool) ([]*entry, [][]*entry, []routeEntries) {
 	n := len(dp.outbounds)
 	var common []*entry
@@ -141,6 +174,12 @@ func (s *MeshSnapshot) outboundEntries(t *typeIndex, dp *dataplane, matched []bo
 	routed := make([]routeEntries, n)
 	for _, e := range t.to {
 		if !matched[e.pol.idx] {
+			continue
+		}
+		if p := e.pol; p.top.Kind == resource.KindMeshHTTPRoute {
+			for _, r := range s.lookupRoutes(p.top, p.ownNS) {
+				s.addRouteEntry(routed, r, e, dp)
+			}
 			continue
 		}
 		if e.target.all {
@@ -216,23 +255,27 @@ func (s *MeshSnapshot) addRouteEntry(routed []routeEntries, r *policy, e *entry,
 	}
 }
 
-func outboundPolicy(m merger, list []*entry, routed routeEntries) *outboundResult {
-	op := &OutboundPolicy{Origin: []Origin{}}
+// outboundPolicy computes one outbound's conf from the Mesh entries
+// (common) and those selecting the outbound (specific), and the conf of
+// each route's traffic from the Mesh entries and the route's own: as Kuma
+// computes a route's rules, entries naming the service do not reach its
+// routes (docs/policy.md#routes).
+func outboundPolicy(m merger, common, specific []*entry, routed routeEntries) *outboundResult {
+	list := mergeByPos(common, specific)
 	st := foldEntries(m, list)
 	res := &outboundResult{warns: st.warnings()}
-	if ap, ok := st.applied(); ok {
-		op.Conf, op.Origin = ap.Conf, ap.Origin
+	if !st.empty() {
+		res.conf, res.blocks = st.conf(), st.appliedBlocks(defaultsOf(list))
 	}
 	for i, route := range routed.routes {
-		rst := foldEntries(m, mergeByPos(list, routed.entries[i]))
+		rl := mergeByPos(common, routed.entries[i])
+		rst := foldEntries(m, rl)
 		res.warns = append(res.warns, rst.warnings()...)
-		if ap, ok := rst.applied(); ok {
-			op.Routes = append(op.Routes, RouteConf{Route: route.meta(), Conf: ap.Conf, Origin: ap.Origin})
+		if !rst.empty() {
+			res.routes = append(res.routes, routeResult{route: route, conf: rst.conf(), blocks: rst.appliedBlocks(defaultsOf(rl))})
 		}
 	}
-	if op.Conf != nil || len(op.Routes) > 0 {
-		res.op = op
-	}
+	res.has = res.conf != nil || len(res.routes) > 0
 	return res
 }
 
@@ -313,7 +356,7 @@ func (s *MeshSnapshot) fromView(v *typeView, dp *dataplane) {
 			v.warnings = append(v.warnings, fmt.Sprintf("%s: inbound port %d: %v; its rules are omitted", t.desc.Name, in.port, fr.err))
 		}
 		v.warnings = append(v.warnings, fr.warns...)
-		v.inbound[i], v.from[i] = fr.rules, fr
+		v.inbound[i], v.from[i] = fr.rendered(), fr
 	}
 }
 
@@ -326,7 +369,7 @@ func (s *MeshSnapshot) fromRules(t *typeIndex, es []*entry) *fromResult {
 	if b, err := buildFromRules(s.mergerOf(t), es, maxRulesPerInbound); err != nil {
 		fr.err = err
 	} else {
-		fr.rules, fr.leaves, fr.warns = b.rules, b.leaves, b.warns
+		fr.rules, fr.ruleBlocks, fr.leaves, fr.warns = b.rules, b.ruleBlocks, b.leaves, b.warns
 	}
 	v, _ := s.fromMemo.LoadOrStore(key, fr)
 	return v.(*fromResult)
@@ -516,7 +559,7 @@ func (s *MeshSnapshot) evaluateInbound(t *typeIndex, dp *dataplane, in *inbound,
 				es = append(es, e)
 			}
 		}
-		return foldEntries(s.mergerOf(t), es).applied()
+		return foldEntries(s.mergerOf(t), es).applied(defaultsOf(es))
 	}
 	return Applied{}, false
 }
