@@ -187,10 +187,15 @@ type node struct {
 	unset bool
 	value any // nodeLeaf
 	items []any
-	// listBy: nodeList, the contributions whose items it holds.
+	// listBy: nodeList, the contributions whose items it holds, in apply
+	// order; counts[i] is how many items listBy[i] holds.
 	listBy []*contribution
-	kids   map[string]*node
-	by     *contribution // the contribution that created the node (provenance)
+	counts []int
+	// key: a keyed append list (merger.keyed): the item field whose equal
+	// values merge the items (Kuma's mergeValuesByKey).
+	key  string
+	kids map[string]*node
+	by   *contribution // the contribution that created the node (provenance)
 }
 
 // contributors is the persistent list of contributions that changed a fold
@@ -262,6 +267,9 @@ func (c *contributionDef) computeWhere() string {
 type merger struct {
 	// appendPaths are the dotted conf paths whose lists concatenate.
 	appendPaths map[string]bool
+	// keyed are the append paths whose items merge by a key field (the
+	// path's value): MeshHTTPRoute rules with equal matches (mergeByKey).
+	keyed map[string]string
 	// budget is the snapshot's time for `when` expressions (nil: none).
 	budget *condition.Budget
 }
@@ -376,6 +384,7 @@ func (m merger) patchNode(n *node, p *patch, path string, c *contribution) *node
 			out.sealed = false
 			out.items = append(append(make([]any, 0, len(n.items)+len(list)), n.items...), list...)
 			out.listBy = append(slices.Clone(n.listBy), c)
+			out.counts = append(slices.Clone(n.counts), len(list))
 			return &out
 		}
 		return m.newNode(p, path, c)
@@ -514,6 +523,7 @@ func (m merger) fillList(n *node, p *patch, c *contribution) (*node, bool) {
 	out.items = make([]any, 0, len(list)+len(n.items))
 	out.items = append(append(out.items, list...), n.items...)
 	out.listBy = append([]*contribution{c}, n.listBy...)
+	out.counts = append([]int{len(list)}, n.counts...)
 	return &out, true
 }
 
@@ -530,7 +540,7 @@ func (m merger) newNode(p *patch, path string, c *contribution) *node {
 		return &node{kind: nodeDeleted, by: c}
 	case []any:
 		if m.appendPaths[path] {
-			return &node{kind: nodeList, items: v, listBy: []*contribution{c}, by: c}
+			return &node{kind: nodeList, items: v, listBy: []*contribution{c}, counts: []int{len(v)}, key: m.keyed[path], by: c}
 		}
 	}
 	return &node{kind: nodeLeaf, value: p.value, by: c}
@@ -577,6 +587,9 @@ func nodeValue(n *node) any {
 	case nodeLeaf:
 		return n.value
 	case nodeList:
+		if n.key != "" {
+			return mergeByKey(n.items, n.counts, n.key)
+		}
 		return append([]any{}, n.items...)
 	}
 	obj := make(map[string]any, len(n.kids))

@@ -563,13 +563,19 @@ func (b *builder) typeIndex(d *resource.TypeDescriptor) *typeIndex {
 		appendFields := d.AppendFields
 		if d.Rules && !d.OneRule {
 			// HTTP route rules of several routes on one outbound are all
-			// kept, in apply order; matching precedence is the Envoy
-			// generator's job. A TCP route's one rule has no matches to
-			// tell it from another's: the most specific replaces the rest.
+			// kept, those with equal matches merged (keyed.go); matching
+			// precedence is the Envoy generator's job. A TCP route's one
+			// rule has no matches to tell it from another's: the most
+			// specific replaces the rest.
 			appendFields = append(append([]string(nil), appendFields...), "rules")
 		}
 		n := b.perType[d]
-		t = &typeIndex{desc: d, merger: newMerger(appendFields), skipped: map[nsName]bool{},
+		m := newMerger(appendFields)
+		if d.Rules && !d.OneRule {
+			// Rules with equal matches merge into one (keyed.go).
+			m.keyed = map[string]string{"rules": "matches"}
+		}
+		t = &typeIndex{desc: d, merger: m, skipped: map[nsName]bool{},
 			policies: make([]*policy, 0, n), sources: make([]*policy, 0, n)}
 		b.s.types[d.Name] = t
 	}
