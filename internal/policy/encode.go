@@ -22,6 +22,10 @@ func (r *RulesResult) AppendJSON(b []byte) []byte {
 	return e.b
 }
 
+// MarshalJSON is AppendJSON, for encoding/json and its kin: a RulesResult's
+// origins exist only in its encoding.
+func (r *RulesResult) MarshalJSON() ([]byte, error) { return r.AppendJSON(nil), nil }
+
 // WriteJSON writes what AppendJSON appends, to w as it goes: the encoding
 // is handed to w in pieces of about 32 KiB, so a large response is never
 // held whole (a proxy's origins alone can be megabytes: every entry that
@@ -46,9 +50,11 @@ type rulesEncoder struct {
 	shared map[originsKey][]byte
 }
 
-// originsKey identifies an origin list by its backing array.
+// originsKey identifies an origin list by its backing array: of Origin
+// values, or of the blocks a lazy origin is written from.
 type originsKey struct {
 	first *Origin
+	block **contribution
 	n     int
 }
 
@@ -110,7 +116,7 @@ func (e *rulesEncoder) typeRules(t TypeRules) {
 		e.b = append(e.b, `{"conf":`...)
 		e.b = appendRaw(e.b, t.ProxyRule.Conf)
 		e.b = append(e.b, `,"origin":`...)
-		e.origins(t.ProxyRule.Origin)
+		e.origins(t.ProxyRule.Origin, t.ProxyRule.lazy)
 		e.b = append(e.b, '}')
 	}
 	e.b = append(e.b, `,"toRules":`...)
@@ -158,7 +164,7 @@ func (e *rulesEncoder) toRule(t ToRule) {
 	b = append(b, `},"conf":`...)
 	b = appendRaw(b, t.Conf)
 	e.b = append(b, `,"origin":`...)
-	e.origins(t.Origin)
+	e.origins(t.Origin, t.lazy)
 	if len(t.Routes) > 0 {
 		e.b = append(e.b, `,"routes":[`...)
 		for i, r := range t.Routes {
@@ -170,7 +176,7 @@ func (e *rulesEncoder) toRule(t ToRule) {
 			e.b = append(e.b, `,"conf":`...)
 			e.b = appendRaw(e.b, r.Conf)
 			e.b = append(e.b, `,"origin":`...)
-			e.origins(r.Origin)
+			e.origins(r.Origin, r.lazy)
 			e.b = append(e.b, '}')
 		}
 		e.b = append(e.b, ']')
@@ -197,7 +203,7 @@ func (e *rulesEncoder) fromRules(f FromRules) {
 			e.b = append(e.b, `,"conf":`...)
 			e.b = appendRaw(e.b, r.Conf)
 			e.b = append(e.b, `,"origin":`...)
-			e.origins(r.Origin)
+			e.origins(r.Origin, r.lazy)
 			e.b = append(e.b, '}')
 			e.maybeFlush()
 		}
@@ -206,17 +212,35 @@ func (e *rulesEncoder) fromRules(f FromRules) {
 	e.b = append(e.b, '}')
 }
 
-// origins writes an origin list; a long one is encoded once per response
-// and copied where the same list appears again.
-func (e *rulesEncoder) origins(os []Origin) {
-	if len(os) < minSharedOrigins {
-		e.b = appendList(e.b, os, appendOrigin)
+// origins writes an origin list, from its Origin values or (lazy) its
+// blocks; a long one is encoded once per response and copied where the same
+// list appears again.
+func (e *rulesEncoder) origins(os []Origin, lazy lazyOrigin) {
+	n := len(os)
+	if lazy.set {
+		n = len(lazy.blocks)
+	}
+	if n < minSharedOrigins {
+		if lazy.set {
+			e.b = appendBlockOrigins(e.b, lazy.blocks)
+		} else {
+			e.b = appendList(e.b, os, appendOrigin)
+		}
 		return
 	}
-	key := originsKey{&os[0], len(os)}
+	key := originsKey{n: n}
+	if lazy.set {
+		key.block = &lazy.blocks[0]
+	} else {
+		key.first = &os[0]
+	}
 	enc, ok := e.shared[key]
 	if !ok {
-		enc = appendList(make([]byte, 0, 128*len(os)), os, appendOrigin)
+		if lazy.set {
+			enc = appendBlockOrigins(make([]byte, 0, 128*n), lazy.blocks)
+		} else {
+			enc = appendList(make([]byte, 0, 128*n), os, appendOrigin)
+		}
 		if e.shared == nil {
 			e.shared = map[originsKey][]byte{}
 		}
@@ -264,6 +288,45 @@ func appendOrigin(b []byte, o Origin) []byte {
 		b = appendString(b, o.List)
 	}
 	return append(b, '}')
+}
+
+// appendBlockOrigins writes the origins of blocks as a JSON array: what
+// appendList(b, originsOf(blocks), appendOrigin) writes, without making
+// the Origin values.
+func appendBlockOrigins(b []byte, blocks []*contribution) []byte {
+	b = append(b, '[')
+	for i, c := range blocks {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if c.pol == nil {
+			b = appendOrigin(b, Origin{})
+			continue
+		}
+		p := c.pol
+		b = append(b, `{"type":`...)
+		b = appendString(b, p.desc.Name)
+		b = append(b, `,"mesh":`...)
+		b = appendString(b, p.mesh)
+		b = append(b, `,"name":`...)
+		b = appendString(b, p.resName)
+		b = append(b, `,"namespace":`...)
+		b = appendString(b, p.resNS)
+		b = append(b, `,"labels":`...)
+		b = appendLabels(b, p.labels)
+		if c.entry >= 0 {
+			b = append(b, `,"entry":`...)
+			b = strconv.AppendInt(b, int64(c.entry), 10)
+		}
+		if c.block == blockOverride {
+			b = append(b, `,"block":"override"`...)
+		}
+		if c.list == "rules" {
+			b = append(b, `,"list":"rules"`...)
+		}
+		b = append(b, '}')
+	}
+	return append(b, ']')
 }
 
 func appendMeta(b []byte, m Meta) []byte {

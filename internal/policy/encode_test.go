@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,10 +16,53 @@ import (
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
-// sameJSON reports whether AppendJSON and encoding/json agree on r.
+// materialized is r with its lazy origins made Origin values, as a type
+// encoding/json encodes by reflection.
+func materialized(r *RulesResult) *plainRules {
+	out := plainRules(*r)
+	out.Rules = slices.Clone(r.Rules)
+	for i, tr := range out.Rules {
+		if tr.ProxyRule != nil && tr.ProxyRule.lazy.set {
+			ap := *tr.ProxyRule
+			ap.Origin, ap.lazy = originsOf(ap.lazy.blocks), lazyOrigin{}
+			tr.ProxyRule = &ap
+		}
+		tr.ToRules = slices.Clone(tr.ToRules)
+		for j, to := range tr.ToRules {
+			if to.lazy.set {
+				to.Origin, to.lazy = originsOf(to.lazy.blocks), lazyOrigin{}
+			}
+			to.Routes = slices.Clone(to.Routes)
+			for k, rc := range to.Routes {
+				if rc.lazy.set {
+					to.Routes[k].Origin, to.Routes[k].lazy = originsOf(rc.lazy.blocks), lazyOrigin{}
+				}
+			}
+			tr.ToRules[j] = to
+		}
+		tr.FromRules = slices.Clone(tr.FromRules)
+		for j, fr := range tr.FromRules {
+			fr.Rules = slices.Clone(fr.Rules)
+			for k, rule := range fr.Rules {
+				if rule.lazy.set {
+					fr.Rules[k].Origin, fr.Rules[k].lazy = originsOf(rule.lazy.blocks), lazyOrigin{}
+				}
+			}
+			tr.FromRules[j] = fr
+		}
+		out.Rules[i] = tr
+	}
+	return &out
+}
+
+// plainRules is RulesResult without its MarshalJSON.
+type plainRules RulesResult
+
+// sameJSON reports whether AppendJSON, writing lazy origins from their
+// blocks, and encoding/json on the materialized result agree on r.
 func sameJSON(t *testing.T, r *RulesResult) {
 	t.Helper()
-	want, err := json.Marshal(r)
+	want, err := json.Marshal(materialized(r))
 	if err != nil {
 		t.Fatal(err)
 	}

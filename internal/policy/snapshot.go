@@ -250,14 +250,18 @@ type fromResult struct {
 	rbac     RBACFilter
 }
 
-// rendered is the rules with their origins.
-func (fr *fromResult) rendered() []Rule {
+// rendered is the rules with their origins, or (lazy) their blocks.
+func (fr *fromResult) rendered(lazy bool) []Rule {
 	if fr.rules == nil {
 		return nil
 	}
 	out := make([]Rule, len(fr.rules))
 	for i, r := range fr.rules {
-		r.Origin = originsOf(fr.ruleBlocks[i])
+		if lazy {
+			r.lazy = lazyOrigin{set: true, blocks: fr.ruleBlocks[i]}
+		} else {
+			r.Origin = originsOf(fr.ruleBlocks[i])
+		}
 		out[i] = r
 	}
 	return out

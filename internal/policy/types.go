@@ -53,6 +53,17 @@ type Rule struct {
 	Matchers []Matcher       `json:"matchers"`
 	Conf     json.RawMessage `json:"conf"`
 	Origin   []Origin        `json:"origin"`
+	lazy     lazyOrigin
+}
+
+// lazyOrigin holds, in a `_rules` result, the blocks an origin is written
+// from instead of the Origin values: a proxy matched by 100,000 policies
+// has as many origins per target, 13 MB of Origin values a zone allocated
+// per query only to encode them (RulesResult's encoder writes them from
+// the blocks). Results other views return carry Origin.
+type lazyOrigin struct {
+	set    bool
+	blocks []*contribution
 }
 
 // Applied is a merged conf with its origin. Conf is canonical JSON (object
@@ -60,6 +71,7 @@ type Rule struct {
 type Applied struct {
 	Conf   json.RawMessage `json:"conf"`
 	Origin []Origin        `json:"origin"`
+	lazy   lazyOrigin
 }
 
 // RouteConf is the conf a policy type gives traffic on one route of an
@@ -69,6 +81,7 @@ type RouteConf struct {
 	Route  Meta            `json:"route"`
 	Conf   json.RawMessage `json:"conf"`
 	Origin []Origin        `json:"origin"`
+	lazy   lazyOrigin
 }
 
 // InboundRef names an inbound in rule views: its port and its effective
@@ -99,6 +112,7 @@ type ToRule struct {
 	Conf     json.RawMessage `json:"conf"`
 	Origin   []Origin        `json:"origin"`
 	Routes   []RouteConf     `json:"routes,omitempty"`
+	lazy     lazyOrigin
 }
 
 // TypeRules is the `_rules` view of one policy type on one Dataplane.
@@ -112,7 +126,9 @@ type TypeRules struct {
 
 // RulesResult is the `_rules` response (docs/api.md). Rules holds one item per
 // policy type that gives the Dataplane anything or has warnings for it,
-// sorted by type name. Warnings are about the Dataplane itself.
+// sorted by type name. Warnings are about the Dataplane itself. Its origins
+// are written by its JSON encoding (AppendJSON, WriteJSON, MarshalJSON),
+// not held as Origin values: read them from the JSON.
 type RulesResult struct {
 	Resource Meta        `json:"resource"`
 	Rules    []TypeRules `json:"rules"`
@@ -124,6 +140,7 @@ type OutboundPolicy struct {
 	Conf   json.RawMessage `json:"conf"`
 	Origin []Origin        `json:"origin"`
 	Routes []RouteConf     `json:"routes,omitempty"`
+	lazy   lazyOrigin
 }
 
 // InboundPolicy is one policy type's rules on an inbound.

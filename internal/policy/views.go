@@ -39,7 +39,9 @@ func (v *typeView) empty() bool {
 	return true
 }
 
-func (s *MeshSnapshot) view(t *typeIndex, dp *dataplane) *typeView {
+// view computes what t gives dp. With lazy, origins are left for the
+// `_rules` encoder to write from the blocks (lazyOrigin).
+func (s *MeshSnapshot) view(t *typeIndex, dp *dataplane, lazy bool) *typeView {
 	v := &typeView{t: t, warnings: append([]string{}, t.warnings...)}
 	if k := legacyKindOf(t.desc); k != notLegacy {
 		s.legacyView(v, k, dp)
@@ -53,29 +55,35 @@ func (s *MeshSnapshot) view(t *typeIndex, dp *dataplane) *typeView {
 	}
 	if t.desc.ProxyWide {
 		var warns []string
-		v.proxy, warns = proxyView(s.mergerOf(t), t, matched)
+		v.proxy, warns = proxyView(s.mergerOf(t), t, matched, lazy)
 		v.warnings = append(v.warnings, warns...)
 	}
 	if t.desc.To {
 		var warns []string
-		v.outbound, warns = s.toView(t, dp, matched)
+		v.outbound, warns = s.toView(t, dp, matched, lazy)
 		v.warnings = append(v.warnings, warns...)
 	}
 	if t.desc.From {
-		s.fromView(v, dp)
+		s.fromView(v, dp, lazy)
 	}
 	return v
 }
 
 // proxyView merges the proxy-wide blocks of the matched policies: defaults
 // in policy order, then overrides (docs/policy.md#defaults-and-overrides).
-func proxyView(m merger, t *typeIndex, matched []bool) (*Applied, []string) {
+func proxyView(m merger, t *typeIndex, matched []bool, lazy bool) (*Applied, []string) {
 	defaults, overrides := proxyBlocks(t, matched)
 	st := m.overrides(m.fold(defaults), overrides)
-	if ap, ok := st.applied(defaults); ok {
-		return &ap, st.warnings()
+	if st.empty() {
+		return nil, st.warnings()
 	}
-	return nil, st.warnings()
+	ap := &Applied{Conf: st.conf()}
+	if blocks := st.appliedBlocks(defaults); lazy {
+		ap.lazy = lazyOrigin{set: true, blocks: blocks}
+	} else {
+		ap.Origin = originsOf(blocks)
+	}
+	return ap, st.warnings()
 }
 
 // proxyBlocks lists the proxy-wide defaults of the matched policies in apply
@@ -100,7 +108,7 @@ func proxyBlocks(t *typeIndex, matched []bool) (defaults, overrides []*contribut
 // to all outbounds; the others are distributed to the outbounds they
 // select. Outbounds with the same specific entries share one fold, which
 // keeps a proxy with 1,000 outbounds cheap.
-func (s *MeshSnapshot) toView(t *typeIndex, dp *dataplane, matched []bool) ([]*OutboundPolicy, []string) {
+func (s *MeshSnapshot) toView(t *typeIndex, dp *dataplane, matched []bool, lazy bool) ([]*OutboundPolicy, []string) {
 	n := len(dp.outbounds)
 	if n == 0 || len(t.to) == 0 {
 		return nil, nil
@@ -119,7 +127,7 @@ func (s *MeshSnapshot) toView(t *typeIndex, dp *dataplane, matched []bool) ([]*O
 		r := v.(*outboundResult)
 		op, ok := rendered[r]
 		if !ok {
-			op = r.render()
+			op = r.render(lazy)
 			rendered[r] = op
 		}
 		out[i] = op
@@ -149,14 +157,26 @@ type routeResult struct {
 	blocks []*contribution
 }
 
-// render is the result as a view shows it; nil when nothing applies.
-func (r *outboundResult) render() *OutboundPolicy {
+// render is the result as a view shows it, with origins or (lazy) their
+// blocks; nil when nothing applies.
+func (r *outboundResult) render(lazy bool) *OutboundPolicy {
 	if !r.has {
 		return nil
 	}
-	op := &OutboundPolicy{Conf: r.conf, Origin: originsOf(r.blocks)}
+	op := &OutboundPolicy{Conf: r.conf}
+	if lazy {
+		op.lazy = lazyOrigin{set: true, blocks: r.blocks}
+	} else {
+		op.Origin = originsOf(r.blocks)
+	}
 	for _, rr := range r.routes {
-		op.Routes = append(op.Routes, RouteConf{Route: rr.route.meta(), Conf: rr.conf, Origin: originsOf(rr.blocks)})
+		rc := RouteConf{Route: rr.route.meta(), Conf: rr.conf}
+		if lazy {
+			rc.lazy = lazyOrigin{set: true, blocks: rr.blocks}
+		} else {
+			rc.Origin = originsOf(rr.blocks)
+		}
+		op.Routes = append(op.Routes, rc)
 	}
 	return op
 }
@@ -339,7 +359,7 @@ func sigOf(es []*entry) string {
 
 // fromView computes the rules of every inbound. Inbounds selected by the
 // same entries share one computation, across Dataplanes too.
-func (s *MeshSnapshot) fromView(v *typeView, dp *dataplane) {
+func (s *MeshSnapshot) fromView(v *typeView, dp *dataplane, lazy bool) {
 	t := v.t
 	if len(t.from) == 0 || len(dp.inbounds) == 0 {
 		return
@@ -356,7 +376,7 @@ func (s *MeshSnapshot) fromView(v *typeView, dp *dataplane) {
 			v.warnings = append(v.warnings, fmt.Sprintf("%s: inbound port %d: %v; its rules are omitted", t.desc.Name, in.port, fr.err))
 		}
 		v.warnings = append(v.warnings, fr.warns...)
-		v.inbound[i], v.from[i] = fr.rendered(), fr
+		v.inbound[i], v.from[i] = fr.rendered(lazy), fr
 	}
 }
 
@@ -449,7 +469,7 @@ func (s *MeshSnapshot) Rules(dpName, dpNamespace string) (*RulesResult, error) {
 	}
 	res := &RulesResult{Resource: dp.meta, Rules: []TypeRules{}, Warnings: dp.warnings}
 	for _, name := range s.typeNames {
-		if v := s.view(s.types[name], dp); !v.empty() {
+		if v := s.view(s.types[name], dp, true); !v.empty() {
 			res.Rules = append(res.Rules, v.typeRules(dp))
 		}
 	}
@@ -460,7 +480,7 @@ func (v *typeView) typeRules(dp *dataplane) TypeRules {
 	tr := TypeRules{Type: v.t.desc.Name, Warnings: v.warnings, ProxyRule: v.proxy, ToRules: []ToRule{}, FromRules: []FromRules{}}
 	for i, op := range v.outbound {
 		if op != nil {
-			tr.ToRules = append(tr.ToRules, ToRule{Outbound: dp.outbounds[i].ref(), Conf: op.Conf, Origin: op.Origin, Routes: op.Routes})
+			tr.ToRules = append(tr.ToRules, ToRule{Outbound: dp.outbounds[i].ref(), Conf: op.Conf, Origin: op.Origin, Routes: op.Routes, lazy: op.lazy})
 		}
 	}
 	for i, rules := range v.inbound {
@@ -489,7 +509,7 @@ func (s *MeshSnapshot) Config(dpName, dpNamespace string) (*ConfigResult, error)
 		res.Outbounds = append(res.Outbounds, OutboundConfig{Port: o.port, Service: o.service, Tags: o.tags, Policies: map[string]OutboundPolicy{}})
 	}
 	for _, name := range s.typeNames {
-		v := s.view(s.types[name], dp)
+		v := s.view(s.types[name], dp, false)
 		v.addToConfig(res, s.mesh)
 	}
 	return res, nil
@@ -605,7 +625,7 @@ func (s *MeshSnapshot) EvaluateOutbound(dpName, dpNamespace, service string) (*O
 		if !t.desc.To && legacyKindOf(t.desc) != legacyOutbound {
 			continue
 		}
-		v := s.view(t, dp)
+		v := s.view(t, dp, false)
 		if i := idx[0]; i < len(v.outbound) && v.outbound[i] != nil {
 			res.Policies[name] = *v.outbound[i]
 		}
