@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -55,6 +56,7 @@ type node struct {
 	api     string // http://host:port
 	dataDir string
 	log     *logBuffer
+	xds     string // a zone's xDS address
 }
 
 // logBuffer collects a child's output; the child's copier goroutine writes
@@ -86,6 +88,13 @@ func startNode(t *testing.T, name, bin, dataDir string, args ...string) *node {
 	}
 	n := &node{t: t, dataDir: dataDir, api: "http://" + addr, log: &logBuffer{}}
 	full := append([]string{"--data-dir", dataDir, "--api-address", addr, "--log-level", "debug"}, args...)
+	if bin == bins.Zone && !slices.Contains(args, "--xds-address") {
+		// Each zone its own xDS address: several run side by side.
+		if n.xds, err = launcher.FreeAddress(); err != nil {
+			t.Fatal(err)
+		}
+		full = append(full, "--xds-address", n.xds)
+	}
 	n.proc = &launcher.Process{Name: name, Path: bin, Args: full, Log: n.log}
 	n.start()
 	t.Cleanup(func() {

@@ -162,8 +162,12 @@ func (e *env) zoneStarted(g *plane, name, environment string, started *time.Time
 	if started != nil {
 		*started = time.Now()
 	}
+	xds, err := launcher.FreeAddress()
+	if err != nil {
+		return nil, err
+	}
 	return e.start(name, e.bins.Zone, "--zone", name, "--environment", environment, "--global-address", g.kds,
-		"--zone-token-file", tokenFile, "--kds-ca-file", filepath.Join(g.dataDir, "kds-server.crt"))
+		"--zone-token-file", tokenFile, "--kds-ca-file", filepath.Join(g.dataDir, "kds-server.crt"), "--xds-address", xds)
 }
 
 func (e *env) zoneToken(g *plane, zone string) (string, error) {

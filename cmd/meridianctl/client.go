@@ -151,7 +151,7 @@ func planeOf(path string) string {
 	switch {
 	case strings.HasPrefix(path, "/zones"), strings.HasPrefix(path, "/tokens/zone"):
 		return "global"
-	case strings.Contains(path, "/dataplanes/") && strings.Contains(path, "/_"),
+	case strings.Contains(path, "/dataplanes/") && strings.Contains(path, "/_"), strings.HasPrefix(path, "/tokens/dataplane"),
 		strings.Contains(path, "/_resources/"):
 		return "zone"
 	}

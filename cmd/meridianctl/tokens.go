@@ -33,6 +33,23 @@ func (a *app) revokeCommand() *cobra.Command {
 		},
 	})
 	cmd.AddCommand(&cobra.Command{
+		Use:   "dataplane-token ID",
+		Short: "Revoke one Dataplane token by its id (zone control plane); its agents' sessions and workloads' xDS streams end at once",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			body, _, err := a.client.do(cmd.Context(), "DELETE", "/tokens/dataplane/"+url.PathEscape(args[0]), nil, nil, "")
+			if err != nil {
+				return err
+			}
+			var out struct {
+				StreamsEnded int `json:"streamsEnded"`
+			}
+			_ = json.Unmarshal(body, &out)
+			fmt.Fprintf(a.stdout, "dataplane token %s revoked (%d xDS stream(s) ended)\n", args[0], out.StreamsEnded)
+			return nil
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
 		Use:   "user-token ID",
 		Short: "Revoke one user token by its id (printed when it was issued); it authenticates nobody from then on",
 		Args:  cobra.ExactArgs(1),

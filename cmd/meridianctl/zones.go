@@ -13,7 +13,7 @@ import (
 
 func (a *app) generateCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "generate", Short: "Generate credentials"}
-	cmd.AddCommand(a.generateZoneTokenCommand(), a.generateUserTokenCommand())
+	cmd.AddCommand(a.generateZoneTokenCommand(), a.generateUserTokenCommand(), a.generateDataplaneTokenCommand())
 	return cmd
 }
 
@@ -146,4 +146,52 @@ func ago(t *time.Time) string {
 		return "-"
 	}
 	return time.Since(*t).Round(time.Second).String() + " ago"
+}
+
+// generateDataplaneTokenCommand asks a zone for a Dataplane token, ready
+// for meridian-dp --dataplane-token-file.
+func (a *app) generateDataplaneTokenCommand() *cobra.Command {
+	var mesh, name, namespace, validFor string
+	var tags []string
+	cmd := &cobra.Command{
+		Use:   "dataplane-token --mesh M (--name N [--namespace NS] | --tag k=v...) [--valid-for 24h]",
+		Short: "Issue the token a workload's agent (meridian-dp) joins a zone with (zone control plane, admin only)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if mesh == "" {
+				return fmt.Errorf("--mesh is required")
+			}
+			if name == "" && len(tags) == 0 {
+				return fmt.Errorf("give --name (one Dataplane) or --tag (every Dataplane it registers must carry the tags)")
+			}
+			if _, err := time.ParseDuration(validFor); err != nil {
+				return fmt.Errorf("--valid-for: %w", err)
+			}
+			req := map[string]any{"mesh": mesh, "validFor": validFor}
+			if name != "" {
+				req["name"] = name
+			}
+			if namespace != "" {
+				req["namespace"] = namespace
+			}
+			if len(tags) > 0 {
+				m := map[string]string{}
+				for _, t := range tags {
+					k, v, ok := strings.Cut(t, "=")
+					if !ok || k == "" || v == "" {
+						return fmt.Errorf("--tag %q: want key=value", t)
+					}
+					m[k] = v
+				}
+				req["tags"] = m
+			}
+			return a.issueToken(cmd, "/tokens/dataplane", req)
+		},
+	}
+	cmd.Flags().StringVar(&mesh, "mesh", "", "mesh of the Dataplane (required)")
+	cmd.Flags().StringVar(&name, "name", "", "the one Dataplane the token admits")
+	cmd.Flags().StringVar(&namespace, "namespace", "", "namespace of the Dataplane (Kubernetes zones)")
+	cmd.Flags().StringArrayVar(&tags, "tag", nil, "a tag every inbound of the Dataplanes the token admits must carry (key=value, repeatable)")
+	cmd.Flags().StringVar(&validFor, "valid-for", "24h", "how long the token is valid")
+	return cmd
 }

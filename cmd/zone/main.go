@@ -4,6 +4,8 @@
 package main
 
 import (
+	"time"
+
 	"github.com/meridian-mesh/meridian/internal/plane"
 	"github.com/spf13/cobra"
 
@@ -25,6 +27,10 @@ func newCommand() *cobra.Command {
 		tokenFile       string
 		caFile          string
 		skipVerify      bool
+		xdsAddress      string
+		xdsCertFile     string
+		xdsKeyFile      string
+		grace           time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "zone-cp",
@@ -58,6 +64,10 @@ func newCommand() *cobra.Command {
 				TLSKeyFile:         common.TLSKeyFile,
 				APITLS:             common.APITLS,
 				SyncStream:         common.SyncStream(),
+				XDSAddress:         xdsAddress,
+				XDSTLSCertFile:     xdsCertFile,
+				XDSTLSKeyFile:      xdsKeyFile,
+				DataplaneGrace:     grace,
 			})
 		},
 	}
@@ -70,5 +80,9 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&tokenFile, "zone-token-file", "", "file holding this zone's token issued by the global")
 	fs.StringVar(&caFile, "kds-ca-file", "", "CA bundle (PEM) to verify the global's KDS certificate")
 	fs.BoolVar(&skipVerify, "kds-skip-verify", false, "do not verify the global's KDS certificate (testing only)")
+	fs.StringVar(&xdsAddress, "xds-address", controlplane.DefaultXDSAddress, "address HOST:PORT of the xDS server and the agents' service (meridian-dp); empty turns the data plane off")
+	fs.StringVar(&xdsCertFile, "xds-tls-cert-file", "", "certificate (PEM) of the xDS server; empty = generated into the data dir (xds-server.crt)")
+	fs.StringVar(&xdsKeyFile, "xds-tls-key-file", "", "private key (PEM) of --xds-tls-cert-file")
+	fs.DurationVar(&grace, "dataplane-grace-period", time.Minute, "how long a Dataplane an agent registered outlives the agent")
 	return cmd
 }

@@ -69,7 +69,7 @@ func run() error {
 	switch what {
 	case "getafterchange":
 		p = &launcher.Process{Name: "zone", Path: bins.Zone, Log: io.Discard, Args: []string{"--zone", "z1", "--environment", "universal",
-			"--data-dir", filepath.Join(tmp, "zone"), "--api-address", addr}}
+			"--data-dir", filepath.Join(tmp, "zone"), "--api-address", addr, "--xds-address", kds}}
 	case "yamllist":
 		p = &launcher.Process{Name: "global", Path: bins.Global, Log: io.Discard, Args: []string{"--data-dir", filepath.Join(tmp, "global"),
 			"--api-address", addr, "--kds-address", kds}}

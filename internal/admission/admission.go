@@ -71,6 +71,9 @@ func (c *Controller) Prepare(res *resource.Resource) error {
 	if !ok {
 		return fmt.Errorf("%w: unknown type %q", ErrForbidden, res.Type)
 	}
+	if d.SystemOnly {
+		return fmt.Errorf("%w: %s resources are written by the control plane, not through the API", ErrForbidden, d.Name)
+	}
 	if c.plane.IsGlobal() && res.Type == "Dataplane" {
 		// Kuma refuses it too: a Dataplane lives in the zone that runs its
 		// proxy; on the global it would configure nothing.
@@ -227,6 +230,9 @@ func (c *Controller) notSquatting(res, existing *resource.Resource) error {
 // storage.ErrConflict) or is owned elsewhere.
 func (c *Controller) Delete(key resource.Key, version uint64) storage.Batch {
 	return storage.Batch{Check: func(tx storage.TxReader) ([]resource.Key, error) {
+		if d, ok := c.reg.Lookup(key.Type); ok && d.SystemOnly {
+			return nil, fmt.Errorf("%w: %s resources are written by the control plane, not through the API", ErrForbidden, d.Name)
+		}
 		existing, err := c.existing(tx, key, version)
 		if err != nil {
 			return nil, err

@@ -87,7 +87,7 @@ func writeIndentedItem(w *bufio.Writer, y []byte) {
 // meshScopedType resolves {plural} to a mesh-scoped descriptor.
 func (s *Server) meshScopedType(plural string) (*resource.TypeDescriptor, error) {
 	d, ok := s.reg.LookupPlural(plural)
-	if !ok || d.Scope != resource.ScopeMesh {
+	if !ok || d.Scope != resource.ScopeMesh || d.Internal {
 		return nil, notFound("unknown resource type %q", plural)
 	}
 	return d, nil
@@ -96,7 +96,7 @@ func (s *Server) meshScopedType(plural string) (*resource.TypeDescriptor, error)
 // globalScopedType resolves {plural} to a global-scoped descriptor.
 func (s *Server) globalScopedType(plural string) (*resource.TypeDescriptor, error) {
 	d, ok := s.reg.LookupPlural(plural)
-	if !ok || d.Scope != resource.ScopeGlobal {
+	if !ok || d.Scope != resource.ScopeGlobal || d.Internal {
 		return nil, notFound("unknown path /%s", plural)
 	}
 	return d, nil

@@ -81,6 +81,10 @@ type Config struct {
 	// AllowedHosts are the host names (beside loopback IPs and localhost)
 	// under which the console is served and loopback callers are admin.
 	AllowedHosts []string
+	// DataplaneTokens serves POST and DELETE /tokens/dataplane (zone);
+	// XDS serves the Dataplanes' `_xds` (zone).
+	DataplaneTokens DataplaneTokens
+	XDS             XDSState
 }
 
 // Server is the HTTP handler. It is safe for concurrent use.
@@ -158,6 +162,7 @@ func (s *Server) routes() {
 
 	if s.cfg.Plane.IsZone() {
 		s.registerInspect()
+		s.registerDataplanes()
 	} else {
 		s.registerGlobal()
 	}

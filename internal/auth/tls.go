@@ -49,9 +49,12 @@ type ServerTLSConfig struct {
 	Validity time.Duration
 	// Clock defaults to the real time.
 	Clock Clock
+	// Name is the generated files' base name (<Name>.crt, <Name>.key) and
+	// the listener named in errors; default "kds-server".
+	Name string
 }
 
-// ServerTLS is the KDS listener's TLS material.
+// ServerTLS is a listener's TLS material (KDS, xDS).
 type ServerTLS struct {
 	// Config serves the certificate (TLS 1.2+); use it with
 	// credentials.NewTLS for the gRPC server.
@@ -67,18 +70,21 @@ type ServerTLS struct {
 // the data dir (generated when missing, unreadable as a pair, or within 30
 // days of expiry).
 func LoadOrCreateServerTLS(cfg ServerTLSConfig) (*ServerTLS, error) {
+	if cfg.Name == "" {
+		cfg.Name = "kds-server"
+	}
 	if (cfg.CertFile == "") != (cfg.KeyFile == "") {
-		return nil, errors.New("kds tls: give both a certificate and a key file, or neither to use a generated self-signed certificate")
+		return nil, errors.New("server tls: give both a certificate and a key file, or neither to use a generated self-signed certificate")
 	}
 	if cfg.CertFile != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("kds tls: load %s and %s: %w", cfg.CertFile, cfg.KeyFile, err)
+			return nil, fmt.Errorf("server tls: load %s and %s: %w", cfg.CertFile, cfg.KeyFile, err)
 		}
 		return &ServerTLS{Config: serverConfig(cert), CertFile: cfg.CertFile}, nil
 	}
 	if cfg.DataDir == "" {
-		return nil, errors.New("kds tls: a data dir is required to keep a generated certificate")
+		return nil, errors.New("server tls: a data dir is required to keep a generated certificate")
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = realClock{}
@@ -94,8 +100,8 @@ func serverConfig(cert tls.Certificate) *tls.Config {
 }
 
 func loadOrGenerate(cfg ServerTLSConfig) (*ServerTLS, error) {
-	certPath := filepath.Join(cfg.DataDir, GeneratedCertFileName)
-	keyPath := filepath.Join(cfg.DataDir, GeneratedKeyFileName)
+	certPath := filepath.Join(cfg.DataDir, cfg.Name+".crt")
+	keyPath := filepath.Join(cfg.DataDir, cfg.Name+".key")
 	cert, err := loadGenerated(certPath, keyPath, cfg.Clock.Now())
 	if err == nil {
 		return &ServerTLS{Config: serverConfig(cert), CertFile: certPath}, nil
@@ -115,15 +121,15 @@ func loadOrGenerate(cfg ServerTLSConfig) (*ServerTLS, error) {
 		data []byte
 	}{{keyPath, keyPEM}, {certPath, certPEM}} {
 		if err := os.Remove(f.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("kds tls: replace %s: %w", f.path, err)
+			return nil, fmt.Errorf("server tls: replace %s: %w", f.path, err)
 		}
 		if err := writeFileExclusive(f.path, f.data); err != nil {
-			return nil, fmt.Errorf("kds tls: %w", err)
+			return nil, fmt.Errorf("server tls: %w", err)
 		}
 	}
 	cert, err = tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("kds tls: generated pair: %w", err)
+		return nil, fmt.Errorf("server tls: generated pair: %w", err)
 	}
 	return &ServerTLS{Config: serverConfig(cert), CertFile: certPath, Generated: true}, nil
 }
@@ -133,20 +139,20 @@ var errRenew = errors.New("generated certificate must be renewed")
 
 func loadGenerated(certPath, keyPath string, now time.Time) (tls.Certificate, error) {
 	if _, err := os.Stat(certPath); err != nil {
-		return tls.Certificate{}, fmt.Errorf("kds tls: %w", err)
+		return tls.Certificate{}, fmt.Errorf("server tls: %w", err)
 	}
 	if err := checkPrivate(keyPath); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return tls.Certificate{}, fmt.Errorf("kds tls: %w", errRenew)
+			return tls.Certificate{}, fmt.Errorf("server tls: %w", errRenew)
 		}
-		return tls.Certificate{}, fmt.Errorf("kds tls: %w", err)
+		return tls.Certificate{}, fmt.Errorf("server tls: %w", err)
 	}
 	cert, err := tls.LoadX509KeyPair(certPath, keyPath)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("kds tls: %w: %v", errRenew, err)
+		return tls.Certificate{}, fmt.Errorf("server tls: %w: %v", errRenew, err)
 	}
 	if now.Add(renewBefore).After(cert.Leaf.NotAfter) {
-		return tls.Certificate{}, fmt.Errorf("kds tls: %w: expires %s", errRenew, cert.Leaf.NotAfter)
+		return tls.Certificate{}, fmt.Errorf("server tls: %w: expires %s", errRenew, cert.Leaf.NotAfter)
 	}
 	return cert, nil
 }
@@ -156,11 +162,11 @@ func loadGenerated(certPath, keyPath string, now time.Time) (tls.Certificate, er
 func generateSelfSigned(cfg ServerTLSConfig) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, nil, fmt.Errorf("kds tls: generate key: %w", err)
+		return nil, nil, fmt.Errorf("server tls: generate key: %w", err)
 	}
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 	if err != nil {
-		return nil, nil, fmt.Errorf("kds tls: serial: %w", err)
+		return nil, nil, fmt.Errorf("server tls: serial: %w", err)
 	}
 	now := cfg.Clock.Now()
 	tmpl := &x509.Certificate{
@@ -176,11 +182,11 @@ func generateSelfSigned(cfg ServerTLSConfig) (certPEM, keyPEM []byte, err error)
 	addSANs(tmpl, cfg.Hostnames)
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("kds tls: create certificate: %w", err)
+		return nil, nil, fmt.Errorf("server tls: create certificate: %w", err)
 	}
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("kds tls: encode key: %w", err)
+		return nil, nil, fmt.Errorf("server tls: encode key: %w", err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), nil
@@ -223,7 +229,7 @@ func ClientTLS(cfg ClientTLSConfig) (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: cfg.ServerName}
 	if cfg.SkipVerify {
 		if cfg.CAFile != "" {
-			return nil, errors.New("kds tls: a CA file and skip-verify exclude each other")
+			return nil, errors.New("server tls: a CA file and skip-verify exclude each other")
 		}
 		tc.InsecureSkipVerify = true //nolint:gosec // explicitly requested by --kds-skip-verify
 		return tc, nil
@@ -233,11 +239,11 @@ func ClientTLS(cfg ClientTLSConfig) (*tls.Config, error) {
 	}
 	data, err := os.ReadFile(cfg.CAFile)
 	if err != nil {
-		return nil, fmt.Errorf("kds tls: CA file: %w", err)
+		return nil, fmt.Errorf("server tls: CA file: %w", err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(data) {
-		return nil, fmt.Errorf("kds tls: CA file %s holds no PEM certificate", cfg.CAFile)
+		return nil, fmt.Errorf("server tls: CA file %s holds no PEM certificate", cfg.CAFile)
 	}
 	tc.RootCAs = pool
 	return tc, nil

@@ -92,6 +92,13 @@ type Config struct {
 	// Listening, when set, receives the API's bound address once serving (for
 	// tests that listen on port 0).
 	Listening func(apiAddr string)
+	// The zone's data plane (docs/dataplane.md): the xDS and agent
+	// address, its TLS files (generated into the data dir when empty),
+	// and how long an agent's Dataplane outlives the agent.
+	XDSAddress     string
+	XDSTLSCertFile string
+	XDSTLSKeyFile  string
+	DataplaneGrace time.Duration
 }
 
 func (c *Config) check() error {
@@ -153,6 +160,8 @@ type process struct {
 
 	background sync.WaitGroup
 	failed     chan error
+	// stops end the gRPC servers before the store closes.
+	stops []func()
 }
 
 // Run starts the control plane and blocks until ctx ends (graceful shutdown)
@@ -200,6 +209,11 @@ func Run(ctx context.Context, cfg Config) error {
 	} else if err := p.startZone(ctx); err != nil {
 		return err
 	}
+	defer func() {
+		for _, stop := range p.stops {
+			stop()
+		}
+	}()
 	p.api.Console = func(s *api.Server) (http.Handler, error) {
 		return console.New(console.Config{API: s, Plane: cfg.Plane, Registry: p.reg, Changes: p.feed, Logger: cfg.Logger.Named("console")})
 	}

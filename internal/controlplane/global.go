@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/admission"
 	"github.com/meridian-mesh/meridian/internal/auth"
 	"github.com/meridian-mesh/meridian/internal/kds"
+	"github.com/meridian-mesh/meridian/internal/meshca"
 	"github.com/meridian-mesh/meridian/internal/replica"
 	"github.com/meridian-mesh/meridian/internal/storage/boltstore"
 	"github.com/meridian-mesh/meridian/internal/zoneaccess"
@@ -63,8 +65,16 @@ func (p *process) startGlobal(ctx context.Context) (stop func(), err error) {
 	p.run(ctx, func(ctx context.Context) error { return p.feed.WatchSignal(ctx, srv.StatusChanged) })
 	p.run(ctx, func(context.Context) error { return serveKDS(gs, ln) })
 	p.run(ctx, access.WatchZones)
+	meshCA, err := meshca.NewGlobal(meshca.Config{Store: p.store, Logger: cfg.Logger.Named("meshca"), Rand: rand.Reader})
+	if err != nil {
+		return nil, err
+	}
 	if p.rep != nil {
 		p.startReplica(ctx, srv, access)
+		// One replica signs at a time: the leader.
+		p.run(ctx, func(ctx context.Context) error { return p.rep.Lead(ctx, meshCA.Run) })
+	} else {
+		p.run(ctx, meshCA.Run)
 	}
 	return func() { stopKDS(srv, gs, cfg.ShutdownTimeout/2) }, nil
 }

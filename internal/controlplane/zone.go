@@ -31,6 +31,13 @@ func (p *process) startZone(ctx context.Context) error {
 	}
 	p.api.Snapshots = view
 	p.run(ctx, view.Run)
+	if cfg.XDSAddress != "" {
+		stop, err := p.startDataPlane(ctx, view)
+		if err != nil {
+			return err
+		}
+		p.stops = append(p.stops, stop)
+	}
 	if !cfg.Plane.Federated {
 		return nil
 	}

@@ -77,6 +77,8 @@ type View struct {
 	sumSeed maphash.Seed
 	// statusRuns counts status recomputes of a mesh, for tests.
 	statusRuns int
+	// next is closed at the next change of any mesh (Changed).
+	next chan struct{}
 }
 
 // meshState is what the view knows of one mesh. generation bumps on every
@@ -159,7 +161,7 @@ func New(cfg Config) (*View, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	v := &View{cfg: cfg, meshes: map[string]*meshState{}, building: map[string]chan struct{}{},
+	v := &View{cfg: cfg, meshes: map[string]*meshState{}, building: map[string]chan struct{}{}, next: make(chan struct{}),
 		statusKick: make(chan struct{}, 1), statusWake: make(chan struct{}, 1), sumSeed: maphash.MakeSeed()}
 	v.changed = sync.NewCond(&v.mu)
 	return v, nil
@@ -208,10 +210,12 @@ func (v *View) run(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// relevant says whether a type feeds the engine.
+// relevant says whether a type feeds the engine: the mesh-scoped types
+// but the control plane's own (certificate requests, endpoint summaries),
+// whose frequent changes would rebuild snapshots for nothing.
 func (v *View) relevant(typeName string) bool {
 	d, ok := v.cfg.Registry.Lookup(typeName)
-	return ok && d.Scope == resource.ScopeMesh
+	return ok && d.Scope == resource.ScopeMesh && !d.SystemOnly
 }
 
 func (v *View) loadAll(ctx context.Context, rev uint64) error {
@@ -224,6 +228,8 @@ func (v *View) loadAll(ctx context.Context, rev uint64) error {
 	v.meshes = meshes
 	v.applied = rev
 	v.loaded = true
+	close(v.next)
+	v.next = make(chan struct{})
 	v.changed.Broadcast()
 	v.kickStatuses()
 	return nil
@@ -270,6 +276,8 @@ func (v *View) apply(ev storage.Event) {
 	m := meshOf(v.meshes, r.Mesh)
 	m.generation++
 	v.kickStatuses()
+	close(v.next)
+	v.next = make(chan struct{})
 	if ev.Kind == storage.EventDelete {
 		m.note(r.Key(), nil)
 		return
@@ -433,6 +441,17 @@ func (v *View) newSnapshot(mesh string, in buildInputs) (*policy.MeshSnapshot, e
 		Resources: in.resources, Changes: in.changes, Previous: in.prev,
 	})
 }
+
+// Changed returns a channel closed at the next change of a mesh's
+// resources (the xDS rendering follows it).
+func (v *View) Changed() <-chan struct{} {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.next
+}
+
+// Meshes lists the meshes the view holds resources of.
+func (v *View) Meshes() []string { return v.meshNames() }
 
 // Builds counts snapshots built so far.
 func (v *View) Builds() int {

@@ -54,7 +54,16 @@ const (
 type Sync struct {
 	GlobalToZone bool
 	ZoneToGlobal bool
+	// Relay: the global passes one zone's resources of this type on to the
+	// other zones (MeshServices, endpoint summaries).
+	Relay bool
+	// ForZone: a global resource of this type goes only to the zone its
+	// LabelForZone names (a zone's intermediate certificate).
+	ForZone bool
 }
+
+// LabelForZone names the one zone a ForZone resource is for.
+const LabelForZone = "meridian.io/for-zone"
 
 // TypeDescriptor is the one place that knows a resource type. Adding a policy
 // type means adding one descriptor (and its conf schema), nothing else.
@@ -109,6 +118,12 @@ type TypeDescriptor struct {
 	// provided CA's key, a client key); non-admin readers get them
 	// redacted.
 	KeyMaterial bool
+	// SystemOnly: only the control plane writes resources of this type
+	// (its controllers and sync); the API refuses writes and deletes.
+	SystemOnly bool
+	// Internal: the control plane's private state (a CA's key): never
+	// served by the API or the console, never synced.
+	Internal bool
 }
 
 // SecretTypes are the names of the types marked Secret in reg.
@@ -269,7 +284,7 @@ func DefaultTypes() []*TypeDescriptor {
 		{Name: "Zone", Plural: "zones", Scope: ScopeGlobal, UniversalTopLevel: true, Spec: zoneSpec()},
 		{Name: "ZoneInsight", Plural: "zoneinsights", Scope: ScopeGlobal, Spec: openSpec()},
 		{Name: "Dataplane", Plural: "dataplanes", UniversalTopLevel: true, Spec: dataplaneSpec(), Sync: Sync{ZoneToGlobal: true}},
-		{Name: "MeshService", Plural: "meshservices", Spec: meshServiceSpec(), Sync: bothWays},
+		{Name: "MeshService", Plural: "meshservices", Spec: meshServiceSpec(), Sync: Sync{GlobalToZone: true, ZoneToGlobal: true, Relay: true}},
 		{Name: "MeshExternalService", Plural: "meshexternalservices", Spec: meshExternalServiceSpec(), Sync: globalToZone, KeyMaterial: true},
 		{Name: "MeshGateway", Plural: "meshgateways", UniversalTopLevel: true, Spec: meshGatewaySpec(), Sync: globalToZone},
 		{Name: "MeshMultiZoneService", Plural: "meshmultizoneservices", Spec: meshMultiZoneServiceSpec(), Sync: globalToZone},
@@ -279,6 +294,19 @@ func DefaultTypes() []*TypeDescriptor {
 		{Name: "Secret", Plural: "secrets", UniversalTopLevel: true, Spec: secretSpec(), Sync: globalToZone, Secret: true},
 		{Name: "GlobalSecret", Plural: "globalsecrets", Scope: ScopeGlobal, UniversalTopLevel: true, Spec: secretSpec(),
 			Sync: globalToZone, Secret: true},
+		// The data plane's system resources (docs/dataplane.md): a zone's
+		// request for its intermediate of a mesh's CA and the global's
+		// answer, and a zone's endpoints of a service for the other zones.
+		{Name: "ZoneCertificateRequest", Plural: "zonecertificaterequests", Spec: zoneCertificateRequestSpec(),
+			Sync: Sync{ZoneToGlobal: true}, SystemOnly: true},
+		{Name: "ZoneCertificate", Plural: "zonecertificates", Spec: zoneCertificateSpec(),
+			Sync: Sync{GlobalToZone: true, ForZone: true}, SystemOnly: true},
+		{Name: "ZoneEndpoints", Plural: "zoneendpoints", Spec: zoneEndpointsSpec(),
+			Sync: Sync{GlobalToZone: true, ZoneToGlobal: true, Relay: true}, SystemOnly: true},
+		// A mesh CA backend's root (on the global, or a standalone zone)
+		// and a zone's intermediate key: sealed at rest, never served.
+		{Name: "MeshCA", Plural: "meshcas", Spec: meshCASpec(), Secret: true, SystemOnly: true, Internal: true},
+		{Name: "ZoneCA", Plural: "zonecas", Spec: zoneCASpec(), Secret: true, SystemOnly: true, Internal: true},
 
 		// targetRef policies.
 		{Name: "MeshTrafficPermission", Plural: "meshtrafficpermissions", Shape: ShapeTargetRef,

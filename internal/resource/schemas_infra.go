@@ -367,3 +367,48 @@ func meshGatewaySpec() *Schema {
 		opt("tags", tagMap()),
 	)
 }
+
+// zoneCertificateRequestSpec: a zone's CSR for its intermediate CA of a
+// mesh's CA backend (the key stays in the zone).
+func zoneCertificateRequestSpec() *Schema {
+	return object(req("backend", nonEmptyStr()), req("csr", nonEmptyStr()))
+}
+
+// zoneCertificateSpec: the global's answer, the zone's intermediate and the
+// mesh's root.
+func zoneCertificateSpec() *Schema {
+	return object(req("backend", nonEmptyStr()), req("certificate", nonEmptyStr()), req("root", nonEmptyStr()))
+}
+
+// MaxZoneEndpoints bounds the endpoints one summary lists.
+const MaxZoneEndpoints = 10000
+
+// zoneEndpointsSpec: the endpoints of one service in one zone, as the other
+// zones' proxies reach them: address, port, health and the inbound's tags.
+func zoneEndpointsSpec() *Schema {
+	endpoint := object(
+		req("address", nonEmptyStr().with(stringCheck(checkAddress))),
+		req("port", port()),
+		opt("healthy", boolean()),
+		opt("tags", tagMap()),
+	)
+	return object(
+		req("service", nonEmptyStr()),
+		opt("endpoints", listOf(endpoint).with(func(path string, v any, errs *ValidationError) {
+			if len(v.([]any)) > MaxZoneEndpoints {
+				errs.Add(path, "must have at most %d items", MaxZoneEndpoints)
+			}
+		})),
+	)
+}
+
+// meshCASpec: a mesh CA backend's root certificate and key.
+func meshCASpec() *Schema {
+	return object(req("certificate", nonEmptyStr()), req("key", nonEmptyStr()))
+}
+
+// zoneCASpec: a zone's key for its intermediate of a mesh CA backend, and
+// the CSR it sent.
+func zoneCASpec() *Schema {
+	return object(req("key", nonEmptyStr()), req("csr", nonEmptyStr()))
+}

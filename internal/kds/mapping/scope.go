@@ -71,6 +71,9 @@ func GlobalToZone(d *resource.TypeDescriptor, r *resource.Resource, zone string)
 			return Remove
 		}
 	}
+	if d.Sync.ForZone && r.Labels.Get(resource.LabelForZone) != zone {
+		return Skip // another zone's
+	}
 	if SyncDisabled(r) {
 		return Remove
 	}
@@ -129,17 +132,18 @@ func RelayedFromZone(d *resource.TypeDescriptor, r *resource.Resource, zone stri
 }
 
 // IsRelayType reports whether the global relays resources of this type from
-// one zone to the others (MeshServices and targetRef policies).
+// one zone to the others (types with Sync.Relay, and targetRef policies).
 func IsRelayType(d *resource.TypeDescriptor) bool { return isRelayType(d) }
 
 func isRelayType(d *resource.TypeDescriptor) bool {
-	return d.Name == "MeshService" || d.Shape == resource.ShapeTargetRef
+	return d.Sync.Relay || d.Shape == resource.ShapeTargetRef
 }
 
-// relayable: a MeshService, or a producer policy of a custom namespace (so
-// of a Kubernetes zone) that does not reference a MeshExternalService.
+// relayable: a resource of a relayed type (a MeshService, an endpoint
+// summary), or a producer policy of a custom namespace (so of a Kubernetes
+// zone) that does not reference a MeshExternalService.
 func relayable(d *resource.TypeDescriptor, r *resource.Resource) bool {
-	if d.Name == "MeshService" {
+	if d.Sync.Relay {
 		return true
 	}
 	if r.Labels.Get(resource.LabelPolicyRole) != resource.RoleProducer {

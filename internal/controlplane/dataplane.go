@@ -1,0 +1,238 @@
+package controlplane
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sort"
+	"time"
+
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/meridian-mesh/meridian/internal/admission"
+	"github.com/meridian-mesh/meridian/internal/auth"
+	"github.com/meridian-mesh/meridian/internal/dataplane"
+	"github.com/meridian-mesh/meridian/internal/meshca"
+	"github.com/meridian-mesh/meridian/internal/policyview"
+	"github.com/meridian-mesh/meridian/internal/revocation"
+	"github.com/meridian-mesh/meridian/internal/xds"
+)
+
+// DefaultXDSAddress is where a zone serves xDS and the agents' service.
+const DefaultXDSAddress = "127.0.0.1:5678"
+
+// metaDataplaneTokens is the store meta key of revoked Dataplane tokens.
+const metaDataplaneTokens = "auth/revoked-dataplane-tokens"
+
+// dataPlane is a zone's data plane: the mesh CA, the agents' service, the
+// endpoints and the xDS server, on one gRPC listener.
+type dataPlane struct {
+	tokens  *auth.DataplaneTokens
+	revoked *revocation.List
+	agents  *dataplane.Server
+	xds     *xds.Server
+	meshCA  *meshca.Zone
+}
+
+// startDataPlane starts the zone's data plane and points the API at it.
+// The returned stop ends the gRPC server (before the store closes).
+func (p *process) startDataPlane(ctx context.Context, view *policyview.View) (stop func(), err error) {
+	cfg := p.cfg
+	dp := &dataPlane{}
+	if dp.tokens, err = auth.LoadOrCreateDataplaneTokens(cfg.DataDir, nil); err != nil {
+		return nil, err
+	}
+	if dp.revoked, err = revocation.Open(ctx, revocation.Config{Store: p.store, MetaKey: metaDataplaneTokens, Remember: auth.MaxValidity}); err != nil {
+		return nil, err
+	}
+	if dp.meshCA, err = meshca.NewZone(meshca.ZoneConfig{Zone: cfg.Plane.Zone, Standalone: !cfg.Plane.Federated,
+		Config: meshca.Config{Store: p.store, Logger: cfg.Logger.Named("meshca"), Rand: rand.Reader}}); err != nil {
+		return nil, err
+	}
+	serverTLS, err := auth.LoadOrCreateServerTLS(auth.ServerTLSConfig{CertFile: cfg.XDSTLSCertFile, KeyFile: cfg.XDSTLSKeyFile,
+		DataDir: cfg.DataDir, Name: "xds-server"})
+	if err != nil {
+		return nil, fmt.Errorf("xds tls: %w", err)
+	}
+	bundle, err := os.ReadFile(serverTLS.CertFile)
+	if err != nil {
+		return nil, fmt.Errorf("xds tls: %w", err)
+	}
+	clientCA, err := auth.LoadOrCreateCA(cfg.DataDir, auth.XDSClientCAName, "zone "+cfg.Plane.Zone+" xDS clients", time.Now)
+	if err != nil {
+		return nil, err
+	}
+	if dp.xds, err = xds.NewServer(ctx, xds.ServerConfig{Identify: dp.identify, Logger: cfg.Logger.Named("xds"), Metrics: p.metrics}); err != nil {
+		return nil, err
+	}
+	adm, err := admission.New(admission.Config{Registry: p.reg, Plane: cfg.Plane})
+	if err != nil {
+		return nil, err
+	}
+	if dp.agents, err = dataplane.NewServer(dataplane.Config{Store: p.store, Registry: p.reg, Plane: cfg.Plane, Admission: adm,
+		Tokens: dp.tokens, Revoked: dp.revoked, CA: dp.meshCA, XDSCA: clientCA, XDSBundle: bundle, EndStreams: dp.endStreams,
+		Grace: cfg.DataplaneGrace, Logger: cfg.Logger.Named("agents")}); err != nil {
+		return nil, err
+	}
+	endpoints, err := dataplane.NewEndpoints(dataplane.EndpointsConfig{Store: p.store, Plane: cfg.Plane,
+		Live: dp.agents.Live, Presence: dp.agents.Changed, Logger: cfg.Logger.Named("endpoints")})
+	if err != nil {
+		return nil, err
+	}
+	ctrl, err := xds.NewController(xds.ControllerConfig{Server: dp.xds, Zone: cfg.Plane.Zone, Logger: cfg.Logger.Named("xds"),
+		Sources: xds.Sources{Snapshot: view.Snapshot, Changed: view.Changed, Endpoints: endpoints.Of, EndpointsChanged: endpoints.Changed,
+			MTLS: func(mesh string) bool { return dp.meshCA.MTLS(mesh).Enabled }, MTLSChanged: dp.meshCA.Changed}})
+	if err != nil {
+		return nil, err
+	}
+	dp.xds.OnConnect(func(string) { ctrl.Kick() })
+	gs, ln, err := p.newXDSServer(serverTLS, clientCA.Cert)
+	if err != nil {
+		return nil, err
+	}
+	dp.xds.Register(gs)
+	dp.agents.Register(gs)
+	p.api.DataplaneTokens, p.api.XDS = dp, dp
+	p.run(ctx, dp.meshCA.Run)
+	p.run(ctx, dp.agents.Run)
+	p.run(ctx, endpoints.Run)
+	p.run(ctx, ctrl.Run)
+	p.run(ctx, func(context.Context) error {
+		if err := gs.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return fmt.Errorf("xds server: %w", err)
+		}
+		return nil
+	})
+	cfg.Logger.Info("xds listening", "address", ln.Addr().String(), "cert", serverTLS.CertFile, "generated_cert", serverTLS.Generated)
+	return func() { stopGRPC(gs, cfg.ShutdownTimeout/2) }, nil
+}
+
+// newXDSServer binds the xDS address: TLS with the zone's xDS certificate;
+// a client certificate of the zone's xDS client CA identifies a workload's
+// xDS stream, the agents authenticate with their Dataplane tokens.
+func (p *process) newXDSServer(serverTLS *auth.ServerTLS, clientCA *x509.Certificate) (*grpc.Server, net.Listener, error) {
+	pool := x509.NewCertPool()
+	pool.AddCert(clientCA)
+	tlsCfg := serverTLS.Config.Clone()
+	tlsCfg.ClientAuth, tlsCfg.ClientCAs = tls.VerifyClientCertIfGiven, pool
+	ln, err := net.Listen("tcp", p.cfg.XDSAddress)
+	if err != nil {
+		return nil, nil, fmt.Errorf("xds address %s: %w", p.cfg.XDSAddress, err)
+	}
+	gs := grpc.NewServer(
+		grpc.Creds(credentials.NewTLS(tlsCfg)),
+		grpc.MaxHeaderListSize(64<<10),
+		grpc.MaxRecvMsgSize(4<<20),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.ConnectionTimeout(10*time.Second),
+	)
+	return gs, ln, nil
+}
+
+// identify reads a workload's xDS stream identity from its verified client
+// certificate; a revoked token's certificate is refused.
+func (dp *dataPlane) identify(ctx context.Context) (xds.Identity, error) {
+	pr, ok := peer.FromContext(ctx)
+	if !ok {
+		return xds.Identity{}, fmt.Errorf("%w: no peer", xds.ErrUnauthenticated)
+	}
+	info, ok := pr.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.VerifiedChains) == 0 {
+		return xds.Identity{}, fmt.Errorf("%w: xDS streams present the client certificate meridian-dp writes for the workload", xds.ErrUnauthenticated)
+	}
+	id, err := dataplane.IdentityOf(info.State.VerifiedChains[0][0])
+	if err != nil {
+		return xds.Identity{}, err
+	}
+	if dp.revoked.Revoked(id.TokenID) {
+		return xds.Identity{}, fmt.Errorf("%w: dataplane token %s was revoked", xds.ErrUnauthenticated, id.TokenID)
+	}
+	return id, nil
+}
+
+func (dp *dataPlane) endStreams(match func(xds.Identity) bool, reason string) {
+	dp.xds.End(match, reason)
+}
+
+// Issue issues a Dataplane token (api.DataplaneTokens).
+func (dp *dataPlane) Issue(req auth.DataplaneTokenRequest) (string, auth.DataplaneClaims, error) {
+	return dp.tokens.Issue(req)
+}
+
+// Revoke revokes a Dataplane token and ends its sessions and streams.
+func (dp *dataPlane) Revoke(ctx context.Context, id string) (int, error) {
+	if err := dp.revoked.Revoke(ctx, id); err != nil {
+		return 0, err
+	}
+	n := dp.xds.End(func(i xds.Identity) bool { return i.TokenID == id }, "dataplane token "+id+" was revoked")
+	dp.agents.Revoke(id)
+	return n, nil
+}
+
+// xdsView is a Dataplane's `_xds` document.
+type xdsView struct {
+	Node       string                `json:"node"`
+	Agent      dataplane.AgentStatus `json:"agent"`
+	Connection xds.NodeStatus        `json:"connection"`
+	MTLS       meshca.MeshTLS        `json:"mtls"`
+	Resources  map[string][]any      `json:"resources"`
+}
+
+// XDS is a Dataplane's data plane state (api.XDSState).
+func (dp *dataPlane) XDS(_ context.Context, mesh, name, namespace string) (any, error) {
+	node := xds.NodeID(mesh, name, namespace)
+	conn, _ := dp.xds.Status(node)
+	out := xdsView{Node: node, Agent: dp.agents.Status(node), Connection: conn, MTLS: dp.meshCA.MTLS(mesh), Resources: map[string][]any{}}
+	snap, err := dp.xds.Snapshot(node)
+	if err != nil {
+		return out, nil // not rendered yet
+	}
+	for kind, t := range map[string]string{"listeners": resourcev3.ListenerType, "routes": resourcev3.RouteType,
+		"clusters": resourcev3.ClusterType, "endpoints": resourcev3.EndpointType} {
+		for _, name := range sortedNames(snap.GetResources(t)) {
+			raw, err := protojson.Marshal(snap.GetResources(t)[name])
+			if err != nil {
+				continue
+			}
+			var v any
+			if err := json.Unmarshal(raw, &v); err == nil {
+				out.Resources[kind] = append(out.Resources[kind], v)
+			}
+		}
+	}
+	return out, nil
+}
+
+func sortedNames[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// stopGRPC stops a gRPC server gracefully within timeout.
+func stopGRPC(gs *grpc.Server, timeout time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		gs.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		gs.Stop()
+	}
+}

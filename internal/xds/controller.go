@@ -1,0 +1,177 @@
+package xds
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meridian-mesh/meridian/internal/policy"
+)
+
+// The controller keeps every connected proxy's resources current: after a
+// change of its mesh's policies or Dataplanes, of the endpoints, or of the
+// mesh's mTLS, the proxies of the meshes concerned are rendered again, and
+// the server pushes the types whose resources changed.
+
+// Sources are what the controller renders from. Every field is required.
+type Sources struct {
+	// Snapshot returns the current policy snapshot of a mesh; Changed is
+	// closed at the next change of any mesh.
+	Snapshot func(ctx context.Context, mesh string) (*policy.MeshSnapshot, error)
+	Changed  func() <-chan struct{}
+	// Endpoints returns a mesh's endpoints by service; EndpointsChanged
+	// is closed at their next change.
+	Endpoints        func(mesh string) map[string][]Endpoint
+	EndpointsChanged func() <-chan struct{}
+	// MTLS says whether a mesh's workloads use mTLS; MTLSChanged is
+	// closed at its next change.
+	MTLS        func(mesh string) bool
+	MTLSChanged func() <-chan struct{}
+}
+
+// ControllerConfig wires a Controller.
+type ControllerConfig struct {
+	Server  *Server
+	Sources Sources
+	// Zone is this zone (the proxies' locality).
+	Zone   string
+	Logger hclog.Logger
+	// Settle is how long changes settle before proxies are rendered;
+	// 0 means 2 ms (a burst of writes costs one rendering).
+	Settle time.Duration
+}
+
+// Controller renders connected proxies' resources. Run it once.
+type Controller struct {
+	cfg  ControllerConfig
+	kick chan struct{}
+	// last is what each node was rendered from: a node whose inputs did
+	// not change is not rendered again.
+	last map[string]renderedFrom
+}
+
+type renderedFrom struct {
+	snap      *policy.MeshSnapshot
+	endpoints map[string][]Endpoint
+	mtls      bool
+}
+
+// NewController checks cfg.
+func NewController(cfg ControllerConfig) (*Controller, error) {
+	s := cfg.Sources
+	if cfg.Server == nil || s.Snapshot == nil || s.Changed == nil || s.Endpoints == nil || s.EndpointsChanged == nil ||
+		s.MTLS == nil || s.MTLSChanged == nil {
+		return nil, errors.New("xds controller: Server and every source are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Settle <= 0 {
+		cfg.Settle = 2 * time.Millisecond
+	}
+	return &Controller{cfg: cfg, kick: make(chan struct{}, 1), last: map[string]renderedFrom{}}, nil
+}
+
+// Kick asks for a rendering soon (a node connected).
+func (c *Controller) Kick() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run renders until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	for {
+		s := c.cfg.Sources
+		changed, endpoints, mtls := s.Changed(), s.EndpointsChanged(), s.MTLSChanged()
+		c.renderAll(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-endpoints:
+		case <-mtls:
+		case <-c.kick:
+		}
+		t := time.NewTimer(c.cfg.Settle)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// renderAll renders the connected proxies whose inputs changed.
+func (c *Controller) renderAll(ctx context.Context) {
+	byMesh := map[string][]Identity{}
+	connected := map[string]bool{}
+	for _, id := range c.cfg.Server.Connected() {
+		byMesh[id.Mesh] = append(byMesh[id.Mesh], id)
+		connected[id.NodeID] = true
+	}
+	for node := range c.last {
+		if !connected[node] {
+			delete(c.last, node)
+		}
+	}
+	for mesh, ids := range byMesh {
+		snap, err := c.cfg.Sources.Snapshot(ctx, mesh)
+		if err != nil {
+			c.cfg.Logger.Warn("policy snapshot for xDS", "mesh", mesh, "error", err)
+			continue
+		}
+		from := renderedFrom{snap: snap, endpoints: c.cfg.Sources.Endpoints(mesh), mtls: c.cfg.Sources.MTLS(mesh)}
+		for _, id := range ids {
+			if last, ok := c.last[id.NodeID]; ok && last.snap == from.snap && sameEndpoints(last.endpoints, from.endpoints) && last.mtls == from.mtls {
+				continue
+			}
+			if err := c.render(ctx, id, from); err != nil {
+				c.cfg.Logger.Warn("rendering a proxy's xDS resources", "node", id.NodeID, "error", err)
+				continue
+			}
+			c.last[id.NodeID] = from
+		}
+	}
+}
+
+// sameEndpoints: the same services, each with the very same slice
+// (Endpoints hands out new slices on every change).
+func sameEndpoints(a, b map[string][]Endpoint) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		w, ok := b[k]
+		if !ok || len(v) != len(w) || (len(v) > 0 && &v[0] != &w[0]) {
+			return false
+		}
+	}
+	return true
+}
+
+// render computes one proxy's resources and hands them to the server.
+func (c *Controller) render(ctx context.Context, id Identity, from renderedFrom) error {
+	res := from.snap.Dataplane(id.Name, id.Namespace)
+	if res == nil {
+		// Not (yet) in the snapshot: an agent that joined a moment ago.
+		return nil
+	}
+	dp, err := ParseDataplane(res, id.Namespace)
+	if err != nil {
+		return err
+	}
+	cfg, err := from.snap.Config(id.Name, id.Namespace)
+	if err != nil {
+		return err
+	}
+	out, err := Generate(Input{Dataplane: dp, Zone: c.cfg.Zone, Config: cfg, Endpoints: from.endpoints, MTLS: from.mtls})
+	if err != nil {
+		return err
+	}
+	return c.cfg.Server.Set(ctx, id.NodeID, out)
+}

@@ -1,0 +1,563 @@
+package xds
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	rbacfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/meridian-mesh/meridian/internal/policy"
+	"github.com/meridian-mesh/meridian/internal/resource"
+)
+
+// Rendering a proxy's configuration for proxyless gRPC (docs/dataplane.md#resources):
+// a pure function of the proxy, its effective configuration (exactly what
+// `_config` shows: nothing is computed twice) and the endpoints of the
+// services it may call.
+
+// CertProvider is the certificate provider instance the agent's bootstrap
+// defines (file_watcher on the workload certificate), which TLS contexts
+// name for both the identity and the trust bundle.
+const CertProvider = "default"
+
+// Endpoint is one instance of a service: where it listens, its zone, its
+// health and its inbound's tags.
+type Endpoint struct {
+	Address string
+	Port    int
+	Zone    string
+	Healthy bool
+	Tags    map[string]string
+}
+
+// Input is what one proxy's resources are rendered from.
+type Input struct {
+	Dataplane *Dataplane
+	// Zone is the proxy's zone: its endpoints' locality priority 0.
+	Zone string
+	// Config is the proxy's effective configuration (_config).
+	Config *policy.ConfigResult
+	// Endpoints are the endpoints of every service of the mesh, by service.
+	Endpoints map[string][]Endpoint
+	// MTLS says the mesh has mTLS: TLS with the workload certificate both
+	// ways, and MeshTrafficPermission enforced by the servers.
+	MTLS bool
+}
+
+// Resources are a proxy's resources by type, each with the policies that
+// shaped it (Shaped, by resource name) and what could not be carried
+// (Dropped, docs/dataplane.md#not-enforceable).
+type Resources struct {
+	Listeners, Routes, Clusters, Endpoints []types.Resource
+	Shaped                                 map[string][]string
+	Dropped                                []string
+}
+
+// Generate renders in for a proxyless gRPC workload.
+func Generate(in Input) (*Resources, error) {
+	g := &generator{in: in, out: &Resources{Shaped: map[string][]string{}}, clusters: map[string]clusterSpec{}}
+	for _, svc := range g.callable() {
+		if err := g.client(svc); err != nil {
+			return nil, err
+		}
+	}
+	for i, inb := range in.Dataplane.Inbounds {
+		if err := g.server(i, inb); err != nil {
+			return nil, err
+		}
+	}
+	g.emitClusters()
+	slices.Sort(g.out.Dropped)
+	g.out.Dropped = slices.Compact(g.out.Dropped)
+	return g.out, nil
+}
+
+type generator struct {
+	in       Input
+	out      *Resources
+	clusters map[string]clusterSpec
+}
+
+// clusterSpec is one upstream cluster: a service's endpoints, or the
+// subset of them carrying tags.
+type clusterSpec struct {
+	service string
+	tags    map[string]string
+}
+
+// callable are the services the proxy may call: those it declares as
+// outbounds, else every service of the mesh but its own.
+func (g *generator) callable() []string {
+	if len(g.in.Dataplane.Outbounds) > 0 {
+		return slices.Sorted(slices.Values(g.in.Dataplane.Outbounds))
+	}
+	own := map[string]bool{}
+	for _, in := range g.in.Dataplane.Inbounds {
+		own[in.Service()] = true
+	}
+	var out []string
+	for svc := range g.in.Endpoints {
+		if !own[svc] {
+			out = append(out, svc)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// outboundPolicies are the confs the engine gives the proxy's outbound to
+// svc (nil when it declares none).
+func (g *generator) outboundPolicies(svc string) map[string]policy.OutboundPolicy {
+	for _, o := range g.in.Config.Outbounds {
+		if o.Service == svc {
+			return o.Policies
+		}
+	}
+	return nil
+}
+
+// client renders the API listener a client dials as xds:///svc, its route
+// configuration and the clusters the routes name.
+func (g *generator) client(svc string) error {
+	manager := &hcmv3.HttpConnectionManager{
+		StatPrefix: svc,
+		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
+			ConfigSource:    adsSource(),
+			RouteConfigName: svc,
+		}},
+		HttpFilters: []*hcmv3.HttpFilter{routerFilter()},
+	}
+	api, err := anypb.New(manager)
+	if err != nil {
+		return err
+	}
+	g.out.Listeners = append(g.out.Listeners, &listenerv3.Listener{
+		Name:        svc,
+		ApiListener: &listenerv3.ApiListener{ApiListener: api},
+	})
+	policies := g.outboundPolicies(svc)
+	routes, shaped := g.routes(svc, policies)
+	g.out.Routes = append(g.out.Routes, &routev3.RouteConfiguration{
+		Name:         svc,
+		VirtualHosts: []*routev3.VirtualHost{{Name: svc, Domains: []string{"*"}, Routes: routes}},
+	})
+	if len(shaped) > 0 {
+		g.out.Shaped[svc] = shaped
+	}
+	return nil
+}
+
+// routes renders the MeshHTTPRoute rules of the outbound to svc, then the
+// default route to svc's cluster.
+func (g *generator) routes(svc string, policies map[string]policy.OutboundPolicy) ([]*routev3.Route, []string) {
+	var out []*routev3.Route
+	var shaped []string
+	if hr, ok := policies["MeshHTTPRoute"]; ok && hr.Conf != nil {
+		var conf struct {
+			Rules []httpRule `json:"rules"`
+		}
+		if err := json.Unmarshal(hr.Conf, &conf); err == nil {
+			for i, rule := range conf.Rules {
+				rs, ok := g.ruleRoutes(svc, i, rule)
+				if ok {
+					out = append(out, rs...)
+				}
+			}
+			shaped = append(shaped, originNames(hr.Origin)...)
+		}
+	}
+	out = append(out, &routev3.Route{
+		Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: ""}},
+		Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: g.cluster(svc, nil)}}},
+	})
+	return out, shaped
+}
+
+// httpRule is one MeshHTTPRoute rule as the engine merges it.
+type httpRule struct {
+	Matches []struct {
+		Path *struct {
+			Type  string `json:"type"`
+			Value string `json:"value"`
+		} `json:"path"`
+		Method      string `json:"method"`
+		QueryParams []any  `json:"queryParams"`
+		Headers     []struct {
+			Type  string `json:"type"`
+			Name  string `json:"name"`
+			Value string `json:"value"`
+		} `json:"headers"`
+	} `json:"matches"`
+	Default struct {
+		BackendRefs []struct {
+			Kind   string            `json:"kind"`
+			Name   string            `json:"name"`
+			Tags   map[string]string `json:"tags"`
+			Weight *uint32           `json:"weight"`
+		} `json:"backendRefs"`
+		Filters []any `json:"filters"`
+	} `json:"default"`
+}
+
+// ruleRoutes renders one rule as a route per match. A match a gRPC
+// request can never satisfy (a method other than POST, query parameters)
+// is left out and reported; filters are not carried by gRPC clients.
+func (g *generator) ruleRoutes(svc string, i int, rule httpRule) ([]*routev3.Route, bool) {
+	action, ok := g.weightedAction(svc, i, rule)
+	if !ok {
+		return nil, false
+	}
+	if len(rule.Default.Filters) > 0 {
+		g.drop("MeshHTTPRoute rules[%d].default.filters of %s: gRPC clients apply no route filters", i, svc)
+	}
+	var out []*routev3.Route
+	for j, m := range rule.Matches {
+		match := &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: ""}}
+		if m.Method != "" && m.Method != "POST" {
+			g.drop("MeshHTTPRoute rules[%d].matches[%d] of %s: gRPC requests are POST, method %s never matches", i, j, svc, m.Method)
+			continue
+		}
+		if len(m.QueryParams) > 0 {
+			g.drop("MeshHTTPRoute rules[%d].matches[%d] of %s: gRPC requests have no query parameters", i, j, svc)
+			continue
+		}
+		if p := m.Path; p != nil {
+			switch p.Type {
+			case "Exact":
+				match.PathSpecifier = &routev3.RouteMatch_Path{Path: p.Value}
+			case "PathPrefix":
+				match.PathSpecifier = &routev3.RouteMatch_Prefix{Prefix: p.Value}
+			case "RegularExpression":
+				match.PathSpecifier = &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: p.Value}}
+			}
+		}
+		for _, h := range m.Headers {
+			hm := &routev3.HeaderMatcher{Name: strings.ToLower(h.Name)}
+			switch h.Type {
+			case "", "Exact":
+				hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: h.Value}}}
+			case "Prefix":
+				hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: h.Value}}}
+			case "RegularExpression":
+				hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: h.Value}}}}
+			case "Present":
+				hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}
+			case "Absent":
+				hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}
+				hm.InvertMatch = true
+			}
+			match.Headers = append(match.Headers, hm)
+		}
+		out = append(out, &routev3.Route{Match: match, Action: &routev3.Route_Route{Route: action}})
+	}
+	return out, len(out) > 0
+}
+
+// weightedAction sends a rule's traffic to its backends by weight, or to
+// svc when it names none.
+func (g *generator) weightedAction(svc string, i int, rule httpRule) (*routev3.RouteAction, bool) {
+	refs := rule.Default.BackendRefs
+	if len(refs) == 0 {
+		return &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: g.cluster(svc, nil)}}, true
+	}
+	var weighted []*routev3.WeightedCluster_ClusterWeight
+	for j, ref := range refs {
+		switch ref.Kind {
+		case resource.KindMeshService, resource.KindMeshServiceSubset:
+		default:
+			g.drop("MeshHTTPRoute rules[%d].default.backendRefs[%d] of %s: kind %s has no endpoints a gRPC client reaches", i, j, svc, ref.Kind)
+			continue
+		}
+		w := uint32(1)
+		if ref.Weight != nil {
+			w = *ref.Weight
+		}
+		if w == 0 {
+			continue
+		}
+		weighted = append(weighted, &routev3.WeightedCluster_ClusterWeight{Name: g.cluster(ref.Name, ref.Tags), Weight: wrapperspb.UInt32(w)})
+	}
+	if len(weighted) == 0 {
+		return nil, false
+	}
+	if len(weighted) == 1 {
+		return &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: weighted[0].Name}}, true
+	}
+	return &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_WeightedClusters{WeightedClusters: &routev3.WeightedCluster{Clusters: weighted}}}, true
+}
+
+// cluster names (and records) the cluster of svc's endpoints carrying tags.
+func (g *generator) cluster(svc string, tags map[string]string) string {
+	name := svc
+	if len(tags) > 0 {
+		keys := slices.Sorted(func(yield func(string) bool) {
+			for k := range tags {
+				if !yield(k) {
+					return
+				}
+			}
+		})
+		parts := make([]string, 0, len(keys))
+		for _, k := range keys {
+			parts = append(parts, k+"="+tags[k])
+		}
+		name = svc + "|" + strings.Join(parts, ",")
+	}
+	g.clusters[name] = clusterSpec{service: svc, tags: tags}
+	return name
+}
+
+// emitClusters renders every cluster named and its endpoints: the
+// proxy's zone first (priority 0), the other zones as failover (1).
+func (g *generator) emitClusters() {
+	names := make([]string, 0, len(g.clusters))
+	for n := range g.clusters {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		spec := g.clusters[name]
+		c := &clusterv3.Cluster{
+			Name:                 name,
+			ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+			EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: name},
+			LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
+		}
+		if g.in.MTLS {
+			c.TransportSocket = upstreamTLS(g.in.Dataplane.Mesh, spec.service)
+		}
+		g.out.Clusters = append(g.out.Clusters, c)
+		g.out.Endpoints = append(g.out.Endpoints, g.loadAssignment(name, spec))
+	}
+}
+
+func (g *generator) loadAssignment(name string, spec clusterSpec) *endpointv3.ClusterLoadAssignment {
+	byZone := map[string][]*endpointv3.LbEndpoint{}
+	for _, ep := range g.in.Endpoints[spec.service] {
+		if !hasTags(ep.Tags, spec.tags) {
+			continue
+		}
+		health := corev3.HealthStatus_HEALTHY
+		if !ep.Healthy {
+			health = corev3.HealthStatus_UNHEALTHY
+		}
+		byZone[ep.Zone] = append(byZone[ep.Zone], &endpointv3.LbEndpoint{
+			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+				Address: socketAddress(ep.Address, ep.Port),
+			}},
+			HealthStatus: health,
+		})
+	}
+	zones := make([]string, 0, len(byZone))
+	for z := range byZone {
+		zones = append(zones, z)
+	}
+	sort.Strings(zones)
+	cla := &endpointv3.ClusterLoadAssignment{ClusterName: name}
+	for _, z := range zones {
+		priority := uint32(1)
+		if z == g.in.Zone {
+			priority = 0
+		}
+		cla.Endpoints = append(cla.Endpoints, &endpointv3.LocalityLbEndpoints{
+			Locality:            &corev3.Locality{Zone: z},
+			LbEndpoints:         byZone[z],
+			LoadBalancingWeight: wrapperspb.UInt32(1),
+			Priority:            priority,
+		})
+	}
+	normalizePriorities(cla)
+	return cla
+}
+
+// normalizePriorities makes the priorities used contiguous from 0, as xDS
+// requires: with no endpoint in the proxy's own zone, the other zones are
+// priority 0.
+func normalizePriorities(cla *endpointv3.ClusterLoadAssignment) {
+	used := map[uint32]bool{}
+	for _, l := range cla.Endpoints {
+		used[l.Priority] = true
+	}
+	if !used[0] {
+		for _, l := range cla.Endpoints {
+			l.Priority = 0
+		}
+	}
+}
+
+func hasTags(have, want map[string]string) bool {
+	for k, v := range want {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// server renders the listener a proxyless gRPC server asks for when it
+// listens on inbound i: TLS requiring a mesh certificate and the inbound's
+// MeshTrafficPermission RBAC when the mesh has mTLS.
+func (g *generator) server(i int, inb Inbound) error {
+	filters := []*hcmv3.HttpFilter{}
+	name := ServerListenerName(inb.Address, inb.Port)
+	if g.in.MTLS && i < len(g.in.Config.Inbounds) {
+		rbac, err := rbacFilter(g.in.Config.Inbounds[i].RBAC)
+		if err != nil {
+			return fmt.Errorf("inbound %d: %w", inb.Port, err)
+		}
+		filters = append(filters, rbac)
+		if p, ok := g.in.Config.Inbounds[i].Policies["MeshTrafficPermission"]; ok {
+			var names []string
+			for _, r := range p.Rules {
+				names = append(names, originNames(r.Origin)...)
+			}
+			slices.Sort(names)
+			g.out.Shaped[name] = slices.Compact(names)
+		}
+	}
+	filters = append(filters, routerFilter())
+	manager := &hcmv3.HttpConnectionManager{
+		StatPrefix: fmt.Sprintf("inbound_%d", inb.Port),
+		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
+			Name: fmt.Sprintf("inbound:%d", inb.Port),
+			VirtualHosts: []*routev3.VirtualHost{{
+				Name: "inbound", Domains: []string{"*"},
+				Routes: []*routev3.Route{{
+					Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: ""}},
+					Action: &routev3.Route_NonForwardingAction{NonForwardingAction: &routev3.NonForwardingAction{}},
+				}},
+			}},
+		}},
+		HttpFilters: filters,
+	}
+	typed, err := anypb.New(manager)
+	if err != nil {
+		return err
+	}
+	chain := &listenerv3.FilterChain{
+		Name:    fmt.Sprintf("inbound:%d", inb.Port),
+		Filters: []*listenerv3.Filter{{Name: "envoy.filters.network.http_connection_manager", ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: typed}}},
+	}
+	if g.in.MTLS {
+		chain.TransportSocket = downstreamTLS()
+	}
+	g.out.Listeners = append(g.out.Listeners, &listenerv3.Listener{
+		Name:         name,
+		Address:      socketAddress(inb.Address, inb.Port),
+		FilterChains: []*listenerv3.FilterChain{chain},
+	})
+	return nil
+}
+
+// rbacFilter turns the engine's RBAC of an inbound (Envoy's JSON) into the
+// RBAC HTTP filter. gRPC servers enforce rules; shadow_rules ride along.
+func rbacFilter(f policy.RBACFilter) (*hcmv3.HttpFilter, error) {
+	cfg := &rbacfilterv3.RBAC{}
+	if f.Rules != nil {
+		cfg.Rules = &rbacv3.RBAC{}
+		if err := jsonToProto(f.Rules, cfg.Rules); err != nil {
+			return nil, fmt.Errorf("rbac rules: %w", err)
+		}
+	}
+	if f.ShadowRules != nil {
+		cfg.ShadowRules = &rbacv3.RBAC{}
+		if err := jsonToProto(f.ShadowRules, cfg.ShadowRules); err != nil {
+			return nil, fmt.Errorf("rbac shadow_rules: %w", err)
+		}
+	}
+	typed, err := anypb.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &hcmv3.HttpFilter{Name: "envoy.filters.http.rbac", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: typed}}, nil
+}
+
+func jsonToProto(v any, m proto.Message) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return protojson.Unmarshal(raw, m)
+}
+
+func routerFilter() *hcmv3.HttpFilter {
+	typed, _ := anypb.New(&routerv3.Router{})
+	return &hcmv3.HttpFilter{Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: typed}}
+}
+
+func adsSource() *corev3.ConfigSource {
+	return &corev3.ConfigSource{
+		ResourceApiVersion:    corev3.ApiVersion_V3,
+		ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
+	}
+}
+
+func socketAddress(addr string, port int) *corev3.Address {
+	return &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+		Address: addr, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(port)},
+	}}}
+}
+
+// certificateContext names the agent's certificate provider for the
+// identity and the trust bundle.
+func certificateContext() *tlsv3.CommonTlsContext {
+	return &tlsv3.CommonTlsContext{
+		TlsCertificateProviderInstance: &tlsv3.CertificateProviderPluginInstance{InstanceName: CertProvider},
+		ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+			CaCertificateProviderInstance: &tlsv3.CertificateProviderPluginInstance{InstanceName: CertProvider},
+		}},
+	}
+}
+
+// upstreamTLS: the client presents its workload certificate and accepts
+// only a server whose certificate names the service it called.
+func upstreamTLS(mesh, svc string) *corev3.TransportSocket {
+	ctx := certificateContext()
+	ctx.GetValidationContext().MatchSubjectAltNames = []*matcherv3.StringMatcher{{
+		MatchPattern: &matcherv3.StringMatcher_Exact{Exact: "spiffe://" + mesh + "/" + svc},
+	}}
+	typed, _ := anypb.New(&tlsv3.UpstreamTlsContext{CommonTlsContext: ctx})
+	return &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: typed}}
+}
+
+// downstreamTLS: the server requires a client certificate of the mesh.
+func downstreamTLS() *corev3.TransportSocket {
+	typed, _ := anypb.New(&tlsv3.DownstreamTlsContext{
+		CommonTlsContext:         certificateContext(),
+		RequireClientCertificate: wrapperspb.Bool(true),
+	})
+	return &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: typed}}
+}
+
+func (g *generator) drop(format string, args ...any) {
+	g.out.Dropped = append(g.out.Dropped, fmt.Sprintf(format, args...))
+}
+
+func originNames(os []policy.Origin) []string {
+	out := make([]string, 0, len(os))
+	for _, o := range os {
+		n := o.Type + " " + o.Name
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}

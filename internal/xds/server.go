@@ -1,0 +1,519 @@
+package xds
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// The xDS server (docs/dataplane.md#xds): go-control-plane's ADS server,
+// state of the world and delta, over a snapshot cache holding one snapshot
+// per connected proxy. Every stream proves which Dataplane it is before
+// anything is sent (Identify), asks only for that Dataplane's resources,
+// and ends when the Dataplane's token is revoked or another agent takes
+// the Dataplane over. Per proxy and type the server records what it sent,
+// what the proxy acknowledged and the last rejection.
+
+// Identity is who a stream proved to be: a Dataplane, by its node id and
+// its mesh, namespace ("" for the system namespace) and name, and the
+// token its agent joined with.
+type Identity struct {
+	NodeID                string
+	Mesh, Namespace, Name string
+	TokenID               string
+}
+
+// ErrUnauthenticated is wrapped by an Identify that finds no identity.
+var ErrUnauthenticated = errors.New("unauthenticated")
+
+// ServerConfig wires a Server. Identify is required.
+type ServerConfig struct {
+	// Identify finds the identity of a stream from its context (its TLS
+	// client certificate); an error refuses the stream.
+	Identify func(ctx context.Context) (Identity, error)
+	// Connected is called (outside any lock) when a node's first stream
+	// opens, so its resources are computed at once.
+	Connected func(nodeID string)
+	Logger    hclog.Logger
+	Metrics   prometheus.Registerer
+	Now       func() time.Time
+}
+
+// Server serves xDS. Safe for concurrent use.
+type Server struct {
+	cfg   ServerConfig
+	cache cachev3.SnapshotCache
+	xds   serverv3.Server
+
+	mu      sync.Mutex
+	streams map[int64]*streamInfo
+	nodes   map[string]*nodeState
+	// live are the cancel functions of the running streams, for ending
+	// a node's or a token's streams.
+	live   map[*liveStream]struct{}
+	nextID int64
+
+	pushes, acks, nacks *prometheus.CounterVec
+	connected           prometheus.Gauge
+}
+
+type streamInfo struct {
+	id   Identity
+	node string // the node id the stream's requests carry
+}
+
+type liveStream struct {
+	id     Identity
+	cancel context.CancelCauseFunc
+}
+
+// nodeState is what the server knows of one node.
+type nodeState struct {
+	id      Identity
+	streams int
+	since   time.Time
+	types   map[string]*TypeStatus
+	// shaped are the policies behind each resource, by type and name.
+	shaped  map[string]map[string][]string
+	dropped []string
+	// versions are the versions of the snapshot last set, by type.
+	versions map[string]string
+}
+
+// TypeStatus is the state of one resource type on one proxy.
+type TypeStatus struct {
+	Sent  string `json:"sent,omitempty"`
+	Acked string `json:"acked,omitempty"`
+	// Nack is the last rejection, while it is the newest answer.
+	Nack *Nack `json:"nack,omitempty"`
+}
+
+// Nack is a rejection by a proxy, with its message and the policies that
+// shaped the resources of the type.
+type Nack struct {
+	Version  string    `json:"version"`
+	Message  string    `json:"message"`
+	At       time.Time `json:"at"`
+	Policies []string  `json:"policies,omitempty"`
+}
+
+// NodeStatus is a proxy's xDS state (docs/api.md `_xds`).
+type NodeStatus struct {
+	Connected bool                   `json:"connected"`
+	Since     time.Time              `json:"since"`
+	Types     map[string]*TypeStatus `json:"types"`
+	// Dropped are the policy fields the proxy cannot carry, left out
+	// of its resources (docs/dataplane.md#not-enforceable).
+	Dropped []string `json:"dropped,omitempty"`
+}
+
+// NewServer builds a Server; Register it on a gRPC server.
+func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
+	if cfg.Identify == nil {
+		return nil, errors.New("xds server: Identify is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Server{cfg: cfg, streams: map[int64]*streamInfo{}, nodes: map[string]*nodeState{}, live: map[*liveStream]struct{}{},
+		pushes:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_xds_pushes_total", Help: "xDS responses sent to proxies, by type."}, []string{"type"}),
+		acks:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_xds_acks_total", Help: "xDS responses proxies acknowledged, by type."}, []string{"type"}),
+		nacks:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_xds_nacks_total", Help: "xDS responses proxies rejected, by type."}, []string{"type"}),
+		connected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_xds_connected_proxies", Help: "Proxies with an open xDS stream."}),
+	}
+	if cfg.Metrics != nil {
+		for _, c := range []prometheus.Collector{s.pushes, s.acks, s.nacks, s.connected} {
+			if err := cfg.Metrics.Register(c); err != nil {
+				return nil, fmt.Errorf("xds metrics: %w", err)
+			}
+		}
+	}
+	// Not ADS-consistent: a client asking for a service that does not
+	// exist gets an answer without it at once (gRPC then fails the call)
+	// instead of a watch that waits forever.
+	s.cache = cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil)
+	s.xds = serverv3.NewServer(ctx, s.cache, s.callbacks())
+	return s, nil
+}
+
+// Register adds the aggregated discovery service to g.
+func (s *Server) Register(g *grpc.Server) {
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, &adsService{s: s})
+}
+
+// adsService authenticates every stream, then hands it to go-control-plane
+// with a context the server can end (revocation, takeover).
+type adsService struct {
+	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
+	s *Server
+}
+
+type identityKey struct{}
+
+func (a *adsService) StreamAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	return a.s.serve(stream.Context(), func(ctx context.Context) error {
+		return a.s.xds.StreamAggregatedResources(sotwStream{stream, ctx})
+	})
+}
+
+func (a *adsService) DeltaAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	return a.s.serve(stream.Context(), func(ctx context.Context) error {
+		return a.s.xds.DeltaAggregatedResources(deltaStream{stream, ctx})
+	})
+}
+
+type sotwStream struct {
+	discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer
+	ctx context.Context
+}
+
+func (s sotwStream) Context() context.Context { return s.ctx }
+
+type deltaStream struct {
+	discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer
+	ctx context.Context
+}
+
+func (s deltaStream) Context() context.Context { return s.ctx }
+
+// errStreamEnded is the cause of a stream the server ended.
+var errStreamEnded = errors.New("xds stream ended by the control plane")
+
+// serve identifies a stream and runs it until it ends or the server ends
+// it; the stream's error then tells the proxy why.
+func (s *Server) serve(ctx context.Context, run func(context.Context) error) error {
+	id, err := s.cfg.Identify(ctx)
+	if err != nil {
+		return status.Error(codes.Unauthenticated, err.Error())
+	}
+	ctx, cancel := context.WithCancelCause(context.WithValue(ctx, identityKey{}, id))
+	ls := &liveStream{id: id, cancel: cancel}
+	s.mu.Lock()
+	s.live[ls] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.live, ls)
+		s.mu.Unlock()
+		cancel(nil)
+	}()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		cause := context.Cause(ctx)
+		if errors.Is(cause, errStreamEnded) {
+			return status.Error(codes.PermissionDenied, cause.Error())
+		}
+		return status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// End ends the running streams whose identity match selects, with reason.
+func (s *Server) End(match func(Identity) bool, reason string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for ls := range s.live {
+		if match(ls.id) {
+			ls.cancel(fmt.Errorf("%w: %s", errStreamEnded, reason))
+			n++
+		}
+	}
+	return n
+}
+
+func (s *Server) callbacks() serverv3.Callbacks {
+	return serverv3.CallbackFuncs{
+		StreamOpenFunc:      s.open,
+		DeltaStreamOpenFunc: s.open,
+		StreamClosedFunc:    func(id int64, _ *corev3.Node) { s.closed(id) },
+		DeltaStreamClosedFunc: func(id int64, _ *corev3.Node) {
+			s.closed(id)
+		},
+		StreamRequestFunc: func(id int64, req *discoveryv3.DiscoveryRequest) error {
+			return s.request(id, req.GetNode(), req.GetTypeUrl(), req.GetVersionInfo(), req.GetResponseNonce(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
+		},
+		StreamDeltaRequestFunc: func(id int64, req *discoveryv3.DeltaDiscoveryRequest) error {
+			return s.request(id, req.GetNode(), req.GetTypeUrl(), "", req.GetResponseNonce(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
+		},
+		StreamResponseFunc: func(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
+			s.sent(id, resp.GetTypeUrl(), resp.GetVersionInfo())
+		},
+		StreamDeltaResponseFunc: func(id int64, _ *discoveryv3.DeltaDiscoveryRequest, resp *discoveryv3.DeltaDiscoveryResponse) {
+			s.sent(id, resp.GetTypeUrl(), resp.GetSystemVersionInfo())
+		},
+	}
+}
+
+func (s *Server) open(ctx context.Context, id int64, _ string) error {
+	ident, ok := ctx.Value(identityKey{}).(Identity)
+	if !ok {
+		return status.Error(codes.Unauthenticated, "stream without an identity")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.streams[id] = &streamInfo{id: ident}
+	return nil
+}
+
+func (s *Server) closed(id int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.streams[id]
+	delete(s.streams, id)
+	if st == nil || st.node == "" {
+		return
+	}
+	if n := s.nodes[st.node]; n != nil {
+		n.streams--
+		if n.streams == 0 {
+			s.connected.Dec()
+		}
+	}
+}
+
+// request checks a request's node against the stream's identity and
+// records an acknowledgement or a rejection.
+func (s *Server) request(id int64, node *corev3.Node, typeURL, version, nonce, detail string, nack bool) error {
+	s.mu.Lock()
+	st := s.streams[id]
+	if st == nil {
+		s.mu.Unlock()
+		return status.Error(codes.Internal, "unknown stream")
+	}
+	nodeID := node.GetId()
+	if nodeID != st.id.NodeID {
+		s.mu.Unlock()
+		return status.Errorf(codes.PermissionDenied, "this stream is Dataplane %q: it cannot ask for node %q", st.id.NodeID, nodeID)
+	}
+	first := false
+	if st.node == "" {
+		st.node = nodeID
+		n := s.node(nodeID)
+		n.id = st.id
+		n.streams++
+		if n.streams == 1 {
+			n.since = s.cfg.Now()
+			s.connected.Inc()
+			first = true
+		}
+	}
+	n := s.node(nodeID)
+	if nonce != "" {
+		ts := n.typeStatus(typeURL)
+		if nack {
+			ts.Nack = &Nack{Version: ts.Sent, Message: detail, At: s.cfg.Now(), Policies: n.policiesOf(typeURL)}
+			s.nacks.WithLabelValues(shortType(typeURL)).Inc()
+			s.cfg.Logger.Warn("proxy rejected configuration", "node", nodeID, "type", shortType(typeURL), "message", detail, "policies", ts.Nack.Policies)
+		} else {
+			if version == "" {
+				version = ts.Sent // delta: the nonce acknowledges what was sent
+			}
+			ts.Acked, ts.Nack = version, nil
+			s.acks.WithLabelValues(shortType(typeURL)).Inc()
+		}
+	}
+	s.mu.Unlock()
+	if first && s.cfg.Connected != nil {
+		s.cfg.Connected(nodeID)
+	}
+	return nil
+}
+
+func (s *Server) sent(id int64, typeURL, version string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.streams[id]
+	if st == nil || st.node == "" {
+		return
+	}
+	s.node(st.node).typeStatus(typeURL).Sent = version
+	s.pushes.WithLabelValues(shortType(typeURL)).Inc()
+}
+
+func (s *Server) node(id string) *nodeState {
+	n := s.nodes[id]
+	if n == nil {
+		n = &nodeState{types: map[string]*TypeStatus{}, shaped: map[string]map[string][]string{}, versions: map[string]string{}}
+		s.nodes[id] = n
+	}
+	return n
+}
+
+func (n *nodeState) typeStatus(typeURL string) *TypeStatus {
+	ts := n.types[typeURL]
+	if ts == nil {
+		ts = &TypeStatus{}
+		n.types[typeURL] = ts
+	}
+	return ts
+}
+
+// policiesOf lists the policies behind the resources of a type.
+func (n *nodeState) policiesOf(typeURL string) []string {
+	var out []string
+	for _, ps := range n.shaped[typeURL] {
+		out = append(out, ps...)
+	}
+	sort.Strings(out)
+	return compact(out)
+}
+
+func compact(s []string) []string {
+	out := s[:0]
+	for i, v := range s {
+		if i == 0 || v != s[i-1] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// Connected lists the identities of the nodes with an open stream, by
+// node id.
+func (s *Server) Connected() []Identity {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Identity
+	for _, n := range s.nodes {
+		if n.streams > 0 {
+			out = append(out, n.id)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].NodeID < out[j].NodeID })
+	return out
+}
+
+// Status is a node's xDS state; ok is false for a node never seen.
+func (s *Server) Status(nodeID string) (NodeStatus, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.nodes[nodeID]
+	if n == nil {
+		return NodeStatus{Types: map[string]*TypeStatus{}}, false
+	}
+	out := NodeStatus{Connected: n.streams > 0, Since: n.since, Types: map[string]*TypeStatus{}, Dropped: append([]string(nil), n.dropped...)}
+	for t, ts := range n.types {
+		c := *ts
+		if ts.Nack != nil {
+			nk := *ts.Nack
+			c.Nack = &nk
+		}
+		out.Types[shortType(t)] = &c
+	}
+	return out, true
+}
+
+// Set makes res the node's resources: each type's version is a hash of
+// its resources, so a type that did not change is not sent again.
+func (s *Server) Set(ctx context.Context, nodeID string, res *Resources) error {
+	byType := map[string][]types.Resource{
+		resourcev3.ListenerType: res.Listeners, resourcev3.RouteType: res.Routes,
+		resourcev3.ClusterType: res.Clusters, resourcev3.EndpointType: res.Endpoints,
+	}
+	snap := &cachev3.Snapshot{}
+	versions := map[string]string{}
+	for typeURL, items := range byType {
+		v, err := versionOf(items)
+		if err != nil {
+			return err
+		}
+		versions[typeURL] = v
+		snap.Resources[cachev3.GetResponseType(typeURL)] = cachev3.NewResources(v, items)
+	}
+	shaped := map[string]map[string][]string{}
+	for typeURL, items := range byType {
+		for _, r := range items {
+			name := cachev3.GetResourceName(r)
+			if ps := res.Shaped[name]; len(ps) > 0 {
+				if shaped[typeURL] == nil {
+					shaped[typeURL] = map[string][]string{}
+				}
+				shaped[typeURL][name] = ps
+			}
+		}
+	}
+	s.mu.Lock()
+	n := s.node(nodeID)
+	same := len(n.versions) == len(versions)
+	for t, v := range versions {
+		same = same && n.versions[t] == v
+	}
+	n.versions, n.shaped, n.dropped = versions, shaped, res.Dropped
+	s.mu.Unlock()
+	if same {
+		return nil
+	}
+	return s.cache.SetSnapshot(ctx, nodeID, snap)
+}
+
+// OnConnect sets the function called when a node's first stream opens.
+// Call it before serving.
+func (s *Server) OnConnect(fn func(nodeID string)) { s.cfg.Connected = fn }
+
+// Snapshot is the node's current snapshot (what it gets).
+func (s *Server) Snapshot(nodeID string) (cachev3.ResourceSnapshot, error) {
+	return s.cache.GetSnapshot(nodeID)
+}
+
+// Forget drops a node's snapshot and state (its Dataplane is gone).
+func (s *Server) Forget(nodeID string) {
+	s.cache.ClearSnapshot(nodeID)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := s.nodes[nodeID]; n != nil && n.streams == 0 {
+		delete(s.nodes, nodeID)
+	}
+}
+
+// versionOf hashes resources (sorted by name, deterministic encoding).
+func versionOf(items []types.Resource) (string, error) {
+	sorted := append([]types.Resource(nil), items...)
+	sort.Slice(sorted, func(i, j int) bool { return cachev3.GetResourceName(sorted[i]) < cachev3.GetResourceName(sorted[j]) })
+	h := sha256.New()
+	opts := proto.MarshalOptions{Deterministic: true}
+	for _, r := range sorted {
+		b, err := opts.Marshal(r)
+		if err != nil {
+			return "", fmt.Errorf("encode %s: %w", cachev3.GetResourceName(r), err)
+		}
+		h.Write([]byte(cachev3.GetResourceName(r)))
+		h.Write([]byte{0})
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// shortType is a type URL's last part (Listener, Cluster...).
+func shortType(typeURL string) string {
+	for i := len(typeURL) - 1; i >= 0; i-- {
+		if typeURL[i] == '.' || typeURL[i] == '/' {
+			return typeURL[i+1:]
+		}
+	}
+	return typeURL
+}
