@@ -160,8 +160,6 @@ type process struct {
 
 	background sync.WaitGroup
 	failed     chan error
-	// stops end the gRPC servers before the store closes.
-	stops []func()
 }
 
 // Run starts the control plane and blocks until ctx ends (graceful shutdown)
@@ -209,11 +207,7 @@ func Run(ctx context.Context, cfg Config) error {
 	} else if err := p.startZone(ctx); err != nil {
 		return err
 	}
-	defer func() {
-		for _, stop := range p.stops {
-			stop()
-		}
-	}()
+
 	p.api.Console = func(s *api.Server) (http.Handler, error) {
 		return console.New(console.Config{API: s, Plane: cfg.Plane, Registry: p.reg, Changes: p.feed, Logger: cfg.Logger.Named("console")})
 	}

@@ -45,61 +45,61 @@ type dataPlane struct {
 	meshCA  *meshca.Zone
 }
 
-// startDataPlane starts the zone's data plane and points the API at it.
-// The returned stop ends the gRPC server (before the store closes).
-func (p *process) startDataPlane(ctx context.Context, view *policyview.View) (stop func(), err error) {
+// startDataPlane starts the zone's data plane and points the API at it;
+// everything stops with ctx.
+func (p *process) startDataPlane(ctx context.Context, view *policyview.View) (err error) {
 	cfg := p.cfg
 	dp := &dataPlane{}
 	if dp.tokens, err = auth.LoadOrCreateDataplaneTokens(cfg.DataDir, nil); err != nil {
-		return nil, err
+		return err
 	}
 	if dp.revoked, err = revocation.Open(ctx, revocation.Config{Store: p.store, MetaKey: metaDataplaneTokens, Remember: auth.MaxValidity}); err != nil {
-		return nil, err
+		return err
 	}
 	if dp.meshCA, err = meshca.NewZone(meshca.ZoneConfig{Zone: cfg.Plane.Zone, Standalone: !cfg.Plane.Federated,
 		Config: meshca.Config{Store: p.store, Logger: cfg.Logger.Named("meshca"), Rand: rand.Reader}}); err != nil {
-		return nil, err
+		return err
 	}
 	serverTLS, err := auth.LoadOrCreateServerTLS(auth.ServerTLSConfig{CertFile: cfg.XDSTLSCertFile, KeyFile: cfg.XDSTLSKeyFile,
 		DataDir: cfg.DataDir, Name: "xds-server"})
 	if err != nil {
-		return nil, fmt.Errorf("xds tls: %w", err)
+		return fmt.Errorf("xds tls: %w", err)
 	}
 	bundle, err := os.ReadFile(serverTLS.CertFile)
 	if err != nil {
-		return nil, fmt.Errorf("xds tls: %w", err)
+		return fmt.Errorf("xds tls: %w", err)
 	}
 	clientCA, err := auth.LoadOrCreateCA(cfg.DataDir, auth.XDSClientCAName, "zone "+cfg.Plane.Zone+" xDS clients", time.Now)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if dp.xds, err = xds.NewServer(ctx, xds.ServerConfig{Identify: dp.identify, Logger: cfg.Logger.Named("xds"), Metrics: p.metrics}); err != nil {
-		return nil, err
+		return err
 	}
 	adm, err := admission.New(admission.Config{Registry: p.reg, Plane: cfg.Plane})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if dp.agents, err = dataplane.NewServer(dataplane.Config{Store: p.store, Registry: p.reg, Plane: cfg.Plane, Admission: adm,
 		Tokens: dp.tokens, Revoked: dp.revoked, CA: dp.meshCA, XDSCA: clientCA, XDSBundle: bundle, EndStreams: dp.endStreams,
 		Grace: cfg.DataplaneGrace, Logger: cfg.Logger.Named("agents")}); err != nil {
-		return nil, err
+		return err
 	}
 	endpoints, err := dataplane.NewEndpoints(dataplane.EndpointsConfig{Store: p.store, Plane: cfg.Plane,
 		Live: dp.agents.Live, Presence: dp.agents.Changed, Logger: cfg.Logger.Named("endpoints")})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	ctrl, err := xds.NewController(xds.ControllerConfig{Server: dp.xds, Zone: cfg.Plane.Zone, Logger: cfg.Logger.Named("xds"),
 		Sources: xds.Sources{Snapshot: view.Snapshot, Changed: view.Changed, Endpoints: endpoints.Of, EndpointsChanged: endpoints.Changed,
 			MTLS: func(mesh string) bool { return dp.meshCA.MTLS(mesh).Enabled }, MTLSChanged: dp.meshCA.Changed}})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	dp.xds.OnConnect(func(string) { ctrl.Kick() })
 	gs, ln, err := p.newXDSServer(serverTLS, clientCA.Cert)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	dp.xds.Register(gs)
 	dp.agents.Register(gs)
@@ -108,14 +108,17 @@ func (p *process) startDataPlane(ctx context.Context, view *policyview.View) (st
 	p.run(ctx, dp.agents.Run)
 	p.run(ctx, endpoints.Run)
 	p.run(ctx, ctrl.Run)
-	p.run(ctx, func(context.Context) error {
+	p.run(ctx, func(ctx context.Context) error {
+		// Stopped when the process ends, before the store closes.
+		stopped := context.AfterFunc(ctx, func() { stopGRPC(gs, cfg.ShutdownTimeout/2) })
+		defer stopped()
 		if err := gs.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			return fmt.Errorf("xds server: %w", err)
 		}
 		return nil
 	})
 	cfg.Logger.Info("xds listening", "address", ln.Addr().String(), "cert", serverTLS.CertFile, "generated_cert", serverTLS.Generated)
-	return func() { stopGRPC(gs, cfg.ShutdownTimeout/2) }, nil
+	return nil
 }
 
 // newXDSServer binds the xDS address: TLS with the zone's xDS certificate;

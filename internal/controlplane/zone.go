@@ -30,20 +30,22 @@ func (p *process) startZone(ctx context.Context) error {
 		return err
 	}
 	p.api.Snapshots = view
-	p.run(ctx, view.Run)
-	if cfg.XDSAddress != "" {
-		stop, err := p.startDataPlane(ctx, view)
-		if err != nil {
+	var client *kds.Client
+	if cfg.Plane.Federated {
+		// Its configuration (the token file) is checked before anything
+		// binds an address.
+		if client, err = p.newZoneClient(viewReports{view}); err != nil {
 			return err
 		}
-		p.stops = append(p.stops, stop)
 	}
-	if !cfg.Plane.Federated {
+	p.run(ctx, view.Run)
+	if cfg.XDSAddress != "" {
+		if err := p.startDataPlane(ctx, view); err != nil {
+			return err
+		}
+	}
+	if client == nil {
 		return nil
-	}
-	client, err := p.newZoneClient(viewReports{view})
-	if err != nil {
-		return err
 	}
 	p.run(ctx, view.RunStatusReports)
 	p.api.SyncStatus = func() any { return client.Status() }

@@ -24,18 +24,24 @@ type Binaries struct {
 	Global      string
 	Zone        string
 	Meridianctl string
+	// MeridianDP is the workloads' agent; Greeter the example gRPC
+	// workload (examples/greeter).
+	MeridianDP string
+	Greeter    string
 }
 
-// Build compiles the three commands of the module rooted at moduleRoot into
-// outDir. extraArgs go to `go build` (e.g. -race).
+// Build compiles the module's commands (and the example workload) rooted
+// at moduleRoot into outDir. extraArgs go to `go build` (e.g. -race).
 func Build(ctx context.Context, moduleRoot, outDir string, extraArgs ...string) (Binaries, error) {
 	b := Binaries{
 		Global:      filepath.Join(outDir, "global-cp"),
 		Zone:        filepath.Join(outDir, "zone-cp"),
 		Meridianctl: filepath.Join(outDir, "meridianctl"),
+		MeridianDP:  filepath.Join(outDir, "meridian-dp"),
+		Greeter:     filepath.Join(outDir, "greeter"),
 	}
 	args := append([]string{"build", "-o", outDir + string(os.PathSeparator)}, extraArgs...)
-	args = append(args, "./cmd/global", "./cmd/zone", "./cmd/meridianctl")
+	args = append(args, "./cmd/global", "./cmd/zone", "./cmd/meridianctl", "./cmd/meridian-dp", "./examples/greeter")
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = moduleRoot
 	out, err := cmd.CombinedOutput()
