@@ -1,9 +1,11 @@
 // Command localcluster is the README's main job: it builds Meridian, starts a
 // global control plane and two zones connected to it on loopback (embedded
 // stores in a temporary folder, zone tokens issued by the global, KDS over
-// TLS), applies the example policies on the global and in zone-1, and prints
-// what each control plane holds and one proxy's effective config. Ctrl-C
-// stops everything.
+// TLS), applies the example policies on the global and in zone-1, prints
+// what each control plane holds and one proxy's effective config, then runs
+// real gRPC workloads under meridian-dp (examples/greeter): a client in
+// zone-1 calling greeters in zone-1 and zone-2, denied and allowed again by
+// a MeshTrafficPermission written on the global. Ctrl-C stops everything.
 package main
 
 import (
@@ -20,6 +22,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -42,8 +45,10 @@ func main() {
 type cluster struct {
 	bins    launcher.Binaries
 	root    string
+	tmp     string
 	procs   []*launcher.Process
 	apis    map[string]string
+	xds     map[string]string // the zones' xDS addresses
 	logSink io.Writer
 }
 
@@ -61,12 +66,12 @@ func run(ctx context.Context, once, verbose bool) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	fmt.Println("building global-cp, zone-cp and meridianctl ...")
+	fmt.Println("building global-cp, zone-cp, meridianctl, meridian-dp and the greeter example ...")
 	bins, err := launcher.Build(ctx, root, filepath.Join(tmp, "bin"))
 	if err != nil {
 		return err
 	}
-	c := &cluster{bins: bins, root: root, apis: map[string]string{}, logSink: io.Discard}
+	c := &cluster{bins: bins, root: root, tmp: tmp, apis: map[string]string{}, xds: map[string]string{}, logSink: io.Discard}
 	if verbose {
 		c.logSink = os.Stderr
 	}
@@ -77,6 +82,9 @@ func run(ctx context.Context, once, verbose bool) error {
 	if err := c.demo(ctx); err != nil {
 		return err
 	}
+	if err := c.dataPlaneDemo(ctx); err != nil {
+		return err
+	}
 	c.printTryIt()
 	if once {
 		return nil
@@ -84,7 +92,7 @@ func run(ctx context.Context, once, verbose bool) error {
 	fmt.Println("\nrunning; try the meridianctl commands above. Ctrl-C stops everything.")
 	<-ctx.Done()
 	c.stopAll()
-	fmt.Println("\nstopped: global, zone-1 and zone-2 shut down; their temporary data directory is removed.")
+	fmt.Println("\nstopped: the workloads, global, zone-1 and zone-2 shut down; their temporary data directory is removed.")
 	return nil
 }
 
@@ -118,9 +126,14 @@ func (c *cluster) startAll(ctx context.Context, tmp string) error {
 		if err := c.zoneToken(ctx, z.name, tokenFile); err != nil {
 			return err
 		}
-		err := c.start(ctx, z.name, c.bins.Zone, filepath.Join(tmp, z.name), "--zone", z.name, "--environment", z.env,
+		xds, err := launcher.FreeAddress()
+		if err != nil {
+			return err
+		}
+		c.xds[z.name] = xds
+		err = c.start(ctx, z.name, c.bins.Zone, filepath.Join(tmp, z.name), "--zone", z.name, "--environment", z.env,
 			"--global-address", kds, "--zone-token-file", tokenFile,
-			"--kds-ca-file", filepath.Join(globalDir, "kds-server.crt"))
+			"--kds-ca-file", filepath.Join(globalDir, "kds-server.crt"), "--xds-address", xds)
 		if err != nil {
 			return err
 		}
@@ -329,4 +342,152 @@ func (c *cluster) waitFor(ctx context.Context, cp, path string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// dataPlaneDemo runs real gRPC workloads under meridian-dp: greeters in
+// zone-1 (Kubernetes) and zone-2 (Universal), a client in zone-1 calling
+// them, a deny written on the global and removed again, and the failover
+// to zone-2 when zone-1's greeter stops.
+func (c *cluster) dataPlaneDemo(ctx context.Context) error {
+	fmt.Printf("\n=== a mesh with mTLS, and real gRPC workloads under meridian-dp (examples/greeter)\n")
+	if err := c.ctl(ctx, "global", "apply", "-f", "examples/greeter/mesh.yaml"); err != nil {
+		return err
+	}
+	c.waitFor(ctx, "zone-1", "/meshes/greeter/meshtrafficpermissions")
+	c.waitFor(ctx, "zone-2", "/meshes/greeter/meshtrafficpermissions")
+	p1, p2, pc := freePort(), freePort(), freePort()
+	g1, err := c.workload(ctx, "zone-1", "greeter-1", "greeter-ns", "greeter", p1, "serve", "--listen", fmt.Sprintf("127.0.0.1:%d", p1))
+	if err != nil {
+		return err
+	}
+	if _, err := c.workload(ctx, "zone-2", "greeter-2", "", "greeter", p2, "serve", "--listen", fmt.Sprintf("127.0.0.1:%d", p2)); err != nil {
+		return err
+	}
+	client, err := c.workload(ctx, "zone-1", "client-1", "greeter-ns", "client", pc, "call", "--service", "greeter", "--every", "250ms")
+	if err != nil {
+		return err
+	}
+	fmt.Println("\nclient-1 (zone-1) calls xds:///greeter every 250 ms; its calls:")
+	client.show(ctx, 1500*time.Millisecond)
+
+	fmt.Printf("\n=== a MeshTrafficPermission written on the global denies the client (the real error a gRPC client gets)\n")
+	if err := c.ctl(ctx, "global", "apply", "-f", "examples/greeter/deny-client.yaml"); err != nil {
+		return err
+	}
+	client.show(ctx, 1500*time.Millisecond)
+
+	fmt.Printf("\n=== removed on the global: allowed again\n")
+	if err := c.ctl(ctx, "global", "delete", "meshtrafficpermission", "deny-client", "--mesh", "greeter"); err != nil {
+		return err
+	}
+	client.show(ctx, 1500*time.Millisecond)
+
+	fmt.Printf("\n=== zone-1's greeter stops: the calls fail over to zone-2\n")
+	if err := g1.proc.Stop(5 * time.Second); err != nil {
+		return err
+	}
+	client.show(ctx, 1500*time.Millisecond)
+	fmt.Printf("\nwhat client-1 gets over xDS, its connection and certificates:\n  curl '%s/meshes/greeter/dataplanes/client-1/_xds?namespace=greeter-ns'\n", c.apis["zone-1"])
+	return nil
+}
+
+// demoWorkload is one meridian-dp running the greeter, its output kept.
+type demoWorkload struct {
+	proc *launcher.Process
+	out  *lineBuffer
+}
+
+// workload starts meridian-dp in zone for Dataplane name (of service svc
+// on port) running the greeter with args. ns is its namespace in a
+// Kubernetes zone.
+func (c *cluster) workload(ctx context.Context, zone, name, ns, svc string, port int, args ...string) (*demoWorkload, error) {
+	dir := filepath.Join(c.tmp, "workloads", name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	tokenArgs := []string{"--api-address", c.apis[zone], "generate", "dataplane-token", "--mesh", "greeter", "--name", name, "--valid-for", "24h"}
+	dp := fmt.Sprintf("type: Dataplane\nmesh: greeter\nname: %s\nnetworking:\n  address: 127.0.0.1\n  inbound:\n    - port: %d\n      tags:\n        kuma.io/service: %s\n", name, port, svc)
+	if ns != "" {
+		tokenArgs = append(tokenArgs, "--namespace", ns)
+		dp = fmt.Sprintf("apiVersion: kuma.io/v1alpha1\nkind: Dataplane\nmesh: greeter\nmetadata:\n  name: %s\n  namespace: %s\nspec:\n  networking:\n    address: 127.0.0.1\n    inbound:\n      - port: %d\n        tags:\n          kuma.io/service: %s\n", name, ns, port, svc)
+	}
+	token, err := exec.CommandContext(ctx, c.bins.Meridianctl, tokenArgs...).Output()
+	if err != nil {
+		return nil, fmt.Errorf("generate dataplane-token for %s: %w", name, err)
+	}
+	files := map[string][]byte{"dataplane.yaml": []byte(dp), "token": token}
+	for f, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, f), data, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	out := &lineBuffer{}
+	p := &launcher.Process{Name: name, Path: c.bins.MeridianDP, Log: out, Args: append([]string{"run",
+		"--cp-address", "https://" + c.xds[zone], "--dataplane-file", filepath.Join(dir, "dataplane.yaml"),
+		"--dataplane-token-file", filepath.Join(dir, "token"),
+		"--ca-cert-file", filepath.Join(c.tmp, zone, "xds-server.crt"), "--dir", filepath.Join(dir, "agent"),
+		"--", c.bins.Greeter}, args...)}
+	if err := p.Start(); err != nil {
+		return nil, err
+	}
+	c.procs = append(c.procs, p)
+	where := zone
+	if ns != "" {
+		where += ", namespace " + ns
+	}
+	fmt.Printf("$ meridian-dp run --cp-address https://%s --dataplane-file %s ... -- greeter %s   # %s in %s\n",
+		c.xds[zone], filepath.Join("workloads", name, "dataplane.yaml"), strings.Join(args, " "), name, where)
+	return &demoWorkload{proc: p, out: out}, nil
+}
+
+// show prints the workload's call results for d.
+func (w *demoWorkload) show(ctx context.Context, d time.Duration) {
+	mark := w.out.len()
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+	for _, l := range w.out.since(mark) {
+		if strings.HasPrefix(l, "ok ") || strings.HasPrefix(l, "error ") {
+			fmt.Println("  " + l)
+		}
+	}
+}
+
+// lineBuffer keeps a process's output lines.
+type lineBuffer struct {
+	mu    sync.Mutex
+	lines []string
+	part  string
+}
+
+func (b *lineBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	parts := strings.Split(b.part+string(p), "\n")
+	b.lines = append(b.lines, parts[:len(parts)-1]...)
+	b.part = parts[len(parts)-1]
+	return len(p), nil
+}
+
+func (b *lineBuffer) len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.lines)
+}
+
+func (b *lineBuffer) since(mark int) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.lines[mark:]...)
+}
+
+func freePort() int {
+	addr, err := launcher.FreeAddress()
+	if err != nil {
+		return 0
+	}
+	var port int
+	_, _ = fmt.Sscanf(addr[strings.LastIndex(addr, ":")+1:], "%d", &port)
+	return port
 }
