@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"os"
@@ -15,6 +16,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -446,6 +448,10 @@ func TestWorkloadIdentityIsEnforced(t *testing.T) {
 		t.Errorf("greeter-1's certificate asking for client-1's clusters: %v, want PermissionDenied", err)
 	}
 
+	// A rejection is shown with the client's message in _xds, meridianctl
+	// and the console, and the rejected version is not sent again.
+	nackRejection(t, z, conn)
+
 	// A certificate of another mesh's CA is refused by greeter-1.
 	apply(t, z, `type: Mesh
 name: other
@@ -483,12 +489,9 @@ mtls:
 		t.Fatalf("revoke: %s", out)
 	}
 	eventually(t, 10*time.Second, func() error {
-		status, body := z.request("GET", "/meshes/default/dataplanes/greeter-1/_xds", "")
-		if status != 200 {
-			return fmt.Errorf("_xds: %d", status)
-		}
-		if strings.Contains(string(body), `"connected":true`) {
-			return fmt.Errorf("greeter-1 still connected: %s", body)
+		v := xdsState(t, z, "greeter-1")
+		if v.Agent.Connected || v.Connection.Connected {
+			return fmt.Errorf("greeter-1 still connected: agent %v, xDS %v", v.Agent.Connected, v.Connection.Connected)
 		}
 		return nil
 	})
@@ -513,18 +516,96 @@ func readFile(path string) []byte {
 	return b
 }
 
-// agentToken is the token id greeter's agent joined with (from _xds).
-func agentToken(t *testing.T, z *node, dp string) string {
+// xdsView is what the tests read of `_xds`.
+type xdsView struct {
+	Agent struct {
+		Connected bool   `json:"connected"`
+		Token     string `json:"token"`
+	} `json:"agent"`
+	Connection struct {
+		Connected bool `json:"connected"`
+		Types     map[string]struct {
+			Sent  string `json:"sent"`
+			Acked string `json:"acked"`
+			Nack  *struct {
+				Message  string   `json:"message"`
+				Policies []string `json:"policies"`
+			} `json:"nack"`
+		} `json:"types"`
+	} `json:"connection"`
+	Dropped []string `json:"dropped"`
+}
+
+func xdsState(t *testing.T, z *node, dp string) xdsView {
 	t.Helper()
 	status, body := z.request("GET", "/meshes/default/dataplanes/"+dp+"/_xds", "")
 	if status != 200 {
 		t.Fatalf("_xds: %d %s", status, body)
 	}
-	s := string(body)
-	i := strings.Index(s, `"token":"`)
-	if i < 0 {
-		t.Fatalf("no token in %s", s)
+	var v xdsView
+	if err := json.Unmarshal(body, &v); err != nil {
+		t.Fatalf("_xds: %v", err)
 	}
-	s = s[i+len(`"token":"`):]
-	return s[:strings.Index(s, `"`)]
+	return v
+}
+
+// agentToken is the token id greeter's agent joined with (from _xds).
+func agentToken(t *testing.T, z *node, dp string) string {
+	t.Helper()
+	v := xdsState(t, z, dp)
+	if v.Agent.Token == "" {
+		t.Fatalf("no token in _xds of %s", dp)
+	}
+	return v.Agent.Token
+}
+
+// nackRejection opens a second stream as greeter-1 (its own xDS
+// certificate), rejects the listeners it gets and checks every view of
+// the proxy shows the rejection.
+func nackRejection(t *testing.T, z *node, conn *grpc.ClientConn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &corev3.Node{Id: "default.greeter-1"}
+	if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ListenerType}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const msg = "integration: listener refused on purpose"
+	if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ListenerType, ResponseNonce: resp.GetNonce(),
+		ErrorDetail: &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: msg}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() error {
+		v := xdsState(t, z, "greeter-1")
+		if l := v.Connection.Types["Listener"]; l.Nack == nil || l.Nack.Message != msg {
+			return fmt.Errorf("_xds shows no rejection: %+v", v.Connection.Types)
+		}
+		return nil
+	})
+	out, code := z.ctl("", "inspect", "dataplane", "greeter-1")
+	if code != 0 || !strings.Contains(out, "NACK of "+resp.GetVersionInfo()) || !strings.Contains(out, msg) || !strings.Contains(out, "xDS          connected") {
+		t.Errorf("meridianctl inspect dataplane:\n%s", out)
+	}
+	status, page := z.request("GET", "/gui/meshes/default/dataplanes/greeter-1", "")
+	if status != 200 || !strings.Contains(string(page), msg) || !strings.Contains(string(page), `data-xds="connected"`) {
+		t.Errorf("console page: %d, rejection or connection missing", status)
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := stream.Recv()
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Errorf("after the rejection the server sent again (%v)", err)
+	case <-time.After(time.Second):
+	}
 }

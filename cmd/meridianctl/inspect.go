@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/url"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -20,15 +21,15 @@ func (a *app) inspectCommand() *cobra.Command {
 // one proxy.
 func (a *app) inspectDataplaneCommand() *cobra.Command {
 	var mesh, namespace, output string
-	var rules, config bool
+	var rules, config, xdsView bool
 	var ex explainFlags
 	cmd := &cobra.Command{
-		Use:   "dataplane NAME [-o json|yaml] [--rules|--config|--explain --type T (--outbound S [--route R] | --inbound P --client k:v,...)]",
-		Short: "Summarize a proxy's effective config (default), or show its rules, config, or why a field has its value (zone control plane)",
+		Use:   "dataplane NAME [-o json|yaml] [--rules|--config|--xds|--explain --type T (--outbound S [--route R] | --inbound P --client k:v,...)]",
+		Short: "Summarize a proxy's effective config and xDS state (default), or show its rules, config, xDS resources, or why a field has its value (zone control plane)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if (rules && config) || (ex.explain && (rules || config)) {
-				return fmt.Errorf("--rules, --config and --explain exclude each other")
+			if n := countTrue(rules, config, xdsView, ex.explain); n > 1 {
+				return fmt.Errorf("--rules, --config, --xds and --explain exclude each other")
 			}
 			q := url.Values{}
 			if namespace != "" {
@@ -39,7 +40,7 @@ func (a *app) inspectDataplaneCommand() *cobra.Command {
 			}
 			if output == "" {
 				output = "summary"
-				if rules || config {
+				if rules || config || xdsView {
 					output = "json"
 				}
 			}
@@ -47,7 +48,10 @@ func (a *app) inspectDataplaneCommand() *cobra.Command {
 				return fmt.Errorf("--output: want summary, json or yaml, got %q", output)
 			}
 			view := "_rules"
-			if config || output == "summary" {
+			switch {
+			case xdsView:
+				view = "_xds"
+			case config || output == "summary":
 				view = "_config"
 			}
 			path := "/meshes/" + url.PathEscape(mesh) + "/dataplanes/" + url.PathEscape(args[0]) + "/" + view
@@ -56,7 +60,14 @@ func (a *app) inspectDataplaneCommand() *cobra.Command {
 				return err
 			}
 			if output == "summary" {
-				return a.printConfigSummary(body)
+				if err := a.printConfigSummary(body); err != nil {
+					return err
+				}
+				// The data plane's state, where the zone serves xDS.
+				if xb, _, err := a.client.do(cmd.Context(), "GET", strings.TrimSuffix(path, view)+"_xds", q, nil, ""); err == nil {
+					return a.printXDSSummary(xb)
+				}
+				return nil
 			}
 			return a.printRaw(body, output)
 		},
@@ -65,6 +76,7 @@ func (a *app) inspectDataplaneCommand() *cobra.Command {
 	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "namespace of the Dataplane")
 	cmd.Flags().BoolVar(&rules, "rules", false, "show the rules per policy type (default)")
 	cmd.Flags().BoolVar(&config, "config", false, "show the effective config per inbound and outbound, with RBAC")
+	cmd.Flags().BoolVar(&xdsView, "xds", false, "show what the proxy gets over xDS (Envoy's config dump shape), its connection, ACKs and NACKs")
 	cmd.Flags().BoolVar(&ex.explain, "explain", false, "explain one policy type's effective conf field by field: who set each field, who lost and why")
 	cmd.Flags().StringVar(&ex.typ, "type", "", "with --explain: the policy type, e.g. MeshTimeout")
 	cmd.Flags().StringVar(&ex.outbound, "outbound", "", "with --explain: the outbound's service")
@@ -73,4 +85,14 @@ func (a *app) inspectDataplaneCommand() *cobra.Command {
 	cmd.Flags().StringVar(&ex.client, "client", "", "with --explain --inbound: the client's tags, k:v,k2:v2")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: summary (default), json or yaml (the full _rules or, with --config, _config document); --explain: table, json or yaml")
 	return cmd
+}
+
+func countTrue(bs ...bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
 }

@@ -7,9 +7,11 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/meridian-mesh/meridian/internal/policy"
 	"github.com/meridian-mesh/meridian/internal/resource"
+	"github.com/meridian-mesh/meridian/internal/xds"
 )
 
 // printConfigSummary prints a Dataplane's _config readably: per inbound
@@ -51,7 +53,58 @@ func (a *app) printConfigSummary(body []byte) error {
 	for _, warn := range v.Warnings {
 		fmt.Fprintf(w, "\nwarning: %s\n", warn)
 	}
-	fmt.Fprintln(w, "\n(-o json or -o yaml for the full document; --explain --type T for why a value wins)")
+	fmt.Fprintln(w, "\n(-o json or -o yaml for the full document; --explain --type T for why a value wins; --xds for the xDS resources)")
+	return nil
+}
+
+// printXDSSummary prints a Dataplane's data plane state: its agent, its
+// xDS stream, per type the version sent and acknowledged and the last
+// rejection, mTLS, and what its proxy cannot carry.
+func (a *app) printXDSSummary(body []byte) error {
+	var v xds.View
+	if err := json.Unmarshal(body, &v); err != nil {
+		return fmt.Errorf("decode _xds: %w", err)
+	}
+	w := a.stdout
+	fmt.Fprintln(w, "\nData plane")
+	switch {
+	case v.Agent.Connected:
+		fmt.Fprintf(w, "  %-12s connected since %s (meridian-dp %s, token %s)\n", "agent", v.Agent.Since.Format(time.RFC3339), dash(v.Agent.Version), v.Agent.Token)
+	case !v.Agent.LeftAt.IsZero():
+		fmt.Fprintf(w, "  %-12s left at %s; the Dataplane is removed after the grace period unless it comes back\n", "agent", v.Agent.LeftAt.Format(time.RFC3339))
+	default:
+		fmt.Fprintf(w, "  %-12s none (a Dataplane written through the API)\n", "agent")
+	}
+	if v.Connection.Connected {
+		fmt.Fprintf(w, "  %-12s connected since %s\n", "xDS", v.Connection.Since.Format(time.RFC3339))
+	} else {
+		fmt.Fprintf(w, "  %-12s not connected\n", "xDS")
+	}
+	switch {
+	case !v.MTLS.Enabled:
+		fmt.Fprintf(w, "  %-12s off: plaintext, MeshTrafficPermission not enforced\n", "mTLS")
+	case v.MTLS.Ready:
+		fmt.Fprintf(w, "  %-12s on\n", "mTLS")
+	default:
+		fmt.Fprintf(w, "  %-12s on, no certificates yet: %s\n", "mTLS", v.MTLS.Problem)
+	}
+	for _, typ := range slices.Sorted(maps.Keys(v.Connection.Types)) {
+		ts := v.Connection.Types[typ]
+		state := "acked"
+		if ts.Acked != ts.Sent {
+			state = "pending"
+		}
+		fmt.Fprintf(w, "  %-12s sent %s, acked %s (%s)\n", typ, dash(ts.Sent), dash(ts.Acked), state)
+		if n := ts.Nack; n != nil {
+			fmt.Fprintf(w, "  %-12s NACK of %s at %s: %s\n", "", n.Version, n.At.Format(time.RFC3339), n.Message)
+			if len(n.Policies) > 0 {
+				fmt.Fprintf(w, "  %-12s from %s\n", "", strings.Join(n.Policies, ", "))
+			}
+		}
+	}
+	for _, d := range v.Dropped {
+		fmt.Fprintf(w, "  not carried: %s\n", d)
+	}
 	return nil
 }
 

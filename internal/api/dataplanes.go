@@ -23,7 +23,14 @@ type DataplaneTokens interface {
 // XDSState reports a Dataplane's data plane state for `_xds`: its agent,
 // its xDS connection per type, and the resources it gets.
 type XDSState interface {
-	XDS(ctx context.Context, mesh, name, namespace string) (any, error)
+	XDS(ctx context.Context, mesh, name, namespace string, q XDSQuery) (any, error)
+}
+
+// XDSQuery is what `_xds` asks for (docs/api.md#xds).
+type XDSQuery struct {
+	// Proxy is the kind of proxy to render for: "grpc", or "" for the
+	// kind the Dataplane's agent runs.
+	Proxy string
 }
 
 // registerDataplanes adds the zone's data plane endpoints.
@@ -104,6 +111,13 @@ func (s *Server) handleRevokeDataplaneToken(w http.ResponseWriter, r *http.Reque
 // handleXDS shows a Dataplane's data plane state: GET
 // /meshes/{mesh}/dataplanes/{name}/_xds (docs/api.md).
 func (s *Server) handleXDS(w http.ResponseWriter, r *http.Request) {
-	v, err := s.cfg.XDS.XDS(r.Context(), r.PathValue("mesh"), r.PathValue("name"), s.namespaceParam(r))
+	q := XDSQuery{Proxy: r.URL.Query().Get("proxy")}
+	switch q.Proxy {
+	case "", "grpc":
+	default:
+		s.writeError(w, r, fieldError("proxy", "must be grpc, got %q", q.Proxy))
+		return
+	}
+	v, err := s.cfg.XDS.XDS(r.Context(), r.PathValue("mesh"), r.PathValue("name"), s.namespaceParam(r), q)
 	s.writeResult(w, r, v, err)
 }

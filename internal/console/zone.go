@@ -12,6 +12,7 @@ import (
 
 	"github.com/meridian-mesh/meridian/internal/api"
 	"github.com/meridian-mesh/meridian/internal/policy"
+	"github.com/meridian-mesh/meridian/internal/xds"
 )
 
 // Zone pages: Dataplanes, one Dataplane (effective configuration per
@@ -207,8 +208,10 @@ type fieldRow struct {
 }
 
 type dataplaneData struct {
-	DP        dataplane
-	Config    policy.ConfigResult
+	DP     dataplane
+	Config policy.ConfigResult
+	// XDS is the proxy's data plane state, where the zone serves xDS.
+	XDS       *xds.View
 	Inbounds  []inboundView
 	Outbounds []outboundView
 	Proxy     []targetConf
@@ -294,6 +297,10 @@ func (c *Console) dataplanePage(w http.ResponseWriter, r *http.Request) {
 	}
 	if q := r.URL.Query(); q.Has("client") || q.Has("inbound") {
 		d.WhatIf = c.whatIf(r, mesh, name, ns, q.Get("inbound"), q.Get("client"))
+	}
+	var v xds.View
+	if err := c.get(r, dpPath(mesh, name, ns, "_xds", nil), &v); err == nil {
+		d.XDS = &v
 	}
 	c.render(w, r, http.StatusOK, "dataplane", page{Title: "Dataplane " + d.DP.Ref(), Nav: "dataplanes", Data: d})
 }

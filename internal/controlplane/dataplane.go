@@ -5,22 +5,19 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
-	"sort"
 	"time"
 
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/meridian-mesh/meridian/internal/admission"
+	"github.com/meridian-mesh/meridian/internal/api"
 	"github.com/meridian-mesh/meridian/internal/auth"
 	"github.com/meridian-mesh/meridian/internal/dataplane"
 	"github.com/meridian-mesh/meridian/internal/meshca"
@@ -43,6 +40,7 @@ type dataPlane struct {
 	agents  *dataplane.Server
 	xds     *xds.Server
 	meshCA  *meshca.Zone
+	ctrl    *xds.Controller
 }
 
 // startDataPlane starts the zone's data plane and points the API at it;
@@ -90,13 +88,13 @@ func (p *process) startDataPlane(ctx context.Context, view *policyview.View) (er
 	if err != nil {
 		return err
 	}
-	ctrl, err := xds.NewController(xds.ControllerConfig{Server: dp.xds, Zone: cfg.Plane.Zone, Logger: cfg.Logger.Named("xds"),
+	dp.ctrl, err = xds.NewController(xds.ControllerConfig{Server: dp.xds, Zone: cfg.Plane.Zone, Logger: cfg.Logger.Named("xds"),
 		Sources: xds.Sources{Snapshot: view.Snapshot, Changed: view.Changed, Endpoints: endpoints.Of, EndpointsChanged: endpoints.Changed,
 			MTLS: func(mesh string) bool { return dp.meshCA.MTLS(mesh).Enabled }, MTLSChanged: dp.meshCA.Changed}})
 	if err != nil {
 		return err
 	}
-	dp.xds.OnConnect(func(string) { ctrl.Kick() })
+	dp.xds.OnConnect(func(string) { dp.ctrl.Kick() })
 	gs, ln, err := p.newXDSServer(serverTLS, clientCA.Cert)
 	if err != nil {
 		return err
@@ -107,7 +105,7 @@ func (p *process) startDataPlane(ctx context.Context, view *policyview.View) (er
 	p.run(ctx, dp.meshCA.Run)
 	p.run(ctx, dp.agents.Run)
 	p.run(ctx, endpoints.Run)
-	p.run(ctx, ctrl.Run)
+	p.run(ctx, dp.ctrl.Run)
 	p.run(ctx, func(ctx context.Context) error {
 		// Stopped when the process ends, before the store closes.
 		stopped := context.AfterFunc(ctx, func() { stopGRPC(gs, cfg.ShutdownTimeout/2) })
@@ -183,47 +181,28 @@ func (dp *dataPlane) Revoke(ctx context.Context, id string) (int, error) {
 	return n, nil
 }
 
-// xdsView is a Dataplane's `_xds` document.
-type xdsView struct {
-	Node       string                `json:"node"`
-	Agent      dataplane.AgentStatus `json:"agent"`
-	Connection xds.NodeStatus        `json:"connection"`
-	MTLS       meshca.MeshTLS        `json:"mtls"`
-	Resources  map[string][]any      `json:"resources"`
-}
-
 // XDS is a Dataplane's data plane state (api.XDSState).
-func (dp *dataPlane) XDS(_ context.Context, mesh, name, namespace string) (any, error) {
+func (dp *dataPlane) XDS(ctx context.Context, mesh, name, namespace string, q api.XDSQuery) (any, error) {
+	res, err := dp.ctrl.Inspect(ctx, mesh, name, namespace)
+	if err != nil {
+		return nil, err
+	}
+	versions, err := xds.Versions(res)
+	if err != nil {
+		return nil, err
+	}
+	dump, err := xds.ConfigDump(res, versions)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := xds.MarshalJSON(dump)
+	if err != nil {
+		return nil, err
+	}
 	node := xds.NodeID(mesh, name, namespace)
 	conn, _ := dp.xds.Status(node)
-	out := xdsView{Node: node, Agent: dp.agents.Status(node), Connection: conn, MTLS: dp.meshCA.MTLS(mesh), Resources: map[string][]any{}}
-	snap, err := dp.xds.Snapshot(node)
-	if err != nil {
-		return out, nil // not rendered yet
-	}
-	for kind, t := range map[string]string{"listeners": resourcev3.ListenerType, "routes": resourcev3.RouteType,
-		"clusters": resourcev3.ClusterType, "endpoints": resourcev3.EndpointType} {
-		for _, name := range sortedNames(snap.GetResources(t)) {
-			raw, err := protojson.Marshal(snap.GetResources(t)[name])
-			if err != nil {
-				continue
-			}
-			var v any
-			if err := json.Unmarshal(raw, &v); err == nil {
-				out.Resources[kind] = append(out.Resources[kind], v)
-			}
-		}
-	}
-	return out, nil
-}
-
-func sortedNames[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
+	return xds.View{Node: node, Proxy: "grpc", Agent: dp.agents.Status(node), Connection: conn, MTLS: dp.meshCA.MTLS(mesh),
+		ConfigDump: raw, Policies: res.Shaped, Dropped: res.Dropped}, nil
 }
 
 // stopGRPC stops a gRPC server gracefully within timeout.

@@ -13,6 +13,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net/url"
 	"strings"
 	"sync"
@@ -86,6 +87,11 @@ type Server struct {
 	dataplanev1.UnimplementedAgentServiceServer
 	cfg Config
 
+	// nodeLocks serialize, per node, registering a Dataplane and removing
+	// it after its grace period: a sweep never deletes a Dataplane an
+	// agent has just registered again.
+	nodeLocks [64]sync.Mutex
+
 	mu       sync.Mutex
 	sessions map[string]*session // by node id
 	// gone are the nodes whose agent left, with when; a Dataplane is
@@ -100,7 +106,6 @@ type session struct {
 	cancel  context.CancelCauseFunc
 	since   time.Time
 	version string
-	renew   chan bool // mTLS state to push to the agent
 }
 
 type goneNode struct {
@@ -161,15 +166,22 @@ func (s *Server) Join(req *dataplanev1.JoinRequest, stream grpc.ServerStreamingS
 	if err != nil {
 		return err
 	}
-	res, dp, err := s.register(ctx, claims, req.GetDataplane())
+	res, dp, err := s.admit(claims, req.GetDataplane())
 	if err != nil {
 		return err
 	}
 	id := xds.Identity{NodeID: xds.NodeID(dp.Mesh, dp.Name, dp.Namespace), Mesh: dp.Mesh, Name: dp.Name, Namespace: dp.Namespace, TokenID: claims.ID}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	sess := &session{id: id, key: res.Key(), cancel: cancel, since: s.cfg.Now(), version: req.GetVersion(), renew: make(chan bool, 1)}
+	unlock := s.lockNode(id.NodeID)
+	stored, err := s.register(ctx, res, dp)
+	if err != nil {
+		unlock()
+		return err
+	}
+	sess := &session{id: id, key: stored.Key(), cancel: cancel, since: s.cfg.Now(), version: req.GetVersion()}
 	s.open(sess)
+	unlock()
 	defer s.close(sess)
 	mtls := s.cfg.CA.MTLS(dp.Mesh)
 	if err := stream.Send(&dataplanev1.JoinResponse{Event: &dataplanev1.JoinResponse_Joined{Joined: &dataplanev1.Joined{
@@ -201,10 +213,19 @@ func (s *Server) Join(req *dataplanev1.JoinRequest, stream grpc.ServerStreamingS
 
 var errSessionEnded = errors.New("agent session ended")
 
-// register decodes the Dataplane, checks the token admits it, and stores it
-// as this zone's (through admission, as the API would) with the agent's
-// label.
-func (s *Server) register(ctx context.Context, claims auth.DataplaneClaims, doc []byte) (*resource.Resource, *xds.Dataplane, error) {
+// lockNode locks the node's registration; call the returned function to
+// unlock.
+func (s *Server) lockNode(nodeID string) func() {
+	h := fnv.New32a()
+	h.Write([]byte(nodeID))
+	m := &s.nodeLocks[h.Sum32()%uint32(len(s.nodeLocks))]
+	m.Lock()
+	return m.Unlock
+}
+
+// admit decodes the Dataplane as admission prepares it for this zone (with
+// the agent's label) and checks the token admits it.
+func (s *Server) admit(claims auth.DataplaneClaims, doc []byte) (*resource.Resource, *xds.Dataplane, error) {
 	res, err := s.cfg.Registry.Decode(doc)
 	if err != nil {
 		return nil, nil, status.Errorf(codes.InvalidArgument, "dataplane file: %v", err)
@@ -224,17 +245,23 @@ func (s *Server) register(ctx context.Context, claims auth.DataplaneClaims, doc 
 	if why := claims.Admits(dp.Mesh, ns, dp.Name, dp.InboundTags()); why != "" {
 		return nil, nil, status.Errorf(codes.PermissionDenied, "dataplane token %s does not admit Dataplane %s of mesh %s: %s", claims.ID, dp.Name, dp.Mesh, why)
 	}
+	return res, dp, nil
+}
+
+// register stores an admitted Dataplane as this zone's, through admission
+// as the API would.
+func (s *Server) register(ctx context.Context, res *resource.Resource, dp *xds.Dataplane) (*resource.Resource, error) {
 	result, err := s.cfg.Store.Apply(ctx, s.cfg.Admission.Put(res))
 	if err != nil {
 		switch {
 		case errors.Is(err, admission.ErrForbidden), errors.Is(err, admission.ErrOwned):
-			return nil, nil, status.Errorf(codes.PermissionDenied, "register Dataplane %s: %v", dp.Name, err)
+			return nil, status.Errorf(codes.PermissionDenied, "register Dataplane %s: %v", dp.Name, err)
 		case errors.Is(err, storage.ErrNotFound):
-			return nil, nil, status.Errorf(codes.FailedPrecondition, "register Dataplane %s: %v", dp.Name, err)
+			return nil, status.Errorf(codes.FailedPrecondition, "register Dataplane %s: %v", dp.Name, err)
 		}
-		return nil, nil, status.Errorf(codes.Unavailable, "register Dataplane %s: %v", dp.Name, err)
+		return nil, status.Errorf(codes.Unavailable, "register Dataplane %s: %v", dp.Name, err)
 	}
-	return result.Stored[0], dp, nil
+	return result.Stored[0], nil
 }
 
 // open records a session; an agent already holding the node is ended (the
@@ -285,27 +312,17 @@ func (s *Server) Changed() <-chan struct{} {
 	return s.next
 }
 
-// AgentStatus is what the zone knows of a Dataplane's agent.
-type AgentStatus struct {
-	Connected bool      `json:"connected"`
-	Since     time.Time `json:"since,omitzero"`
-	Version   string    `json:"version,omitempty"`
-	Token     string    `json:"token,omitempty"`
-	// LeftAt: the agent left then; the Dataplane goes at LeftAt+grace.
-	LeftAt time.Time `json:"leftAt,omitzero"`
-}
-
 // Status is the agent state of a node.
-func (s *Server) Status(nodeID string) AgentStatus {
+func (s *Server) Status(nodeID string) xds.AgentStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if sess := s.sessions[nodeID]; sess != nil {
-		return AgentStatus{Connected: true, Since: sess.since, Version: sess.version, Token: sess.id.TokenID}
+		return xds.AgentStatus{Connected: true, Since: sess.since, Version: sess.version, Token: sess.id.TokenID}
 	}
 	if g, ok := s.gone[nodeID]; ok {
-		return AgentStatus{LeftAt: g.at}
+		return xds.AgentStatus{LeftAt: g.at}
 	}
-	return AgentStatus{}
+	return xds.AgentStatus{}
 }
 
 // Revoke ends the sessions and xDS streams that joined with token id.
@@ -423,21 +440,37 @@ func IdentityOf(cert *x509.Certificate) (xds.Identity, error) {
 func (s *Server) Sweep(ctx context.Context) {
 	now := s.cfg.Now()
 	s.mu.Lock()
-	var due []resource.Key
+	due := map[string]resource.Key{}
 	for node, g := range s.gone {
 		if now.Sub(g.at) >= s.cfg.Grace {
-			due = append(due, g.key)
-			delete(s.gone, node)
+			due[node] = g.key
 		}
 	}
 	s.mu.Unlock()
-	for _, key := range due {
-		if err := s.cfg.Store.Delete(ctx, key, 0); err != nil && !errors.Is(err, storage.ErrNotFound) {
-			s.cfg.Logger.Warn("removing a Dataplane whose agent is gone", "dataplane", key, "error", err)
-			continue
-		}
-		s.cfg.Logger.Info("Dataplane removed: its agent is gone", "dataplane", key, "grace", s.cfg.Grace)
+	for node, key := range due {
+		s.remove(ctx, node, key)
 	}
+}
+
+// remove deletes a node's Dataplane unless its agent came back meanwhile.
+func (s *Server) remove(ctx context.Context, node string, key resource.Key) {
+	unlock := s.lockNode(node)
+	defer unlock()
+	s.mu.Lock()
+	g, still := s.gone[node]
+	live := s.sessions[node] != nil
+	s.mu.Unlock()
+	if !still || live || g.key != key {
+		return
+	}
+	if err := s.cfg.Store.Delete(ctx, key, 0); err != nil && !errors.Is(err, storage.ErrNotFound) {
+		s.cfg.Logger.Warn("removing a Dataplane whose agent is gone", "dataplane", key, "error", err)
+		return // tried again at the next sweep
+	}
+	s.mu.Lock()
+	delete(s.gone, node)
+	s.mu.Unlock()
+	s.cfg.Logger.Info("Dataplane removed: its agent is gone", "dataplane", key, "grace", s.cfg.Grace)
 }
 
 // Adopt starts the grace period of every agent-registered Dataplane of the

@@ -303,6 +303,9 @@ func SummaryName(service string) string {
 	if len(name) > 40 {
 		name = name[:40]
 	}
+	if name == "" {
+		name = "service"
+	}
 	h := fnv.New32a()
 	h.Write([]byte(service))
 	return fmt.Sprintf("%s-%08x", name, h.Sum32())
@@ -311,6 +314,15 @@ func SummaryName(service string) string {
 func (e *Endpoints) publish(byMesh map[string]map[string][]xds.Endpoint) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	// A service whose endpoints did not change keeps its slice: the xDS
+	// controller tells unchanged inputs by their slices.
+	for mesh, svcs := range byMesh {
+		for svc, eps := range svcs {
+			if old, ok := e.byMesh[mesh][svc]; ok && reflect.DeepEqual(old, eps) {
+				svcs[svc] = old
+			}
+		}
+	}
 	if reflect.DeepEqual(byMesh, e.byMesh) {
 		return
 	}

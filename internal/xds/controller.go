@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -156,22 +157,44 @@ func sameEndpoints(a, b map[string][]Endpoint) bool {
 
 // render computes one proxy's resources and hands them to the server.
 func (c *Controller) render(ctx context.Context, id Identity, from renderedFrom) error {
-	res := from.snap.Dataplane(id.Name, id.Namespace)
-	if res == nil {
-		// Not (yet) in the snapshot: an agent that joined a moment ago.
-		return nil
-	}
-	dp, err := ParseDataplane(res, id.Namespace)
-	if err != nil {
-		return err
-	}
-	cfg, err := from.snap.Config(id.Name, id.Namespace)
-	if err != nil {
-		return err
-	}
-	out, err := Generate(Input{Dataplane: dp, Zone: c.cfg.Zone, Config: cfg, Endpoints: from.endpoints, MTLS: from.mtls})
-	if err != nil {
+	out, err := c.generate(id, from)
+	if err != nil || out == nil {
 		return err
 	}
 	return c.cfg.Server.Set(ctx, id.NodeID, out)
+}
+
+// generate renders a proxy's resources from inputs; nil when its Dataplane
+// is not (yet) in the snapshot (an agent that joined a moment ago).
+func (c *Controller) generate(id Identity, from renderedFrom) (*Resources, error) {
+	res := from.snap.Dataplane(id.Name, id.Namespace)
+	if res == nil {
+		return nil, nil
+	}
+	dp, err := ParseDataplane(res, id.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := from.snap.Config(id.Name, id.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	return Generate(Input{Dataplane: dp, Zone: c.cfg.Zone, Config: cfg, Endpoints: from.endpoints, MTLS: from.mtls})
+}
+
+// Inspect renders what a Dataplane gets from the current inputs, as the
+// controller would (for `_xds`, connected or not). namespace is "" for
+// the system namespace.
+func (c *Controller) Inspect(ctx context.Context, mesh, name, namespace string) (*Resources, error) {
+	s := c.cfg.Sources
+	snap, err := s.Snapshot(ctx, mesh)
+	if err != nil {
+		return nil, err
+	}
+	id := Identity{NodeID: NodeID(mesh, name, namespace), Mesh: mesh, Name: name, Namespace: namespace}
+	out, err := c.generate(id, renderedFrom{snap: snap, endpoints: s.Endpoints(mesh), mtls: s.MTLS(mesh)})
+	if err == nil && out == nil {
+		err = fmt.Errorf("%w: Dataplane %s in mesh %s", policy.ErrNotFound, name, mesh)
+	}
+	return out, err
 }

@@ -19,6 +19,7 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -62,18 +63,39 @@ type Input struct {
 	MTLS bool
 }
 
-// Resources are a proxy's resources by type, each with the policies that
-// shaped it (Shaped, by resource name) and what could not be carried
-// (Dropped, docs/dataplane.md#not-enforceable).
+// Resources are a proxy's resources by type, with the policies that shaped
+// each (Shaped, by type URL and resource name) and what could not be
+// carried (Dropped, docs/dataplane.md#not-enforceable).
 type Resources struct {
 	Listeners, Routes, Clusters, Endpoints []types.Resource
-	Shaped                                 map[string][]string
+	Shaped                                 map[string]map[string][]string
 	Dropped                                []string
+}
+
+// ByType are the resources by type URL.
+func (r *Resources) ByType() map[string][]types.Resource {
+	return map[string][]types.Resource{
+		resourcev3.ListenerType: r.Listeners, resourcev3.RouteType: r.Routes,
+		resourcev3.ClusterType: r.Clusters, resourcev3.EndpointType: r.Endpoints,
+	}
+}
+
+// shape records that policies shaped the resource typeURL/name.
+func (r *Resources) shape(typeURL, name string, policies []string) {
+	if len(policies) == 0 {
+		return
+	}
+	if r.Shaped[typeURL] == nil {
+		r.Shaped[typeURL] = map[string][]string{}
+	}
+	all := append(r.Shaped[typeURL][name], policies...)
+	slices.Sort(all)
+	r.Shaped[typeURL][name] = slices.Compact(all)
 }
 
 // Generate renders in for a proxyless gRPC workload.
 func Generate(in Input) (*Resources, error) {
-	g := &generator{in: in, out: &Resources{Shaped: map[string][]string{}}, clusters: map[string]clusterSpec{}}
+	g := &generator{in: in, out: &Resources{Shaped: map[string]map[string][]string{}}, clusters: map[string]clusterSpec{}}
 	for _, svc := range g.callable() {
 		if err := g.client(svc); err != nil {
 			return nil, err
@@ -159,9 +181,7 @@ func (g *generator) client(svc string) error {
 		Name:         svc,
 		VirtualHosts: []*routev3.VirtualHost{{Name: svc, Domains: []string{"*"}, Routes: routes}},
 	})
-	if len(shaped) > 0 {
-		g.out.Shaped[svc] = shaped
-	}
+	g.out.shape(resourcev3.RouteType, svc, shaped)
 	return nil
 }
 
@@ -429,8 +449,7 @@ func (g *generator) server(i int, inb Inbound) error {
 			for _, r := range p.Rules {
 				names = append(names, originNames(r.Origin)...)
 			}
-			slices.Sort(names)
-			g.out.Shaped[name] = slices.Compact(names)
+			g.out.shape(resourcev3.ListenerType, name, names)
 		}
 	}
 	filters = append(filters, routerFilter())
@@ -531,6 +550,7 @@ func certificateContext() *tlsv3.CommonTlsContext {
 // only a server whose certificate names the service it called.
 func upstreamTLS(mesh, svc string) *corev3.TransportSocket {
 	ctx := certificateContext()
+	//lint:ignore SA1019 grpc-go reads match_subject_alt_names only, not the typed field that replaces it.
 	ctx.GetValidationContext().MatchSubjectAltNames = []*matcherv3.StringMatcher{{
 		MatchPattern: &matcherv3.StringMatcher_Exact{Exact: "spiffe://" + mesh + "/" + svc},
 	}}

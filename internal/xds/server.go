@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"sync"
 	"time"
@@ -14,7 +15,6 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
@@ -68,8 +68,7 @@ type Server struct {
 	nodes   map[string]*nodeState
 	// live are the cancel functions of the running streams, for ending
 	// a node's or a token's streams.
-	live   map[*liveStream]struct{}
-	nextID int64
+	live map[*liveStream]struct{}
 
 	pushes, acks, nacks *prometheus.CounterVec
 	connected           prometheus.Gauge
@@ -91,10 +90,9 @@ type nodeState struct {
 	streams int
 	since   time.Time
 	types   map[string]*TypeStatus
-	// shaped are the policies behind each resource, by type and name.
-	shaped  map[string]map[string][]string
-	dropped []string
-	// versions are the versions of the snapshot last set, by type.
+	// res are the resources last set, and versions their versions by
+	// type.
+	res      *Resources
 	versions map[string]string
 }
 
@@ -120,9 +118,6 @@ type NodeStatus struct {
 	Connected bool                   `json:"connected"`
 	Since     time.Time              `json:"since"`
 	Types     map[string]*TypeStatus `json:"types"`
-	// Dropped are the policy fields the proxy cannot carry, left out
-	// of its resources (docs/dataplane.md#not-enforceable).
-	Dropped []string `json:"dropped,omitempty"`
 }
 
 // NewServer builds a Server; Register it on a gRPC server.
@@ -153,7 +148,7 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	// exist gets an answer without it at once (gRPC then fails the call)
 	// instead of a watch that waits forever.
 	s.cache = cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil)
-	s.xds = serverv3.NewServer(ctx, s.cache, s.callbacks())
+	s.xds = serverv3.NewServer(ctx, nackCache{SnapshotCache: s.cache, s: s}, s.callbacks())
 	return s, nil
 }
 
@@ -306,6 +301,9 @@ func (s *Server) request(id int64, node *corev3.Node, typeURL, version, nonce, d
 		return status.Error(codes.Internal, "unknown stream")
 	}
 	nodeID := node.GetId()
+	if nodeID == "" && st.node != "" {
+		nodeID = st.node // the node is sent on a stream's first request only
+	}
 	if nodeID != st.id.NodeID {
 		s.mu.Unlock()
 		return status.Errorf(codes.PermissionDenied, "this stream is Dataplane %q: it cannot ask for node %q", st.id.NodeID, nodeID)
@@ -358,7 +356,7 @@ func (s *Server) sent(id int64, typeURL, version string) {
 func (s *Server) node(id string) *nodeState {
 	n := s.nodes[id]
 	if n == nil {
-		n = &nodeState{types: map[string]*TypeStatus{}, shaped: map[string]map[string][]string{}, versions: map[string]string{}}
+		n = &nodeState{types: map[string]*TypeStatus{}, versions: map[string]string{}}
 		s.nodes[id] = n
 	}
 	return n
@@ -375,8 +373,11 @@ func (n *nodeState) typeStatus(typeURL string) *TypeStatus {
 
 // policiesOf lists the policies behind the resources of a type.
 func (n *nodeState) policiesOf(typeURL string) []string {
+	if n.res == nil {
+		return nil
+	}
 	var out []string
-	for _, ps := range n.shaped[typeURL] {
+	for _, ps := range n.res.Shaped[typeURL] {
 		out = append(out, ps...)
 	}
 	sort.Strings(out)
@@ -416,7 +417,7 @@ func (s *Server) Status(nodeID string) (NodeStatus, bool) {
 	if n == nil {
 		return NodeStatus{Types: map[string]*TypeStatus{}}, false
 	}
-	out := NodeStatus{Connected: n.streams > 0, Since: n.since, Types: map[string]*TypeStatus{}, Dropped: append([]string(nil), n.dropped...)}
+	out := NodeStatus{Connected: n.streams > 0, Since: n.since, Types: map[string]*TypeStatus{}}
 	for t, ts := range n.types {
 		c := *ts
 		if ts.Nack != nil {
@@ -429,41 +430,25 @@ func (s *Server) Status(nodeID string) (NodeStatus, bool) {
 }
 
 // Set makes res the node's resources: each type's version is a hash of
-// its resources, so a type that did not change is not sent again.
+// its resources, so a type that did not change is not sent again. The
+// server keeps res: it must not change afterwards.
 func (s *Server) Set(ctx context.Context, nodeID string, res *Resources) error {
-	byType := map[string][]types.Resource{
-		resourcev3.ListenerType: res.Listeners, resourcev3.RouteType: res.Routes,
-		resourcev3.ClusterType: res.Clusters, resourcev3.EndpointType: res.Endpoints,
+	byType := res.ByType()
+	versions, err := Versions(res)
+	if err != nil {
+		return err
 	}
 	snap := &cachev3.Snapshot{}
-	versions := map[string]string{}
 	for typeURL, items := range byType {
-		v, err := versionOf(items)
-		if err != nil {
-			return err
-		}
-		versions[typeURL] = v
-		snap.Resources[cachev3.GetResponseType(typeURL)] = cachev3.NewResources(v, items)
-	}
-	shaped := map[string]map[string][]string{}
-	for typeURL, items := range byType {
-		for _, r := range items {
-			name := cachev3.GetResourceName(r)
-			if ps := res.Shaped[name]; len(ps) > 0 {
-				if shaped[typeURL] == nil {
-					shaped[typeURL] = map[string][]string{}
-				}
-				shaped[typeURL][name] = ps
-			}
-		}
+		snap.Resources[cachev3.GetResponseType(typeURL)] = cachev3.NewResources(versions[typeURL], items)
 	}
 	s.mu.Lock()
 	n := s.node(nodeID)
-	same := len(n.versions) == len(versions)
+	same := n.res != nil && len(n.versions) == len(versions)
 	for t, v := range versions {
 		same = same && n.versions[t] == v
 	}
-	n.versions, n.shaped, n.dropped = versions, shaped, res.Dropped
+	n.versions, n.res = versions, res
 	s.mu.Unlock()
 	if same {
 		return nil
@@ -488,6 +473,54 @@ func (s *Server) Forget(nodeID string) {
 	if n := s.nodes[nodeID]; n != nil && n.streams == 0 {
 		delete(s.nodes, nodeID)
 	}
+}
+
+// nackCache keeps a rejected version from being sent again. The snapshot
+// cache answers every state-of-the-world request whose version is not the
+// snapshot's at once, and a rejection carries the version the proxy still
+// runs: left alone, the proxy would get the version it refused, refuse it
+// again, and so on. A rejection of the version last sent is taken as
+// knowing it, so the next response is the next change. (Delta streams keep
+// what was sent per resource and do not loop.)
+type nackCache struct {
+	cachev3.SnapshotCache
+	s *Server
+}
+
+func (c nackCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, value chan cachev3.Response) (func(), error) {
+	if req.GetErrorDetail() != nil {
+		if sent := c.s.sentVersion(req.GetNode().GetId(), req.GetTypeUrl()); sent != "" {
+			req = proto.Clone(req).(*cachev3.Request)
+			req.VersionInfo = sent
+		}
+	}
+	return c.SnapshotCache.CreateWatch(req, sub, value)
+}
+
+// sentVersion is the version last sent to a node for a type.
+func (s *Server) sentVersion(nodeID, typeURL string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := s.nodes[nodeID]; n != nil {
+		if ts := n.types[typeURL]; ts != nil {
+			return ts.Sent
+		}
+	}
+	return ""
+}
+
+// Versions are the versions of res by type URL: hashes of the resources,
+// so that the same resources always have the same version.
+func Versions(res *Resources) (map[string]string, error) {
+	out := map[string]string{}
+	for typeURL, items := range res.ByType() {
+		v, err := versionOf(items)
+		if err != nil {
+			return nil, err
+		}
+		out[typeURL] = v
+	}
+	return out, nil
 }
 
 // versionOf hashes resources (sorted by name, deterministic encoding).
@@ -516,4 +549,16 @@ func shortType(typeURL string) string {
 		}
 	}
 	return typeURL
+}
+
+// Current is what the node was last given: its resources and their
+// versions by type URL; ok is false before the first rendering.
+func (s *Server) Current(nodeID string) (res *Resources, versions map[string]string, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.nodes[nodeID]
+	if n == nil || n.res == nil {
+		return nil, nil, false
+	}
+	return n.res, maps.Clone(n.versions), true
 }

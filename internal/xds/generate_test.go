@@ -1,0 +1,188 @@
+package xds
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"sigs.k8s.io/yaml"
+
+	"github.com/meridian-mesh/meridian/internal/plane"
+	"github.com/meridian-mesh/meridian/internal/policy"
+	"github.com/meridian-mesh/meridian/internal/resource"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// genCase is a golden input: a mesh's resources, the proxy, its zone and
+// the endpoints it sees.
+type genCase struct {
+	Description string                `json:"description"`
+	Zone        string                `json:"zone"`
+	MTLS        bool                  `json:"mtls"`
+	Dataplane   struct{ Name string } `json:"dataplane"`
+	Endpoints   map[string][]struct {
+		Address string            `json:"address"`
+		Port    int               `json:"port"`
+		Zone    string            `json:"zone"`
+		Healthy bool              `json:"healthy"`
+		Tags    map[string]string `json:"tags"`
+	} `json:"endpoints"`
+	Resources []json.RawMessage `json:"resources"`
+}
+
+// genGolden is what a case renders: the config dump, the policies behind
+// each resource and what was left out.
+type genGolden struct {
+	ConfigDump json.RawMessage                `json:"configDump"`
+	Policies   map[string]map[string][]string `json:"policies,omitempty"`
+	Dropped    []string                       `json:"dropped,omitempty"`
+}
+
+func TestGenerateGolden(t *testing.T) {
+	dirs, err := filepath.Glob("testdata/grpc-*")
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no golden cases: %v", err)
+	}
+	for _, dir := range dirs {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			in := loadGenCase(t, filepath.Join(dir, "input.yaml"))
+			res, err := Generate(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			validateAll(t, res)
+			again, err := Generate(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a, b := goldenOf(t, res), goldenOf(t, again); string(a) != string(b) {
+				t.Fatal("two renderings of the same input differ")
+			}
+			compareFile(t, filepath.Join(dir, "grpc.json"), goldenOf(t, res))
+		})
+	}
+}
+
+func loadGenCase(t *testing.T, path string) Input {
+	t.Helper()
+	snap, gc := loadSnapshot(t, path)
+	dpRes := snap.Dataplane(gc.Dataplane.Name, "")
+	if dpRes == nil {
+		t.Fatalf("no Dataplane %s", gc.Dataplane.Name)
+	}
+	dp, err := ParseDataplane(dpRes, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := snap.Config(gc.Dataplane.Name, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Input{Dataplane: dp, Zone: gc.Zone, Config: cfg, MTLS: gc.MTLS, Endpoints: gc.endpoints()}
+}
+
+func (gc *genCase) endpoints() map[string][]Endpoint {
+	out := map[string][]Endpoint{}
+	for svc, eps := range gc.Endpoints {
+		for _, ep := range eps {
+			out[svc] = append(out[svc], Endpoint{Address: ep.Address, Port: ep.Port, Zone: ep.Zone, Healthy: ep.Healthy, Tags: ep.Tags})
+		}
+	}
+	return out
+}
+
+// loadSnapshot reads a golden input and builds its mesh's policy snapshot.
+func loadSnapshot(t *testing.T, path string) (*policy.MeshSnapshot, *genCase) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gc genCase
+	if err := yaml.UnmarshalStrict(data, &gc); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	reg := resource.NewDefaultRegistry()
+	p, err := plane.NewZone(gc.Zone, plane.EnvUniversal, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resources []*resource.Resource
+	for i, doc := range gc.Resources {
+		r, err := reg.Decode(doc)
+		if err != nil {
+			t.Fatalf("resources[%d]: %v", i, err)
+		}
+		reg.Normalize(r, p.SystemNamespace)
+		if err := reg.Validate(r, p); err != nil {
+			var verr *resource.ValidationError
+			if errors.As(err, &verr) {
+				t.Fatalf("resources[%d] %s: %+v", i, r.Key(), verr.Causes)
+			}
+			t.Fatalf("resources[%d]: %v", i, err)
+		}
+		resources = append(resources, r)
+	}
+	snap, err := policy.NewMeshSnapshot(policy.Inputs{Registry: reg, Mesh: "default", Zone: gc.Zone,
+		SystemNamespace: p.SystemNamespace, Resources: resources})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap, &gc
+}
+
+// validateAll checks every resource against Envoy's proto constraints
+// (protoc-gen-validate): what Envoy would refuse is never sent.
+func validateAll(t *testing.T, res *Resources) {
+	t.Helper()
+	for typeURL, items := range res.ByType() {
+		for _, r := range items {
+			v, ok := r.(interface{ ValidateAll() error })
+			if !ok {
+				t.Fatalf("%s has no validation", typeURL)
+			}
+			if err := v.ValidateAll(); err != nil {
+				t.Errorf("%s %s: %v", typeURL, cachev3.GetResourceName(r), err)
+			}
+		}
+	}
+}
+
+func goldenOf(t *testing.T, res *Resources) []byte {
+	t.Helper()
+	dump, err := ConfigDump(res, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := MarshalJSON(dump)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := json.MarshalIndent(genGolden{ConfigDump: raw, Policies: res.Shaped, Dropped: res.Dropped}, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(out, '\n')
+}
+
+func compareFile(t *testing.T, path string, got []byte) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if string(want) != string(got) {
+		t.Errorf("%s differs (run with -update after checking the change):\n%s", path, got)
+	}
+}
