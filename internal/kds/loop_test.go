@@ -335,14 +335,17 @@ func TestLoopPacesBusyStream(t *testing.T) {
 	h.ack(gathered)
 	writeGlobal(t, store, timeout("f", "", ""))
 	writeGlobal(t, store, timeout("g", "", ""))
+	h.stream.none(t)                 // after a batch of two, f and g wait for the pacer
+	h.advance(4*time.Millisecond, 3) // heartbeat, confirmation, pacer
+	writeGlobal(t, store, timeout("h", "", ""))
 	last, _ := store.Revision(context.Background())
-	h.stream.none(t)                  // after a batch of two, f and g wait for the pacer
-	h.advance(10*time.Millisecond, 3) // heartbeat, confirmation, pacer
+	h.stream.none(t)                 // h joins them: the burst goes on
+	h.advance(6*time.Millisecond, 3) // the pacer fires 10 ms after g; h came 6 ms ago
 	h.stream.none(t)
-	h.advance(7500*time.Microsecond, 3) // 20 ms after the batch of two left
+	h.advance(4*time.Millisecond, 3) // quiet for 10 ms since h: the tail leaves before the 20 ms spacing
 	paced := h.batch()
-	if len(paced.GetUpserts()) != 2 || !paced.GetLastChunk() || paced.GetRevision() != last {
-		t.Fatalf("paced batch: %d upserts, last_chunk %v, revision %d (want 2, true, %d)",
+	if len(paced.GetUpserts()) != 3 || !paced.GetLastChunk() || paced.GetRevision() != last {
+		t.Fatalf("paced batch: %d upserts, last_chunk %v, revision %d (want 3, true, %d)",
 			len(paced.GetUpserts()), paced.GetLastChunk(), paced.GetRevision(), last)
 	}
 	h.ack(paced)

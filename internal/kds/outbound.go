@@ -436,7 +436,7 @@ func (o *outbound) mapEvent(ev storage.Event) (entry, bool) {
 func (o *outbound) flushIdle() {
 	if o.pending.len() > 0 && o.idle() {
 		now := o.clock.Now()
-		if wait := o.pacer.wait(now); wait > 0 {
+		if wait := o.pacer.wait(now, o.pending.len()); wait > 0 {
 			o.paced.armIfIdle(wait)
 		} else {
 			o.pacer.sent(now, o.pending.len())
