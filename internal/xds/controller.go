@@ -51,12 +51,16 @@ type Controller struct {
 	// last is what each node was rendered from: a node whose inputs did
 	// not change is not rendered again.
 	last map[string]renderedFrom
+	// assignments are each mesh's shared load assignments, for the
+	// endpoints they were built from.
+	assignments map[string]*LoadAssignments
 }
 
 type renderedFrom struct {
-	snap      *policy.MeshSnapshot
-	endpoints map[string][]Endpoint
-	mtls      bool
+	snap        *policy.MeshSnapshot
+	endpoints   map[string][]Endpoint
+	mtls        bool
+	assignments *LoadAssignments // of endpoints; nil renders them per proxy
 }
 
 // NewController checks cfg.
@@ -72,7 +76,8 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 	if cfg.Settle <= 0 {
 		cfg.Settle = 2 * time.Millisecond
 	}
-	return &Controller{cfg: cfg, kick: make(chan struct{}, 1), last: map[string]renderedFrom{}}, nil
+	return &Controller{cfg: cfg, kick: make(chan struct{}, 1), last: map[string]renderedFrom{},
+		assignments: map[string]*LoadAssignments{}}, nil
 }
 
 // Kick asks for a rendering soon (a node connected).
@@ -120,6 +125,11 @@ func (c *Controller) renderAll(ctx context.Context) {
 			delete(c.last, node)
 		}
 	}
+	for mesh := range c.assignments {
+		if byMesh[mesh] == nil {
+			delete(c.assignments, mesh)
+		}
+	}
 	for mesh, ids := range byMesh {
 		snap, err := c.cfg.Sources.Snapshot(ctx, mesh)
 		if err != nil {
@@ -127,6 +137,7 @@ func (c *Controller) renderAll(ctx context.Context) {
 			continue
 		}
 		from := renderedFrom{snap: snap, endpoints: c.cfg.Sources.Endpoints(mesh), mtls: c.cfg.Sources.MTLS(mesh)}
+		from.assignments = c.sharedAssignments(mesh, from.endpoints)
 		for _, id := range ids {
 			if last, ok := c.last[id.NodeID]; ok && last.snap == from.snap && sameEndpoints(last.endpoints, from.endpoints) && last.mtls == from.mtls {
 				continue
@@ -138,6 +149,17 @@ func (c *Controller) renderAll(ctx context.Context) {
 			c.last[id.NodeID] = from
 		}
 	}
+}
+
+// sharedAssignments are mesh's load assignments of endpoints, built again
+// when the endpoints changed.
+func (c *Controller) sharedAssignments(mesh string, endpoints map[string][]Endpoint) *LoadAssignments {
+	if a := c.assignments[mesh]; a != nil && sameEndpoints(a.endpoints, endpoints) {
+		return a
+	}
+	a := NewLoadAssignments(endpoints, c.cfg.Zone)
+	c.assignments[mesh] = a
+	return a
 }
 
 // sameEndpoints: the same services, each with the very same slice
@@ -179,7 +201,8 @@ func (c *Controller) generate(id Identity, from renderedFrom) (*Resources, error
 	if err != nil {
 		return nil, err
 	}
-	return Generate(Input{Dataplane: dp, Zone: c.cfg.Zone, Config: cfg, Endpoints: from.endpoints, MTLS: from.mtls})
+	return Generate(Input{Dataplane: dp, Zone: c.cfg.Zone, Config: cfg, Endpoints: from.endpoints, MTLS: from.mtls,
+		LoadAssignments: from.assignments})
 }
 
 // Inspect renders what a Dataplane gets from the current inputs, as the

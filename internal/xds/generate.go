@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -9,7 +10,6 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -61,6 +61,10 @@ type Input struct {
 	// MTLS says the mesh has mTLS: TLS with the workload certificate both
 	// ways, and MeshTrafficPermission enforced by the servers.
 	MTLS bool
+	// LoadAssignments, when set, are the shared assignments of Endpoints
+	// seen from Zone (rendered once for many proxies); nil renders them
+	// for this proxy alone.
+	LoadAssignments *LoadAssignments
 }
 
 // Resources are a proxy's resources by type, with the policies that shaped
@@ -70,6 +74,9 @@ type Resources struct {
 	Listeners, Routes, Clusters, Endpoints []types.Resource
 	Shaped                                 map[string]map[string][]string
 	Dropped                                []string
+	// digests are the encodings' digests of resources known to be shared
+	// (by type URL and name), so that versions do not encode them again.
+	digests map[string]map[string][sha256.Size]byte
 }
 
 // ByType are the resources by type URL.
@@ -95,7 +102,11 @@ func (r *Resources) shape(typeURL, name string, policies []string) {
 
 // Generate renders in for a proxyless gRPC workload.
 func Generate(in Input) (*Resources, error) {
-	g := &generator{in: in, out: &Resources{Shaped: map[string]map[string][]string{}}, clusters: map[string]clusterSpec{}}
+	g := &generator{in: in, out: &Resources{Shaped: map[string]map[string][]string{}}, clusters: map[string]clusterSpec{},
+		assignments: in.LoadAssignments}
+	if g.assignments == nil {
+		g.assignments = NewLoadAssignments(in.Endpoints, in.Zone)
+	}
 	for _, svc := range g.callable() {
 		if err := g.client(svc); err != nil {
 			return nil, err
@@ -106,16 +117,19 @@ func Generate(in Input) (*Resources, error) {
 			return nil, err
 		}
 	}
-	g.emitClusters()
+	if err := g.emitClusters(); err != nil {
+		return nil, err
+	}
 	slices.Sort(g.out.Dropped)
 	g.out.Dropped = slices.Compact(g.out.Dropped)
 	return g.out, nil
 }
 
 type generator struct {
-	in       Input
-	out      *Resources
-	clusters map[string]clusterSpec
+	in          Input
+	out         *Resources
+	clusters    map[string]clusterSpec
+	assignments *LoadAssignments
 }
 
 // clusterSpec is one upstream cluster: a service's endpoints, or the
@@ -347,7 +361,7 @@ func (g *generator) cluster(svc string, tags map[string]string) string {
 
 // emitClusters renders every cluster named and its endpoints: the
 // proxy's zone first (priority 0), the other zones as failover (1).
-func (g *generator) emitClusters() {
+func (g *generator) emitClusters() error {
 	names := make([]string, 0, len(g.clusters))
 	for n := range g.clusters {
 		names = append(names, n)
@@ -365,71 +379,25 @@ func (g *generator) emitClusters() {
 			c.TransportSocket = upstreamTLS(g.in.Dataplane.Mesh, spec.service)
 		}
 		g.out.Clusters = append(g.out.Clusters, c)
-		g.out.Endpoints = append(g.out.Endpoints, g.loadAssignment(name, spec))
+		a, err := g.assignments.get(name, spec)
+		if err != nil {
+			return err
+		}
+		g.out.Endpoints = append(g.out.Endpoints, a.cla)
+		g.out.digest(resourcev3.EndpointType, name, a.digest)
 	}
+	return nil
 }
 
-func (g *generator) loadAssignment(name string, spec clusterSpec) *endpointv3.ClusterLoadAssignment {
-	byZone := map[string][]*endpointv3.LbEndpoint{}
-	for _, ep := range g.in.Endpoints[spec.service] {
-		if !hasTags(ep.Tags, spec.tags) {
-			continue
-		}
-		health := corev3.HealthStatus_HEALTHY
-		if !ep.Healthy {
-			health = corev3.HealthStatus_UNHEALTHY
-		}
-		byZone[ep.Zone] = append(byZone[ep.Zone], &endpointv3.LbEndpoint{
-			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
-				Address: socketAddress(ep.Address, ep.Port),
-			}},
-			HealthStatus: health,
-		})
+// digest records the encoding's digest of a shared resource.
+func (r *Resources) digest(typeURL, name string, d [sha256.Size]byte) {
+	if r.digests == nil {
+		r.digests = map[string]map[string][sha256.Size]byte{}
 	}
-	zones := make([]string, 0, len(byZone))
-	for z := range byZone {
-		zones = append(zones, z)
+	if r.digests[typeURL] == nil {
+		r.digests[typeURL] = map[string][sha256.Size]byte{}
 	}
-	sort.Strings(zones)
-	cla := &endpointv3.ClusterLoadAssignment{ClusterName: name}
-	for _, z := range zones {
-		priority := uint32(1)
-		if z == g.in.Zone {
-			priority = 0
-		}
-		cla.Endpoints = append(cla.Endpoints, &endpointv3.LocalityLbEndpoints{
-			Locality:            &corev3.Locality{Zone: z},
-			LbEndpoints:         byZone[z],
-			LoadBalancingWeight: wrapperspb.UInt32(1),
-			Priority:            priority,
-		})
-	}
-	normalizePriorities(cla)
-	return cla
-}
-
-// normalizePriorities makes the priorities used contiguous from 0, as xDS
-// requires: with no endpoint in the proxy's own zone, the other zones are
-// priority 0.
-func normalizePriorities(cla *endpointv3.ClusterLoadAssignment) {
-	used := map[uint32]bool{}
-	for _, l := range cla.Endpoints {
-		used[l.Priority] = true
-	}
-	if !used[0] {
-		for _, l := range cla.Endpoints {
-			l.Priority = 0
-		}
-	}
-}
-
-func hasTags(have, want map[string]string) bool {
-	for k, v := range want {
-		if have[k] != v {
-			return false
-		}
-	}
-	return true
+	r.digests[typeURL][name] = d
 }
 
 // server renders the listener a proxyless gRPC server asks for when it

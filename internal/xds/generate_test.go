@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"maps"
 	"os"
 	"path/filepath"
 	"testing"
@@ -56,12 +57,21 @@ func TestGenerateGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			validateAll(t, res)
-			again, err := Generate(in)
+			// Rendered again with load assignments shared between
+			// proxies: the same resources and versions.
+			shared := in
+			shared.LoadAssignments = NewLoadAssignments(in.Endpoints, in.Zone)
+			again, err := Generate(shared)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if a, b := goldenOf(t, res), goldenOf(t, again); string(a) != string(b) {
 				t.Fatal("two renderings of the same input differ")
+			}
+			va, _ := Versions(res)
+			vb, _ := Versions(again)
+			if !maps.Equal(va, vb) {
+				t.Fatalf("versions %v, with shared assignments %v", va, vb)
 			}
 			compareFile(t, filepath.Join(dir, "grpc.json"), goldenOf(t, res))
 		})

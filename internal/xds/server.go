@@ -69,6 +69,8 @@ type Server struct {
 	// live are the cancel functions of the running streams, for ending
 	// a node's or a token's streams.
 	live map[*liveStream]struct{}
+	// interned shares equal resources between the nodes' snapshots.
+	interned internTable
 
 	pushes, acks, nacks *prometheus.CounterVec
 	connected           prometheus.Gauge
@@ -91,9 +93,10 @@ type nodeState struct {
 	since   time.Time
 	types   map[string]*TypeStatus
 	// res are the resources last set, and versions their versions by
-	// type.
+	// type; held are res's references in the intern table.
 	res      *Resources
 	versions map[string]string
+	held     []internKey
 }
 
 // TypeStatus is the state of one resource type on one proxy.
@@ -132,6 +135,7 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		cfg.Now = time.Now
 	}
 	s := &Server{cfg: cfg, streams: map[int64]*streamInfo{}, nodes: map[string]*nodeState{}, live: map[*liveStream]struct{}{},
+		interned:  internTable{entries: map[internKey]*internEntry{}},
 		pushes:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_xds_pushes_total", Help: "xDS responses sent to proxies, by type."}, []string{"type"}),
 		acks:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_xds_acks_total", Help: "xDS responses proxies acknowledged, by type."}, []string{"type"}),
 		nacks:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_xds_nacks_total", Help: "xDS responses proxies rejected, by type."}, []string{"type"}),
@@ -431,16 +435,15 @@ func (s *Server) Status(nodeID string) (NodeStatus, bool) {
 
 // Set makes res the node's resources: each type's version is a hash of
 // its resources, so a type that did not change is not sent again. The
-// server keeps res: it must not change afterwards.
+// server keeps res, whose resources it replaces by equal ones other nodes
+// hold (internTable): neither may change afterwards.
 func (s *Server) Set(ctx context.Context, nodeID string, res *Resources) error {
-	byType := res.ByType()
+	if err := digestAll(res); err != nil {
+		return err
+	}
 	versions, err := Versions(res)
 	if err != nil {
 		return err
-	}
-	snap := &cachev3.Snapshot{}
-	for typeURL, items := range byType {
-		snap.Resources[cachev3.GetResponseType(typeURL)] = cachev3.NewResources(versions[typeURL], items)
 	}
 	s.mu.Lock()
 	n := s.node(nodeID)
@@ -448,10 +451,16 @@ func (s *Server) Set(ctx context.Context, nodeID string, res *Resources) error {
 	for t, v := range versions {
 		same = same && n.versions[t] == v
 	}
-	n.versions, n.res = versions, res
+	held := s.interned.intern(res)
+	s.interned.release(n.held)
+	n.versions, n.res, n.held = versions, res, held
 	s.mu.Unlock()
 	if same {
 		return nil
+	}
+	snap := &cachev3.Snapshot{}
+	for typeURL, items := range res.ByType() {
+		snap.Resources[cachev3.GetResponseType(typeURL)] = cachev3.NewResources(versions[typeURL], items)
 	}
 	return s.cache.SetSnapshot(ctx, nodeID, snap)
 }
@@ -470,7 +479,13 @@ func (s *Server) Forget(nodeID string) {
 	s.cache.ClearSnapshot(nodeID)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if n := s.nodes[nodeID]; n != nil && n.streams == 0 {
+	n := s.nodes[nodeID]
+	if n == nil {
+		return
+	}
+	s.interned.release(n.held)
+	n.res, n.versions, n.held = nil, nil, nil
+	if n.streams == 0 {
 		delete(s.nodes, nodeID)
 	}
 }
@@ -514,7 +529,7 @@ func (s *Server) sentVersion(nodeID, typeURL string) string {
 func Versions(res *Resources) (map[string]string, error) {
 	out := map[string]string{}
 	for typeURL, items := range res.ByType() {
-		v, err := versionOf(items)
+		v, err := versionOf(items, res.digests[typeURL])
 		if err != nil {
 			return nil, err
 		}
@@ -523,20 +538,26 @@ func Versions(res *Resources) (map[string]string, error) {
 	return out, nil
 }
 
-// versionOf hashes resources (sorted by name, deterministic encoding).
-func versionOf(items []types.Resource) (string, error) {
+// versionOf hashes resources (sorted by name, each by the digest of its
+// deterministic encoding; known holds digests already computed).
+func versionOf(items []types.Resource, known map[string][sha256.Size]byte) (string, error) {
 	sorted := append([]types.Resource(nil), items...)
 	sort.Slice(sorted, func(i, j int) bool { return cachev3.GetResourceName(sorted[i]) < cachev3.GetResourceName(sorted[j]) })
 	h := sha256.New()
 	opts := proto.MarshalOptions{Deterministic: true}
 	for _, r := range sorted {
-		b, err := opts.Marshal(r)
-		if err != nil {
-			return "", fmt.Errorf("encode %s: %w", cachev3.GetResourceName(r), err)
+		name := cachev3.GetResourceName(r)
+		d, ok := known[name]
+		if !ok {
+			b, err := opts.Marshal(r)
+			if err != nil {
+				return "", fmt.Errorf("encode %s: %w", name, err)
+			}
+			d = sha256.Sum256(b)
 		}
-		h.Write([]byte(cachev3.GetResourceName(r)))
+		h.Write([]byte(name))
 		h.Write([]byte{0})
-		h.Write(b)
+		h.Write(d[:])
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"net"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // testServer serves xDS on loopback; a stream's identity is the node id
@@ -261,11 +263,16 @@ func TestVersionsAreContentHashes(t *testing.T) {
 	a := []types.Resource{&listenerv3.Listener{Name: "a"}, &listenerv3.Listener{Name: "b"}}
 	b := []types.Resource{&listenerv3.Listener{Name: "b"}, &listenerv3.Listener{Name: "a"}}
 	c := []types.Resource{&listenerv3.Listener{Name: "a"}, &listenerv3.Listener{Name: "b", StatPrefix: "x"}}
-	va, _ := versionOf(a)
-	vb, _ := versionOf(b)
-	vc, _ := versionOf(c)
+	va, _ := versionOf(a, nil)
+	vb, _ := versionOf(b, nil)
+	vc, _ := versionOf(c, nil)
 	if va != vb || va == vc {
 		t.Fatalf("versions %s %s %s", va, vb, vc)
+	}
+	// A digest known in advance stands for encoding the resource.
+	enc, _ := proto.MarshalOptions{Deterministic: true}.Marshal(c[1])
+	if vk, _ := versionOf(c, map[string][sha256.Size]byte{"b": sha256.Sum256(enc)}); vk != vc {
+		t.Fatalf("version with a known digest %s, computed %s", vk, vc)
 	}
 }
 
@@ -349,5 +356,44 @@ func TestServerDelta(t *testing.T) {
 	})
 	if r := next(300 * time.Millisecond); r != nil {
 		t.Fatalf("a rejected delta was sent again: %v", r)
+	}
+}
+
+// TestEqualResourcesAreShared: nodes given equal resources hold one copy;
+// a copy lives while some node holds it.
+func TestEqualResourcesAreShared(t *testing.T) {
+	s, _ := testServer(t)
+	ctx := context.Background()
+	for _, node := range []string{"m.web-1", "m.web-2"} {
+		if err := s.Set(ctx, node, listenerResources("a", "b")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r1, _, _ := s.Current("m.web-1")
+	r2, _, _ := s.Current("m.web-2")
+	if r1.Listeners[0] != r2.Listeners[0] || r1.Listeners[1] != r2.Listeners[1] {
+		t.Fatal("equal listeners of two nodes are separate copies")
+	}
+	if n := len(s.interned.entries); n != 2 {
+		t.Fatalf("%d interned resources, want 2", n)
+	}
+	// web-1 moves on: "b" is still web-2's, "c" is new.
+	if err := s.Set(ctx, "m.web-1", listenerResources("a", "c")); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(s.interned.entries); n != 3 {
+		t.Fatalf("%d interned resources, want 3", n)
+	}
+	// Setting equal resources again keeps one reference per node.
+	if err := s.Set(ctx, "m.web-2", listenerResources("a", "b")); err != nil {
+		t.Fatal(err)
+	}
+	s.Forget("m.web-2")
+	if n := len(s.interned.entries); n != 2 {
+		t.Fatalf("%d interned resources after web-2 left, want 2 (web-1's)", n)
+	}
+	s.Forget("m.web-1")
+	if n := len(s.interned.entries); n != 0 {
+		t.Fatalf("%d interned resources with no node, want 0", n)
 	}
 }
