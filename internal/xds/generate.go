@@ -120,6 +120,7 @@ func Generate(in Input) (*Resources, error) {
 	if err := g.emitClusters(); err != nil {
 		return nil, err
 	}
+	g.reportNotCarried()
 	slices.Sort(g.out.Dropped)
 	g.out.Dropped = slices.Compact(g.out.Dropped)
 	return g.out, nil
@@ -398,6 +399,45 @@ func (r *Resources) digest(typeURL, name string, d [sha256.Size]byte) {
 		r.digests[typeURL] = map[string][sha256.Size]byte{}
 	}
 	r.digests[typeURL][name] = d
+}
+
+// carried are the policy types a proxyless gRPC client or server is given
+// (docs/dataplane.md#not-enforceable): the routes of its outbounds and the
+// RBAC of its inbounds.
+var carried = map[string]bool{"MeshHTTPRoute": true, "MeshTrafficPermission": true}
+
+// reportNotCarried names every other policy type the proxy's effective
+// configuration holds: the zone computes it (`_config` shows it) but does
+// not send it to a proxyless gRPC workload, and says so rather than drop it
+// silently. Without mTLS the mesh's MeshTrafficPermission is not enforced.
+func (g *generator) reportNotCarried() {
+	callable := map[string]bool{}
+	for _, svc := range g.callable() {
+		callable[svc] = true
+	}
+	for _, o := range g.in.Config.Outbounds {
+		if !callable[o.Service] {
+			continue
+		}
+		for typ := range o.Policies {
+			if !carried[typ] {
+				g.drop("%s on the outbound to %s: not given to proxyless gRPC clients", typ, o.Service)
+			}
+		}
+	}
+	for _, in := range g.in.Config.Inbounds {
+		for typ := range in.Policies {
+			switch {
+			case typ == "MeshTrafficPermission" && !g.in.MTLS:
+				g.drop("MeshTrafficPermission on inbound %d: not enforced, the mesh has no mTLS", in.Port)
+			case !carried[typ]:
+				g.drop("%s on inbound %d: not given to proxyless gRPC servers", typ, in.Port)
+			}
+		}
+	}
+	for typ := range g.in.Config.Proxy {
+		g.drop("%s (whole proxy): not given to proxyless gRPC workloads", typ)
+	}
 }
 
 // server renders the listener a proxyless gRPC server asks for when it
