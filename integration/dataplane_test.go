@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -426,6 +427,25 @@ func TestWorkloadIdentityIsEnforced(t *testing.T) {
 	}
 	if status, _ := z.request("GET", "/meshes/default/dataplanes/backend-1", ""); status != 404 {
 		t.Errorf("backend-1 registered with web-1's token: %d", status)
+	}
+
+	// A token file other users can read is refused before anything is
+	// registered, as a zone token file is.
+	loose := t.TempDir()
+	looseToken := z.ctlToken("generate", "dataplane-token", "--mesh", "default", "--name", "loose-1", "--valid-for", "1h")
+	for file, data := range map[string]string{"dp.yaml": greeterDataplane("loose-1", "loose", freePort(t)), "token": looseToken} {
+		if err := os.WriteFile(filepath.Join(loose, file), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := exec.Command(bins.MeridianDP, "run", "--cp-address", "https://"+z.xds, "--dataplane-file", filepath.Join(loose, "dp.yaml"),
+		"--dataplane-token-file", filepath.Join(loose, "token"), "--ca-cert-file", filepath.Join(z.dataDir, "xds-server.crt"),
+		"--", bins.Greeter, "serve").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--dataplane-token-file") || !strings.Contains(string(out), "want 0600") {
+		t.Errorf("meridian-dp with a token file of mode 0644: %v, output:\n%s", err, out)
+	}
+	if status, _ := z.request("GET", "/meshes/default/dataplanes/loose-1", ""); status != 404 {
+		t.Errorf("loose-1 registered with a token file others can read: %d", status)
 	}
 
 	// greeter-1's xDS certificate cannot ask for client-1's resources.

@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meridian-mesh/meridian/internal/agent"
+	"github.com/meridian-mesh/meridian/internal/auth"
 	"github.com/meridian-mesh/meridian/internal/version"
 )
 
@@ -76,6 +77,11 @@ func run(ctx context.Context, logger hclog.Logger, cpAddress, dpFile, tokenFile,
 	dataplane, err := os.ReadFile(dpFile)
 	if err != nil {
 		return fmt.Errorf("--dataplane-file: %w", err)
+	}
+	// A token readable by other users lets any of them act as the
+	// workload, as a zone token file does for a zone.
+	if err := auth.CheckPrivateFile(tokenFile); err != nil {
+		return fmt.Errorf("--dataplane-token-file: %w", err)
 	}
 	token, err := os.ReadFile(tokenFile)
 	if err != nil {
