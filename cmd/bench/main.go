@@ -62,7 +62,7 @@ type figure struct {
 // figures lists the table's rows. The core bars are set at 10,000
 // policies: at another -n those rows carry a scale bar where there is one
 // (cold zone, _rules at 100,000), else none.
-func figures(n, simZones int) []figure {
+func figures(n, simZones, proxies int) []figure {
 	spec := func(bar10k float64) (float64, string) {
 		if n == 10000 {
 			return bar10k, "core"
@@ -140,7 +140,27 @@ func figures(n, simZones int) []figure {
 		{"sim_global_rss_mib", fmt.Sprintf("global RSS, %d simulated zones, %d policies, settled", simZones, n), "MiB", 200, true, "scale"},
 		{"sim_global_peak_rss_mib", "global peak RSS (VmHWM), simulated zones scenario", "MiB", 0, true, ""},
 		{"sim_global_cpu_ms_per_zone", "global CPU per simulated zone (writes + fan-out)", "ms", 0, true, ""},
+		{"enforce_p50_ms", "global write → enforced in a gRPC client in zone-2, p50", "ms", 0, true, ""},
+		{"enforce_p99_ms", "global write → enforced in a gRPC client in zone-2, p99", "ms", 100, true, "data plane"},
+		{"proxies_acked_ms", fmt.Sprintf("mesh-wide change → all %d proxies of a zone ACKed", proxies), "ms", dpBar(proxies, 1000), true, dpSrc(proxies)},
+		{"proxy_rss_kib", fmt.Sprintf("zone RSS per connected proxy (%d proxies)", proxies), "KiB", dpBar(proxies, 100), true, dpSrc(proxies)},
+		{"proxies_idle_cpu_pct", fmt.Sprintf("zone idle CPU with %d connected proxies", proxies), "%", dpBar(proxies, 1), true, dpSrc(proxies)},
 	}
+}
+
+// dpBar and dpSrc: the data plane bars are set at 1,000 proxies.
+func dpBar(proxies int, bar float64) float64 {
+	if proxies != 1000 {
+		return 0
+	}
+	return bar
+}
+
+func dpSrc(proxies int) string {
+	if proxies != 1000 {
+		return ""
+	}
+	return "data plane"
 }
 
 func main() {
@@ -150,7 +170,9 @@ func main() {
 	simZones := flag.Int("sim-zones", 100, "simulated zones (0: skip)")
 	skipTen := flag.Bool("skip-ten", false, "skip the ten-zone-process scenario")
 	skipFleet := flag.Bool("skip-fleet", false, "skip the global + zones scenario")
-	profileDir := flag.String("profile", "", "write CPU profiles to this directory: the global and zone-1 during the PUT phase, the global and the cold zone over the cold zone's first 5 s, the global and one of ten zones during the ten-zone PUT phase, every plane during the idle window, zone-2 during the first _rules after a change, the global during the simulated zones' changes; and the heap profiles (with /metrics and smaps) of zone-2 once quiet after the _rules calls, of the global and zone-1 once settled and of the global after the simulated zones' changes")
+	skipDataPlane := flag.Bool("skip-dataplane", false, "skip the data plane scenario (gRPC workloads, simulated proxies)")
+	proxies := flag.Int("proxies", 1000, "simulated proxies of the data plane scenario (0: only the workloads)")
+	profileDir := flag.String("profile", "", "write CPU profiles to this directory: the global and zone-1 during the PUT phase, the global and the cold zone over the cold zone's first 5 s, the global and one of ten zones during the ten-zone PUT phase, every plane during the idle window, zone-2 during the first _rules after a change, the global during the simulated zones' changes; and the heap profiles (with /metrics and smaps) of zone-2 once quiet after the _rules calls, of the global and zone-1 once settled and of the global after the simulated zones' changes; the data plane zone once its proxies joined (heap) and during their mesh-wide change (CPU)")
 	logDir := flag.String("logs", "", "append each process's log to DIR/<name>.log")
 	logLevel := flag.String("log-level", "warn", "the processes' --log-level (info shows, e.g., when a full snapshot was sent and applied)")
 	simGzip := flag.Bool("sim-gzip", true, "simulated zones ask for gzip as zone-cp does (false: uncompressed streams)")
@@ -171,13 +193,17 @@ func main() {
 			os.Exit(1)
 		}
 	}
-	if err := run(*runs, *simZones, *skipTen, *skipFleet, b); err != nil {
+	if *skipDataPlane {
+		*proxies = -1
+	}
+	if err := run(*runs, *simZones, *proxies, *skipTen, *skipFleet, b); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(runs, simZones int, skipTen, skipFleet bool, b binariesAndN) error {
+// run runs every scenario runs times; proxies < 0 skips the data plane.
+func run(runs, simZones, proxies int, skipTen, skipFleet bool, b binariesAndN) error {
 	wd, _ := os.Getwd()
 	root, err := launcher.ModuleRoot(wd)
 	if err != nil {
@@ -188,7 +214,7 @@ func run(runs, simZones int, skipTen, skipFleet bool, b binariesAndN) error {
 		return err
 	}
 	defer os.RemoveAll(binDir)
-	fmt.Fprintln(os.Stderr, "building global-cp and zone-cp ...")
+	fmt.Fprintln(os.Stderr, "building global-cp, zone-cp, meridian-dp and the greeter ...")
 	bins, err := launcher.Build(context.Background(), root, filepath.Join(binDir, "bin"))
 	if err != nil {
 		return err
@@ -219,6 +245,12 @@ func run(runs, simZones int, skipTen, skipFleet bool, b binariesAndN) error {
 				}
 				return simulated(b, simZones, r)
 			}},
+			{"data plane", func() error {
+				if proxies < 0 {
+					return nil
+				}
+				return dataPlane(b, proxies, r)
+			}},
 		}
 		for _, s := range steps {
 			t0 := time.Now()
@@ -229,7 +261,7 @@ func run(runs, simZones int, skipTen, skipFleet bool, b binariesAndN) error {
 		}
 		all = append(all, r)
 	}
-	printTable(figures(b.n, simZones), all, runs, b.store)
+	printTable(figures(b.n, simZones, proxies), all, runs, b.store)
 	return nil
 }
 

@@ -30,6 +30,7 @@ type plane struct {
 	debug   string // http://host:port of /debug/pprof
 	dataDir string
 	kds     string // the global's KDS address
+	xds     string // a zone's xDS address
 }
 
 // env builds and runs processes for one run of a scenario.
@@ -166,8 +167,13 @@ func (e *env) zoneStarted(g *plane, name, environment string, started *time.Time
 	if err != nil {
 		return nil, err
 	}
-	return e.start(name, e.bins.Zone, "--zone", name, "--environment", environment, "--global-address", g.kds,
+	z, err := e.start(name, e.bins.Zone, "--zone", name, "--environment", environment, "--global-address", g.kds,
 		"--zone-token-file", tokenFile, "--kds-ca-file", filepath.Join(g.dataDir, "kds-server.crt"), "--xds-address", xds)
+	if err != nil {
+		return nil, err
+	}
+	z.xds = xds
+	return z, nil
 }
 
 func (e *env) zoneToken(g *plane, zone string) (string, error) {
@@ -390,9 +396,14 @@ func saveURL(url, path string) error {
 }
 
 // heapProfile writes p's heap profile (in use and allocated, as of its
-// last collection), its /metrics and its /proc smaps to dir.
+// last collection), its goroutines, its /metrics and its /proc smaps to
+// dir.
 func (e *env) heapProfile(p *plane, dir, tag string) error {
 	if err := saveURL(p.debug+"/debug/pprof/heap", filepath.Join(dir, p.name+"-"+tag+".heap.pprof")); err != nil {
+		return err
+	}
+	// Goroutine stacks are resident memory the heap profile leaves out.
+	if err := saveURL(p.debug+"/debug/pprof/goroutine?debug=1", filepath.Join(dir, p.name+"-"+tag+".goroutines.txt")); err != nil {
 		return err
 	}
 	// The runtime's memory classes (go_memstats_*) beside the profile say
