@@ -16,8 +16,9 @@ type Dataplane struct {
 	Mesh, Name, Namespace string
 	Address               string
 	Inbounds              []Inbound
-	// Outbounds are the services it declares it calls; empty: every
-	// service of the mesh (docs/dataplane.md#resources).
+	// Outbounds are the services it declares it calls (its outbounds and
+	// transparentProxying.reachableServices); empty: every service of the
+	// mesh (docs/dataplane.md#resources).
 	Outbounds []string
 }
 
@@ -65,6 +66,9 @@ func ParseDataplane(r *resource.Resource, ns string) (*Dataplane, error) {
 					Name string `json:"name"`
 				} `json:"backendRef"`
 			} `json:"outbound"`
+			TransparentProxying *struct {
+				ReachableServices []string `json:"reachableServices"`
+			} `json:"transparentProxying"`
 		} `json:"networking"`
 	}
 	if err := json.Unmarshal(r.Spec, &spec); err != nil {
@@ -90,6 +94,15 @@ func ParseDataplane(r *resource.Resource, ns string) (*Dataplane, error) {
 		}
 		if svc != "" && !slices.Contains(dp.Outbounds, svc) {
 			dp.Outbounds = append(dp.Outbounds, svc)
+		}
+	}
+	// reachableServices narrows what a transparent proxy reaches, as in
+	// Kuma; for a proxyless client it names the services it may call.
+	if tp := n.TransparentProxying; tp != nil {
+		for _, svc := range tp.ReachableServices {
+			if svc != "" && !slices.Contains(dp.Outbounds, svc) {
+				dp.Outbounds = append(dp.Outbounds, svc)
+			}
 		}
 	}
 	return dp, nil

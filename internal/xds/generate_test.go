@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -194,5 +195,35 @@ func compareFile(t *testing.T, path string, got []byte) {
 	}
 	if string(want) != string(got) {
 		t.Errorf("%s differs (run with -update after checking the change):\n%s", path, got)
+	}
+}
+
+// TestParseDataplaneOutbounds: the services a proxy declares it calls are
+// its outbounds' and its reachableServices, each once.
+func TestParseDataplaneOutbounds(t *testing.T) {
+	tests := []struct {
+		name string
+		spec string
+		want []string
+	}{
+		{"none: every service", `{"networking":{"address":"10.0.0.1"}}`, nil},
+		{"outbounds by tag, service and backendRef",
+			`{"networking":{"address":"10.0.0.1","outbound":[{"port":1,"tags":{"kuma.io/service":"a"}},{"port":2,"service":"b"},{"port":3,"backendRef":{"kind":"MeshService","name":"c"}}]}}`,
+			[]string{"a", "b", "c"}},
+		{"reachableServices", `{"networking":{"address":"10.0.0.1","transparentProxying":{"reachableServices":["b","a","b"]}}}`, []string{"b", "a"}},
+		{"both, each once",
+			`{"networking":{"address":"10.0.0.1","outbound":[{"port":1,"tags":{"kuma.io/service":"a"}}],"transparentProxying":{"reachableServices":["a","c"]}}}`,
+			[]string{"a", "c"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dp, err := ParseDataplane(&resource.Resource{Type: "Dataplane", Mesh: "default", Name: "web-1", Spec: json.RawMessage(tt.spec)}, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(dp.Outbounds, tt.want) {
+				t.Fatalf("outbounds %v, want %v", dp.Outbounds, tt.want)
+			}
+		})
 	}
 }
