@@ -69,7 +69,7 @@ func figures(n, simZones, proxies int) []figure {
 		}
 		return 0, ""
 	}
-	lastWrite, lastWriteSrc := spec(200)
+	lastWrite, lastWriteSrc := spec(50)
 	cold, coldSrc := spec(500)
 	if n != 10000 {
 		cold, coldSrc = 2000, "scale"
