@@ -5,6 +5,12 @@
 //
 //	meridian-dp run ... -- greeter serve --listen 127.0.0.1:9090
 //	meridian-dp run ... -- greeter call --service greeter --every 500ms
+//
+// The server can misbehave on purpose, to show what policies do about it:
+// --delay answers late, --fail-first N fails the first N attempts of each
+// call with Unavailable (the attempts of one call share its request name),
+// --fail fails every call. The client prints one line per call, with its
+// duration.
 package main
 
 import (
@@ -15,12 +21,16 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	xdscreds "google.golang.org/grpc/credentials/xds"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/xds"
 
@@ -54,6 +64,9 @@ func main() {
 func serve(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ExitOnError)
 	listen := fs.String("listen", "", "address to listen on: the Dataplane inbound's address and port")
+	delay := fs.Duration("delay", 0, "answer each call this late")
+	failFirst := fs.Int("fail-first", 0, "fail the first N attempts of each call (by request name) with Unavailable")
+	fail := fs.Bool("fail", false, "fail every call with Unavailable")
 	_ = fs.Parse(args)
 	if *listen == "" {
 		return errors.New("--listen is required")
@@ -68,7 +81,8 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	greeterv1.RegisterGreeterServiceServer(srv, &greeter{zone: os.Getenv("MERIDIAN_ZONE"), instance: os.Getenv("MERIDIAN_NODE_ID")})
+	greeterv1.RegisterGreeterServiceServer(srv, &greeter{zone: os.Getenv("MERIDIAN_ZONE"), instance: os.Getenv("MERIDIAN_NODE_ID"),
+		delay: *delay, failFirst: *failFirst, fail: *fail, attempts: map[string]int{}})
 	lis, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return err
@@ -84,9 +98,32 @@ func serve(ctx context.Context, args []string) error {
 type greeter struct {
 	greeterv1.UnimplementedGreeterServiceServer
 	zone, instance string
+	delay          time.Duration
+	failFirst      int
+	fail           bool
+
+	mu       sync.Mutex
+	attempts map[string]int // by request name
 }
 
-func (g *greeter) SayHello(_ context.Context, req *greeterv1.SayHelloRequest) (*greeterv1.SayHelloResponse, error) {
+// SayHello answers, after --delay, unless told to fail. Each attempt is
+// printed: "attempt NAME K".
+func (g *greeter) SayHello(ctx context.Context, req *greeterv1.SayHelloRequest) (*greeterv1.SayHelloResponse, error) {
+	g.mu.Lock()
+	g.attempts[req.GetName()]++
+	n := g.attempts[req.GetName()]
+	g.mu.Unlock()
+	fmt.Printf("attempt %s %d\n", req.GetName(), n)
+	if g.fail || n <= g.failFirst {
+		return nil, status.Errorf(codes.Unavailable, "attempt %d of %s fails on purpose", n, req.GetName())
+	}
+	if g.delay > 0 {
+		select {
+		case <-time.After(g.delay):
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
 	return &greeterv1.SayHelloResponse{Message: "hello " + req.GetName(), Zone: g.zone, Instance: g.instance}, nil
 }
 
@@ -98,6 +135,9 @@ func call(ctx context.Context, args []string) error {
 	every := fs.Duration("every", 0, "call every interval until stopped (0: once)")
 	count := fs.Int("count", 0, "with --every, stop after this many calls (0: never)")
 	timeout := fs.Duration("timeout", 2*time.Second, "each call's deadline")
+	parallel := fs.Int("parallel", 1, "calls made at once each time")
+	var headers headerFlags
+	fs.Var(&headers, "header", "a request header KEY=VALUE (repeatable)")
 	_ = fs.Parse(args)
 	creds, err := xdscreds.NewClientCredentials(xdscreds.ClientOptions{FallbackCreds: insecure.NewCredentials()})
 	if err != nil {
@@ -111,16 +151,21 @@ func call(ctx context.Context, args []string) error {
 	client := greeterv1.NewGreeterServiceClient(conn)
 	var last error
 	for n := 1; ; n++ {
-		cctx, cancel := context.WithTimeout(ctx, *timeout)
-		resp, err := client.SayHello(cctx, &greeterv1.SayHelloRequest{Name: "meridian"})
-		cancel()
-		last = err
-		if err != nil {
-			st := status.Convert(err)
-			fmt.Printf("error %s: %s\n", st.Code(), st.Message())
-		} else {
-			fmt.Printf("ok %s %s %s\n", resp.GetZone(), resp.GetInstance(), resp.GetMessage())
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for i := range max(*parallel, 1) {
+			wg.Go(func() {
+				name := fmt.Sprintf("call-%d", n)
+				if *parallel > 1 {
+					name = fmt.Sprintf("call-%d.%d", n, i)
+				}
+				err := callOnce(ctx, client, name, *timeout, headers)
+				mu.Lock()
+				last = err
+				mu.Unlock()
+			})
 		}
+		wg.Wait()
 		if *every == 0 || (*count > 0 && n >= *count) {
 			return last
 		}
@@ -130,4 +175,38 @@ func call(ctx context.Context, args []string) error {
 		case <-time.After(*every):
 		}
 	}
+}
+
+// callOnce makes one call and prints its line: "ok ZONE INSTANCE MESSAGE
+// in D" or "error CODE: MESSAGE in D".
+func callOnce(ctx context.Context, client greeterv1.GreeterServiceClient, name string, timeout time.Duration, headers headerFlags) error {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if len(headers) > 0 {
+		cctx = metadata.AppendToOutgoingContext(cctx, headers...)
+	}
+	start := time.Now()
+	resp, err := client.SayHello(cctx, &greeterv1.SayHelloRequest{Name: name})
+	took := time.Since(start).Round(time.Millisecond)
+	if err != nil {
+		st := status.Convert(err)
+		fmt.Printf("error %s: %s in %s\n", st.Code(), st.Message(), took)
+		return err
+	}
+	fmt.Printf("ok %s %s %s in %s\n", resp.GetZone(), resp.GetInstance(), resp.GetMessage(), took)
+	return nil
+}
+
+// headerFlags are --header KEY=VALUE flags as metadata pairs.
+type headerFlags []string
+
+func (h *headerFlags) String() string { return strings.Join(*h, ",") }
+
+func (h *headerFlags) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want KEY=VALUE, got %q", v)
+	}
+	*h = append(*h, strings.ToLower(k), val)
+	return nil
 }

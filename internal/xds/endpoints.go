@@ -27,7 +27,13 @@ type LoadAssignments struct {
 	zone      string
 
 	mu     sync.Mutex
-	byName map[string]sharedAssignment
+	byName map[assignmentKey]sharedAssignment
+}
+
+// assignmentKey is a cluster and whether its localities are prioritized.
+type assignmentKey struct {
+	name     string
+	locality bool
 }
 
 type sharedAssignment struct {
@@ -37,28 +43,36 @@ type sharedAssignment struct {
 
 // NewLoadAssignments serves the assignments of endpoints as seen from zone.
 func NewLoadAssignments(endpoints map[string][]Endpoint, zone string) *LoadAssignments {
-	return &LoadAssignments{endpoints: endpoints, zone: zone, byName: map[string]sharedAssignment{}}
+	return &LoadAssignments{endpoints: endpoints, zone: zone, byName: map[assignmentKey]sharedAssignment{}}
 }
 
-// get returns the assignment of cluster name (spec) and its digest.
-func (l *LoadAssignments) get(name string, spec clusterSpec) (sharedAssignment, error) {
+// get returns the assignment of cluster name (spec) and its digest; with
+// locality, the caller's zone is priority 0 and the others 1, else every
+// zone is priority 0.
+func (l *LoadAssignments) get(name string, spec clusterSpec, locality bool) (sharedAssignment, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if a, ok := l.byName[name]; ok {
+	key := assignmentKey{name, locality}
+	if a, ok := l.byName[key]; ok {
 		return a, nil
 	}
-	cla := loadAssignment(l.endpoints[spec.service], l.zone, name, spec.tags)
+	zone := l.zone
+	if !locality {
+		zone = ""
+	}
+	cla := loadAssignment(l.endpoints[spec.service], zone, name, spec.tags)
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(cla)
 	if err != nil {
 		return sharedAssignment{}, fmt.Errorf("encode %s: %w", name, err)
 	}
 	a := sharedAssignment{cla: cla, digest: sha256.Sum256(b)}
-	l.byName[name] = a
+	l.byName[key] = a
 	return a, nil
 }
 
 // loadAssignment renders a cluster's endpoints carrying tags: the caller's
-// zone first (priority 0), the other zones as failover (1).
+// zone first (priority 0), the other zones as failover (1); with no caller
+// zone, every zone at priority 0.
 func loadAssignment(endpoints []Endpoint, callerZone, name string, tags map[string]string) *endpointv3.ClusterLoadAssignment {
 	byZone := map[string][]*endpointv3.LbEndpoint{}
 	for _, ep := range endpoints {

@@ -103,7 +103,7 @@ func (r *Resources) shape(typeURL, name string, policies []string) {
 // Generate renders in for a proxyless gRPC workload.
 func Generate(in Input) (*Resources, error) {
 	g := &generator{in: in, out: &Resources{Shaped: map[string]map[string][]string{}}, clusters: map[string]clusterSpec{},
-		assignments: in.LoadAssignments}
+		assignments: in.LoadAssignments, shapes: map[string]*outboundShape{}}
 	if g.assignments == nil {
 		g.assignments = NewLoadAssignments(in.Endpoints, in.Zone)
 	}
@@ -131,6 +131,9 @@ type generator struct {
 	out         *Resources
 	clusters    map[string]clusterSpec
 	assignments *LoadAssignments
+	// shapes are what each service's outbound policies give its routes
+	// and clusters (grpcpolicy.go), read once per rendering.
+	shapes map[string]*outboundShape
 }
 
 // clusterSpec is one upstream cluster: a service's endpoints, or the
@@ -192,6 +195,13 @@ func (g *generator) client(svc string) error {
 	})
 	policies := g.outboundPolicies(svc)
 	routes, shaped := g.routes(svc, policies)
+	shape := g.shapeOf(svc)
+	for _, r := range routes {
+		if a := r.GetRoute(); a != nil {
+			shape.apply(a)
+		}
+	}
+	shaped = append(shaped, shape.routePolicies...)
 	g.out.Routes = append(g.out.Routes, &routev3.RouteConfiguration{
 		Name:         svc,
 		VirtualHosts: []*routev3.VirtualHost{{Name: svc, Domains: []string{"*"}, Routes: routes}},
@@ -379,8 +389,11 @@ func (g *generator) emitClusters() error {
 		if g.in.MTLS {
 			c.TransportSocket = upstreamTLS(g.in.Dataplane.Mesh, spec.service)
 		}
+		shape := g.shapeOf(spec.service)
+		shape.shapeCluster(c)
+		g.out.shape(resourcev3.ClusterType, name, shape.clusterPolicies)
 		g.out.Clusters = append(g.out.Clusters, c)
-		a, err := g.assignments.get(name, spec)
+		a, err := g.assignments.get(name, spec, !shape.localityDisabled)
 		if err != nil {
 			return err
 		}
@@ -402,9 +415,15 @@ func (r *Resources) digest(typeURL, name string, d [sha256.Size]byte) {
 }
 
 // carried are the policy types a proxyless gRPC client or server is given
-// (docs/dataplane.md#not-enforceable): the routes of its outbounds and the
-// RBAC of its inbounds.
-var carried = map[string]bool{"MeshHTTPRoute": true, "MeshTrafficPermission": true}
+// (docs/dataplane.md#not-enforceable): the RBAC of its inbounds, and the
+// routes, timeouts, retries, circuit breakers and load balancing of its
+// outbounds.
+var carried = map[string]bool{
+	"MeshHTTPRoute": true, "MeshTrafficPermission": true,
+	// Field by field: what a gRPC client cannot carry is named where the
+	// conf is read (grpcpolicy.go).
+	"MeshTimeout": true, "MeshRetry": true, "MeshCircuitBreaker": true, "MeshLoadBalancingStrategy": true,
+}
 
 // reportNotCarried names every other policy type the proxy's effective
 // configuration holds: the zone computes it (`_config` shows it) but does
@@ -414,6 +433,9 @@ func (g *generator) reportNotCarried() {
 	callable := map[string]bool{}
 	for _, svc := range g.callable() {
 		callable[svc] = true
+	}
+	if len(g.in.Config.Outbounds) == 0 && len(callable) > 0 {
+		g.drop("outbound policies: none are computed, the Dataplane declares no outbounds (declare the services it calls)")
 	}
 	for _, o := range g.in.Config.Outbounds {
 		if !callable[o.Service] {

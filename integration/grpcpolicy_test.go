@@ -1,0 +1,299 @@
+package integration
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Policies enforced by real gRPC clients (docs/dataplane.md#policies): a
+// greeter that answers late, fails on purpose or is one of several
+// instances, a client calling it under meridian-dp, and policies written on
+// the global and in the zone.
+
+// callerDataplane is a Universal Dataplane of service svc on port that
+// declares an outbound to each of calls.
+func callerDataplane(name, svc string, port int, calls ...string) string {
+	dp := greeterDataplane(name, svc, port) + "  outbound:\n"
+	for i, c := range calls {
+		dp += fmt.Sprintf("    - port: %d\n      tags:\n        kuma.io/service: %s\n", 20001+i, c)
+	}
+	return dp
+}
+
+// callDuration reads "in D" at the end of a call line.
+func callDuration(t *testing.T, line string) time.Duration {
+	t.Helper()
+	i := strings.LastIndex(line, " in ")
+	if i < 0 {
+		t.Fatalf("call line without a duration: %q", line)
+	}
+	d, err := time.ParseDuration(line[i+4:])
+	if err != nil {
+		t.Fatalf("call line %q: %v", line, err)
+	}
+	return d
+}
+
+// lastCall waits for a call line after mark with prefix and returns it.
+func (w *workload) lastCall(mark int, prefix string, timeout time.Duration) string {
+	w.t.Helper()
+	w.waitCall(mark, prefix, timeout)
+	lines := w.lines()
+	for i := len(lines) - 1; i >= min(mark, len(lines)); i-- {
+		if strings.HasPrefix(lines[i], prefix) {
+			return lines[i]
+		}
+	}
+	w.t.Fatalf("%s: call line %q gone", w.name, prefix)
+	return ""
+}
+
+// TestGRPCTimeoutsAndRetries: MeshTimeout and MeshRetry from the global and
+// from the zone reach a real gRPC client; a global override caps the zone's
+// timeout in real traffic.
+func TestGRPCTimeoutsAndRetries(t *testing.T) {
+	c := startDPCluster(t)
+	mtlsMesh(t, c.global, "24h")
+	apply(t, c.global, allowAll)
+	waitPresent(t, c.zone1, "/meshes/default/meshtrafficpermissions")
+	slowPort, flakyPort := freePort(t), freePort(t)
+	startWorkload(t, c.zone1, "slow-1", greeterDataplane("slow-1", "slow", slowPort),
+		"serve", "--listen", fmt.Sprintf("127.0.0.1:%d", slowPort), "--delay", "2s")
+	flaky := startWorkload(t, c.zone1, "flaky-1", greeterDataplane("flaky-1", "flaky", flakyPort),
+		"serve", "--listen", fmt.Sprintf("127.0.0.1:%d", flakyPort), "--fail-first", "2")
+	slowClient := startWorkload(t, c.zone1, "slow-client", callerDataplane("slow-client", "client", freePort(t), "slow"),
+		"call", "--service", "slow", "--every", "100ms", "--timeout", "10s")
+	flakyClient := startWorkload(t, c.zone1, "flaky-client", callerDataplane("flaky-client", "client", freePort(t), "flaky"),
+		"call", "--service", "flaky", "--every", "100ms", "--timeout", "5s")
+
+	// No policy: the slow call takes its 2 s, the flaky one fails.
+	if d := callDuration(t, slowClient.lastCall(0, "ok ", 40*time.Second)); d < 2*time.Second {
+		t.Fatalf("slow call answered in %s, want its 2 s delay", d)
+	}
+	flakyClient.waitCall(0, "error Unavailable", 40*time.Second)
+
+	t.Run("MeshTimeout", func(t *testing.T) {
+		// A zone policy gives the slow service 5 s: the call succeeds.
+		apply(t, c.zone1, `type: MeshTimeout
+mesh: default
+name: slow-5s
+spec:
+  targetRef: {kind: Mesh}
+  to:
+    - targetRef: {kind: MeshService, name: slow}
+      default: {http: {requestTimeout: 5s}}
+`)
+		// A global override caps every request timeout at 1 s: the zone
+		// cannot undo it, and the call fails at 1 s, not before.
+		apply(t, c.global, `type: MeshTimeout
+mesh: default
+name: request-cap
+spec:
+  targetRef: {kind: Mesh}
+  to:
+    - targetRef: {kind: Mesh}
+      override: {http: {requestTimeout: 1s}}
+      when:
+        override: "duration(self.http.requestTimeout) > duration('1s')"
+`)
+		mark := slowClient.mark()
+		line := slowClient.lastCall(mark, "error DeadlineExceeded", 20*time.Second)
+		if d := callDuration(t, line); d < 900*time.Millisecond || d > 1900*time.Millisecond {
+			t.Errorf("capped call failed after %s, want about 1 s (%q)", d, line)
+		}
+		// The override removed: the zone's 5 s holds and the call succeeds.
+		deleteOn(t, c.global, "/meshes/default/meshtimeouts/request-cap")
+		slowClient.waitCall(slowClient.mark(), "ok ", 30*time.Second)
+		// A global default of 300 ms where the zone says nothing.
+		deleteOn(t, c.zone1, "/meshes/default/meshtimeouts/slow-5s")
+		apply(t, c.global, `type: MeshTimeout
+mesh: default
+name: fast-fail
+spec:
+  targetRef: {kind: Mesh}
+  to:
+    - targetRef: {kind: MeshService, name: slow}
+      default: {http: {requestTimeout: 300ms}}
+`)
+		line = slowClient.lastCall(slowClient.mark(), "error DeadlineExceeded", 20*time.Second)
+		if d := callDuration(t, line); d < 250*time.Millisecond || d > 1200*time.Millisecond {
+			t.Errorf("call failed after %s, want about 300 ms (%q)", d, line)
+		}
+	})
+
+	t.Run("MeshRetry", func(t *testing.T) {
+		// A global policy retries Unavailable twice: the third attempt,
+		// counted on the server, succeeds.
+		apply(t, c.global, `type: MeshRetry
+mesh: default
+name: retry-unavailable
+spec:
+  targetRef: {kind: Mesh}
+  to:
+    - targetRef: {kind: MeshService, name: flaky}
+      default:
+        grpc:
+          numRetries: 2
+          retryOn: [Unavailable]
+          backOff: {baseInterval: 10ms, maxInterval: 50ms}
+`)
+		line := flakyClient.lastCall(flakyClient.mark(), "ok ", 30*time.Second)
+		name := strings.Fields(line)[4] // ok ZONE INSTANCE hello NAME in D
+		if !strings.HasPrefix(name, "call-") {
+			t.Fatalf("cannot read the call's name from %q", line)
+		}
+		eventually(t, 5*time.Second, func() error {
+			if !strings.Contains(flaky.log.String(), "attempt "+name+" 3\n") {
+				return fmt.Errorf("server did not count 3 attempts of %s", name)
+			}
+			return nil
+		})
+		// The zone's own policy says numRetries 0: no retries, the error.
+		apply(t, c.zone1, `type: MeshRetry
+mesh: default
+name: no-retries
+spec:
+  targetRef: {kind: Mesh}
+  to:
+    - targetRef: {kind: MeshService, name: flaky}
+      default: {grpc: {numRetries: 0}}
+`)
+		flakyClient.waitCall(flakyClient.mark(), "error Unavailable", 30*time.Second)
+	})
+}
+
+// deleteOn deletes path on n; it must have existed.
+func deleteOn(t *testing.T, n *node, path string) {
+	t.Helper()
+	if status, body := n.request("DELETE", path, ""); status != 200 && status != 204 {
+		t.Fatalf("DELETE %s: %d %s", path, status, body)
+	}
+}
+
+// instancesAfter counts the instances that answered the ok lines after
+// mark, and the errors.
+func (w *workload) instancesAfter(mark int) (map[string]int, int) {
+	ok, failed := w.callResults(mark)
+	seen := map[string]int{}
+	for _, l := range ok {
+		if f := strings.Fields(l); len(f) > 2 {
+			seen[f[2]]++
+		}
+	}
+	return seen, len(failed)
+}
+
+// TestGRPCBalancingAndBreakers: MeshLoadBalancingStrategy and
+// MeshCircuitBreaker written in a zone, enforced by a real gRPC client.
+func TestGRPCBalancingAndBreakers(t *testing.T) {
+	z := startNode(t, "zone-1", bins.Zone, t.TempDir(), "--zone", "zone-1", "--environment", "universal")
+	mtlsMesh(t, z, "24h")
+	apply(t, z, allowAll)
+	serve := func(name, svc string, args ...string) *workload {
+		port := freePort(t)
+		return startWorkload(t, z, name, greeterDataplane(name, svc, port),
+			append([]string{"serve", "--listen", fmt.Sprintf("127.0.0.1:%d", port)}, args...)...)
+	}
+
+	t.Run("MeshLoadBalancingStrategy", func(t *testing.T) {
+		serve("echo-1", "echo")
+		serve("echo-2", "echo")
+		client := startWorkload(t, z, "echo-client", callerDataplane("echo-client", "client", freePort(t), "echo"),
+			"call", "--service", "echo", "--every", "20ms", "--header", "x-user=alice")
+		// Round robin (no policy): both instances answer.
+		eventually(t, 40*time.Second, func() error {
+			if seen, _ := client.instancesAfter(0); len(seen) < 2 {
+				return fmt.Errorf("instances so far %v", seen)
+			}
+			return nil
+		})
+		apply(t, z, `type: MeshLoadBalancingStrategy
+mesh: default
+name: echo-by-user
+spec:
+  targetRef: {kind: Mesh}
+  to:
+    - targetRef: {kind: MeshService, name: echo}
+      default:
+        loadBalancer:
+          type: RingHash
+          ringHash:
+            hashPolicies:
+              - {type: Header, header: {name: x-user}}
+`)
+		// A ring hash on x-user keeps alice on one instance: 40 calls in a
+		// row from one instance (after the change reached the client).
+		eventually(t, 30*time.Second, func() error {
+			mark := client.mark()
+			time.Sleep(time.Second)
+			seen, failed := client.instancesAfter(mark)
+			total := failed
+			for _, n := range seen {
+				total += n
+			}
+			if len(seen) != 1 || failed > 0 || total < 40 {
+				return fmt.Errorf("%d calls in a second: instances %v, %d failed", total, seen, failed)
+			}
+			return nil
+		})
+	})
+
+	t.Run("MeshCircuitBreaker maxRequests", func(t *testing.T) {
+		serve("slow-1", "slow", "--delay", "500ms")
+		client := startWorkload(t, z, "slow-client", callerDataplane("slow-client", "client", freePort(t), "slow"),
+			"call", "--service", "slow", "--every", "100ms", "--parallel", "3", "--timeout", "5s")
+		client.waitCall(0, "ok ", 40*time.Second)
+		apply(t, z, `type: MeshCircuitBreaker
+mesh: default
+name: slow-one-at-a-time
+spec:
+  targetRef: {kind: Mesh}
+  to:
+    - targetRef: {kind: MeshService, name: slow}
+      default:
+        connectionLimits: {maxRequests: 1}
+`)
+		// Calls beyond the one in flight fail fast.
+		line := client.lastCall(client.mark(), "error Unavailable", 30*time.Second)
+		t.Logf("over the limit: %s", line)
+		if d := callDuration(t, line); d > 200*time.Millisecond {
+			t.Errorf("a call over the limit failed after %s, want at once (%q)", d, line)
+		}
+	})
+
+	t.Run("MeshCircuitBreaker outlier detection", func(t *testing.T) {
+		serve("mixed-1", "mixed")
+		serve("mixed-2", "mixed", "--fail")
+		client := startWorkload(t, z, "mixed-client", callerDataplane("mixed-client", "client", freePort(t), "mixed"),
+			"call", "--service", "mixed", "--every", "20ms")
+		client.waitCall(0, "error Unavailable", 40*time.Second)
+		apply(t, z, `type: MeshCircuitBreaker
+mesh: default
+name: eject-failing
+spec:
+  targetRef: {kind: Mesh}
+  to:
+    - targetRef: {kind: MeshService, name: mixed}
+      default:
+        outlierDetection:
+          interval: 1s
+          baseEjectionTime: 30s
+          maxEjectionPercent: 50
+          detectors:
+            failurePercentage: {minimumHosts: 2, requestVolume: 5, threshold: 50}
+`)
+		// The failing instance is ejected: a second of calls, all answered
+		// by the healthy one.
+		eventually(t, 30*time.Second, func() error {
+			mark := client.mark()
+			time.Sleep(time.Second)
+			seen, failed := client.instancesAfter(mark)
+			if failed > 0 || len(seen) != 1 || seen["default.mixed-1"] < 20 {
+				return fmt.Errorf("instances %v, %d failed", seen, failed)
+			}
+			return nil
+		})
+	})
+}

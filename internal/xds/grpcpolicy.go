@@ -1,0 +1,456 @@
+package xds
+
+import (
+	"encoding/json"
+	"math"
+	"strings"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/meridian-mesh/meridian/internal/policy"
+)
+
+// What an outbound's policies give a proxyless gRPC client
+// (docs/dataplane.md#policies): grpc-go reads a route's max_stream_duration
+// and retry_policy and hash policies on headers, and a cluster's LB policy
+// (round robin, least request, ring hash), max_requests and outlier
+// detection (success rate and failure percentage). Every other field is
+// left out and named: a field grpc-go would NACK is never sent (num_retries
+// 0, a hash function other than xxHash), one it would ignore is not sent
+// as if it worked.
+
+// outboundShape is what svc's outbound policies give its routes and
+// clusters.
+type outboundShape struct {
+	// route: every route of the outbound.
+	maxStreamDuration *durationpb.Duration
+	retry             *routev3.RetryPolicy
+	hashPolicies      []*routev3.RouteAction_HashPolicy
+	routePolicies     []string
+	// cluster: the service's clusters.
+	lbPolicy         clusterv3.Cluster_LbPolicy
+	ringHash         *clusterv3.Cluster_RingHashLbConfig
+	leastRequest     *clusterv3.Cluster_LeastRequestLbConfig
+	circuitBreakers  *clusterv3.CircuitBreakers
+	outlierDetection *clusterv3.OutlierDetection
+	// localityDisabled: every zone's endpoints are equal (priority 0).
+	localityDisabled bool
+	clusterPolicies  []string
+}
+
+// shapeOf reads svc's outbound policies once per rendering.
+func (g *generator) shapeOf(svc string) *outboundShape {
+	if s, ok := g.shapes[svc]; ok {
+		return s
+	}
+	s := &outboundShape{lbPolicy: clusterv3.Cluster_ROUND_ROBIN}
+	g.shapes[svc] = s
+	policies := g.outboundPolicies(svc)
+	if p, ok := policies["MeshTimeout"]; ok && p.Conf != nil {
+		g.timeout(svc, p, s)
+	}
+	if p, ok := policies["MeshRetry"]; ok && p.Conf != nil {
+		g.retry(svc, p, s)
+	}
+	if p, ok := policies["MeshCircuitBreaker"]; ok && p.Conf != nil {
+		g.circuitBreaker(svc, p, s)
+	}
+	if p, ok := policies["MeshLoadBalancingStrategy"]; ok && p.Conf != nil {
+		g.loadBalancing(svc, p, s)
+	}
+	return s
+}
+
+// apply shapes one route action of the outbound.
+func (s *outboundShape) apply(a *routev3.RouteAction) {
+	if s.maxStreamDuration != nil {
+		a.MaxStreamDuration = &routev3.RouteAction_MaxStreamDuration{MaxStreamDuration: s.maxStreamDuration}
+	}
+	a.RetryPolicy = s.retry
+	a.HashPolicy = s.hashPolicies
+}
+
+// shapeCluster shapes one of the service's clusters.
+func (s *outboundShape) shapeCluster(c *clusterv3.Cluster) {
+	c.LbPolicy = s.lbPolicy
+	switch {
+	case s.ringHash != nil:
+		c.LbConfig = &clusterv3.Cluster_RingHashLbConfig_{RingHashLbConfig: s.ringHash}
+	case s.leastRequest != nil:
+		c.LbConfig = &clusterv3.Cluster_LeastRequestLbConfig_{LeastRequestLbConfig: s.leastRequest}
+	}
+	c.CircuitBreakers = s.circuitBreakers
+	c.OutlierDetection = s.outlierDetection
+}
+
+type meshTimeoutConf struct {
+	ConnectionTimeout *string `json:"connectionTimeout"`
+	IdleTimeout       *string `json:"idleTimeout"`
+	HTTP              *struct {
+		RequestTimeout        *string `json:"requestTimeout"`
+		StreamIdleTimeout     *string `json:"streamIdleTimeout"`
+		MaxStreamDuration     *string `json:"maxStreamDuration"`
+		MaxConnectionDuration *string `json:"maxConnectionDuration"`
+		RequestHeadersTimeout *string `json:"requestHeadersTimeout"`
+	} `json:"http"`
+}
+
+// timeout: a call's deadline is http.requestTimeout, or maxStreamDuration
+// when shorter (0 turns either off, as in Kuma); the connection-level
+// timeouts have no gRPC counterpart.
+func (g *generator) timeout(svc string, p policy.OutboundPolicy, s *outboundShape) {
+	var c meshTimeoutConf
+	if !g.decode("MeshTimeout", svc, p.Conf, &c) {
+		return
+	}
+	g.unsupported("MeshTimeout", svc, "gRPC clients have no such timeout",
+		field{"connectionTimeout", c.ConnectionTimeout != nil}, field{"idleTimeout", c.IdleTimeout != nil})
+	if c.HTTP == nil {
+		return
+	}
+	h := c.HTTP
+	g.unsupported("MeshTimeout", svc, "gRPC clients have no such timeout",
+		field{"http.streamIdleTimeout", h.StreamIdleTimeout != nil}, field{"http.maxConnectionDuration", h.MaxConnectionDuration != nil},
+		field{"http.requestHeadersTimeout", h.RequestHeadersTimeout != nil})
+	var d time.Duration
+	for _, v := range []*string{h.RequestTimeout, h.MaxStreamDuration} {
+		if x, ok := g.duration("MeshTimeout", svc, v); ok && x > 0 && (d == 0 || x < d) {
+			d = x
+		}
+	}
+	if d > 0 {
+		s.maxStreamDuration = durationpb.New(d)
+		s.routePolicies = append(s.routePolicies, originNames(p.Origin)...)
+	}
+}
+
+type meshRetryConf struct {
+	TCP  json.RawMessage `json:"tcp"`
+	HTTP json.RawMessage `json:"http"`
+	GRPC *struct {
+		NumRetries    *uint32  `json:"numRetries"`
+		PerTryTimeout *string  `json:"perTryTimeout"`
+		RetryOn       []string `json:"retryOn"`
+		BackOff       *struct {
+			BaseInterval *string `json:"baseInterval"`
+			MaxInterval  *string `json:"maxInterval"`
+		} `json:"backOff"`
+		RateLimitedBackOff json.RawMessage `json:"rateLimitedBackOff"`
+	} `json:"grpc"`
+}
+
+// grpcRetryOn are MeshRetry's gRPC conditions in the names grpc-go reads.
+var grpcRetryOn = map[string]string{
+	"Canceled": "cancelled", "DeadlineExceeded": "deadline-exceeded", "Internal": "internal",
+	"ResourceExhausted": "resource-exhausted", "Unavailable": "unavailable",
+}
+
+// defaultGRPCRetryOn is Kuma's default for the grpc section, as far as a
+// gRPC client understands it (Kuma adds connection conditions Envoy has).
+const defaultGRPCRetryOn = "cancelled,resource-exhausted,unavailable"
+
+// retry: the grpc section becomes the routes' retry policy; numRetries 0
+// means no retries (grpc-go refuses num_retries 0, so none is sent).
+func (g *generator) retry(svc string, p policy.OutboundPolicy, s *outboundShape) {
+	var c meshRetryConf
+	if !g.decode("MeshRetry", svc, p.Conf, &c) {
+		return
+	}
+	g.unsupported("MeshRetry", svc, "gRPC clients retry by the grpc section",
+		field{"tcp", c.TCP != nil}, field{"http", c.HTTP != nil})
+	if c.GRPC == nil {
+		return
+	}
+	r := c.GRPC
+	g.unsupported("MeshRetry", svc, "gRPC clients have no such setting",
+		field{"grpc.perTryTimeout", r.PerTryTimeout != nil}, field{"grpc.rateLimitedBackOff", r.RateLimitedBackOff != nil})
+	if r.NumRetries != nil && *r.NumRetries == 0 {
+		s.routePolicies = append(s.routePolicies, originNames(p.Origin)...)
+		return
+	}
+	policy := &routev3.RetryPolicy{RetryOn: defaultGRPCRetryOn}
+	if len(r.RetryOn) > 0 {
+		var on []string
+		for _, c := range r.RetryOn {
+			if n, ok := grpcRetryOn[c]; ok {
+				on = append(on, n)
+			}
+		}
+		policy.RetryOn = strings.Join(on, ",")
+	}
+	if r.NumRetries != nil {
+		policy.NumRetries = wrapperspb.UInt32(*r.NumRetries)
+	}
+	if b := r.BackOff; b != nil {
+		base, okBase := g.duration("MeshRetry", svc, b.BaseInterval)
+		maxI, okMax := g.duration("MeshRetry", svc, b.MaxInterval)
+		if okBase || okMax {
+			if !okBase || base <= 0 {
+				base = 25 * time.Millisecond // Envoy's and grpc-go's default
+			}
+			policy.RetryBackOff = &routev3.RetryPolicy_RetryBackOff{BaseInterval: durationpb.New(base)}
+			if okMax && maxI > 0 {
+				policy.RetryBackOff.MaxInterval = durationpb.New(max(maxI, base))
+			}
+		}
+	}
+	s.retry = policy
+	s.routePolicies = append(s.routePolicies, originNames(p.Origin)...)
+}
+
+type meshCircuitBreakerConf struct {
+	ConnectionLimits *struct {
+		MaxConnections     *uint32 `json:"maxConnections"`
+		MaxConnectionPools *uint32 `json:"maxConnectionPools"`
+		MaxPendingRequests *uint32 `json:"maxPendingRequests"`
+		MaxRetries         *uint32 `json:"maxRetries"`
+		MaxRequests        *uint32 `json:"maxRequests"`
+	} `json:"connectionLimits"`
+	OutlierDetection *struct {
+		Disabled                    *bool   `json:"disabled"`
+		Interval                    *string `json:"interval"`
+		BaseEjectionTime            *string `json:"baseEjectionTime"`
+		MaxEjectionPercent          *uint32 `json:"maxEjectionPercent"`
+		SplitExternalAndLocalErrors *bool   `json:"splitExternalAndLocalErrors"`
+		HealthyPanicThreshold       any     `json:"healthyPanicThreshold"`
+		Detectors                   *struct {
+			TotalFailures       json.RawMessage `json:"totalFailures"`
+			GatewayFailures     json.RawMessage `json:"gatewayFailures"`
+			LocalOriginFailures json.RawMessage `json:"localOriginFailures"`
+			SuccessRate         *struct {
+				MinimumHosts            *uint32 `json:"minimumHosts"`
+				RequestVolume           *uint32 `json:"requestVolume"`
+				StandardDeviationFactor any     `json:"standardDeviationFactor"`
+			} `json:"successRate"`
+			FailurePercentage *struct {
+				MinimumHosts  *uint32 `json:"minimumHosts"`
+				RequestVolume *uint32 `json:"requestVolume"`
+				Threshold     *uint32 `json:"threshold"`
+			} `json:"failurePercentage"`
+		} `json:"detectors"`
+	} `json:"outlierDetection"`
+}
+
+// circuitBreaker: maxRequests and outlier detection by success rate or
+// failure percentage, as Kuma lays them out for Envoy (a detector not
+// configured is not enforced).
+func (g *generator) circuitBreaker(svc string, p policy.OutboundPolicy, s *outboundShape) {
+	var c meshCircuitBreakerConf
+	if !g.decode("MeshCircuitBreaker", svc, p.Conf, &c) {
+		return
+	}
+	shaped := false
+	if l := c.ConnectionLimits; l != nil {
+		g.unsupported("MeshCircuitBreaker", svc, "gRPC clients limit requests only",
+			field{"connectionLimits.maxConnections", l.MaxConnections != nil}, field{"connectionLimits.maxConnectionPools", l.MaxConnectionPools != nil},
+			field{"connectionLimits.maxPendingRequests", l.MaxPendingRequests != nil}, field{"connectionLimits.maxRetries", l.MaxRetries != nil})
+		if l.MaxRequests != nil {
+			s.circuitBreakers = &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{{
+				Priority: corev3.RoutingPriority_DEFAULT, MaxRequests: wrapperspb.UInt32(*l.MaxRequests),
+			}}}
+			shaped = true
+		}
+	}
+	if od := c.OutlierDetection; od != nil && (od.Disabled == nil || !*od.Disabled) {
+		g.unsupported("MeshCircuitBreaker", svc, "gRPC clients eject by success rate and failure percentage only",
+			field{"outlierDetection.splitExternalAndLocalErrors", od.SplitExternalAndLocalErrors != nil},
+			field{"outlierDetection.healthyPanicThreshold", od.HealthyPanicThreshold != nil})
+		out := &clusterv3.OutlierDetection{
+			EnforcingSuccessRate:       wrapperspb.UInt32(0),
+			EnforcingFailurePercentage: wrapperspb.UInt32(0),
+		}
+		if d, ok := g.duration("MeshCircuitBreaker", svc, od.Interval); ok {
+			out.Interval = durationpb.New(d)
+		}
+		if d, ok := g.duration("MeshCircuitBreaker", svc, od.BaseEjectionTime); ok {
+			out.BaseEjectionTime = durationpb.New(d)
+		}
+		if od.MaxEjectionPercent != nil {
+			out.MaxEjectionPercent = wrapperspb.UInt32(*od.MaxEjectionPercent)
+		}
+		if det := od.Detectors; det != nil {
+			g.unsupported("MeshCircuitBreaker", svc, "gRPC clients eject by success rate and failure percentage only",
+				field{"outlierDetection.detectors.totalFailures", det.TotalFailures != nil},
+				field{"outlierDetection.detectors.gatewayFailures", det.GatewayFailures != nil},
+				field{"outlierDetection.detectors.localOriginFailures", det.LocalOriginFailures != nil})
+			if sr := det.SuccessRate; sr != nil {
+				out.EnforcingSuccessRate = wrapperspb.UInt32(100)
+				if sr.MinimumHosts != nil {
+					out.SuccessRateMinimumHosts = wrapperspb.UInt32(*sr.MinimumHosts)
+				}
+				if sr.RequestVolume != nil {
+					out.SuccessRateRequestVolume = wrapperspb.UInt32(*sr.RequestVolume)
+				}
+				if f, ok := number(sr.StandardDeviationFactor); ok {
+					// Envoy's and gRPC's factor is in thousandths.
+					out.SuccessRateStdevFactor = wrapperspb.UInt32(uint32(math.Round(f * 1000)))
+				}
+			}
+			if fp := det.FailurePercentage; fp != nil {
+				out.EnforcingFailurePercentage = wrapperspb.UInt32(100)
+				if fp.MinimumHosts != nil {
+					out.FailurePercentageMinimumHosts = wrapperspb.UInt32(*fp.MinimumHosts)
+				}
+				if fp.RequestVolume != nil {
+					out.FailurePercentageRequestVolume = wrapperspb.UInt32(*fp.RequestVolume)
+				}
+				if fp.Threshold != nil {
+					out.FailurePercentageThreshold = wrapperspb.UInt32(*fp.Threshold)
+				}
+			}
+		}
+		s.outlierDetection = out
+		shaped = true
+	}
+	if shaped {
+		s.clusterPolicies = append(s.clusterPolicies, originNames(p.Origin)...)
+	}
+}
+
+type meshLoadBalancingConf struct {
+	LocalityAwareness *struct {
+		Disabled  *bool           `json:"disabled"`
+		LocalZone json.RawMessage `json:"localZone"`
+		CrossZone json.RawMessage `json:"crossZone"`
+	} `json:"localityAwareness"`
+	LoadBalancer *struct {
+		Type         string `json:"type"`
+		LeastRequest *struct {
+			ChoiceCount *uint32 `json:"choiceCount"`
+		} `json:"leastRequest"`
+		RingHash *struct {
+			HashFunction *string     `json:"hashFunction"`
+			MinRingSize  *uint64     `json:"minRingSize"`
+			MaxRingSize  *uint64     `json:"maxRingSize"`
+			HashPolicies []hashEntry `json:"hashPolicies"`
+		} `json:"ringHash"`
+	} `json:"loadBalancer"`
+}
+
+type hashEntry struct {
+	Type     string `json:"type"`
+	Terminal *bool  `json:"terminal"`
+	Header   *struct {
+		Name string `json:"name"`
+	} `json:"header"`
+}
+
+// loadBalancing: round robin, least request or ring hash (xxHash, with
+// header hash policies on the routes); without locality awareness every
+// zone is priority 0.
+func (g *generator) loadBalancing(svc string, p policy.OutboundPolicy, s *outboundShape) {
+	var c meshLoadBalancingConf
+	if !g.decode("MeshLoadBalancingStrategy", svc, p.Conf, &c) {
+		return
+	}
+	if la := c.LocalityAwareness; la != nil {
+		g.unsupported("MeshLoadBalancingStrategy", svc, "gRPC clients prefer their own zone, then any other",
+			field{"localityAwareness.localZone", la.LocalZone != nil}, field{"localityAwareness.crossZone", la.CrossZone != nil})
+		if la.Disabled != nil && *la.Disabled {
+			s.localityDisabled = true
+		}
+	}
+	shaped := s.localityDisabled
+	if lb := c.LoadBalancer; lb != nil {
+		shaped = true
+		switch lb.Type {
+		case "RoundRobin":
+		case "LeastRequest":
+			s.lbPolicy = clusterv3.Cluster_LEAST_REQUEST
+			if lb.LeastRequest != nil && lb.LeastRequest.ChoiceCount != nil {
+				s.leastRequest = &clusterv3.Cluster_LeastRequestLbConfig{ChoiceCount: wrapperspb.UInt32(*lb.LeastRequest.ChoiceCount)}
+			}
+		case "RingHash":
+			s.lbPolicy = clusterv3.Cluster_RING_HASH
+			s.ringHash = &clusterv3.Cluster_RingHashLbConfig{HashFunction: clusterv3.Cluster_RingHashLbConfig_XX_HASH}
+			if rh := lb.RingHash; rh != nil {
+				if rh.HashFunction != nil && *rh.HashFunction != "XXHash" {
+					g.drop("MeshLoadBalancingStrategy loadBalancer.ringHash.hashFunction %s on the outbound to %s: gRPC clients hash with xxHash", *rh.HashFunction, svc)
+				}
+				if rh.MinRingSize != nil {
+					s.ringHash.MinimumRingSize = wrapperspb.UInt64(*rh.MinRingSize)
+				}
+				if rh.MaxRingSize != nil {
+					s.ringHash.MaximumRingSize = wrapperspb.UInt64(*rh.MaxRingSize)
+				}
+				for i, h := range rh.HashPolicies {
+					if h.Type != "Header" || h.Header == nil {
+						g.drop("MeshLoadBalancingStrategy loadBalancer.ringHash.hashPolicies[%d] (%s) on the outbound to %s: gRPC clients hash on headers only", i, h.Type, svc)
+						continue
+					}
+					hp := &routev3.RouteAction_HashPolicy{PolicySpecifier: &routev3.RouteAction_HashPolicy_Header_{
+						Header: &routev3.RouteAction_HashPolicy_Header{HeaderName: strings.ToLower(h.Header.Name)}}}
+					if h.Terminal != nil {
+						hp.Terminal = *h.Terminal
+					}
+					s.hashPolicies = append(s.hashPolicies, hp)
+				}
+			}
+		default:
+			g.drop("MeshLoadBalancingStrategy loadBalancer.type %s on the outbound to %s: gRPC clients balance by round robin, least request or ring hash; round robin is used", lb.Type, svc)
+		}
+	}
+	if shaped {
+		s.clusterPolicies = append(s.clusterPolicies, originNames(p.Origin)...)
+		if len(s.hashPolicies) > 0 {
+			s.routePolicies = append(s.routePolicies, originNames(p.Origin)...)
+		}
+	}
+}
+
+// field is a conf field and whether it is set.
+type field struct {
+	path string
+	set  bool
+}
+
+// unsupported names the set fields of typ's conf on svc's outbound that a
+// gRPC client cannot carry.
+func (g *generator) unsupported(typ, svc, why string, fields ...field) {
+	for _, f := range fields {
+		if f.set {
+			g.drop("%s %s on the outbound to %s: %s", typ, f.path, svc, why)
+		}
+	}
+}
+
+// decode reads a merged conf; one that does not read is named, not sent.
+func (g *generator) decode(typ, svc string, conf json.RawMessage, v any) bool {
+	if err := json.Unmarshal(conf, v); err != nil {
+		g.drop("%s on the outbound to %s: conf cannot be read: %v", typ, svc, err)
+		return false
+	}
+	return true
+}
+
+// duration reads a conf duration ("5s", "1m30s"); nil is unset.
+func (g *generator) duration(typ, svc string, v *string) (time.Duration, bool) {
+	if v == nil {
+		return 0, false
+	}
+	d, err := time.ParseDuration(*v)
+	if err != nil || d < 0 {
+		g.drop("%s on the outbound to %s: duration %q cannot be read", typ, svc, *v)
+		return 0, false
+	}
+	return d, true
+}
+
+// number reads a decimal Kuma writes as a number or a string.
+func number(v any) (float64, bool) {
+	switch x := v.(type) {
+	case float64:
+		return x, true
+	case string:
+		var f float64
+		if err := json.Unmarshal([]byte(x), &f); err == nil {
+			return f, true
+		}
+	}
+	return 0, false
+}
