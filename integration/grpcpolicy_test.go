@@ -240,6 +240,65 @@ spec:
 		})
 	})
 
+	t.Run("MeshFaultInjection", func(t *testing.T) {
+		serve("faulty-1", "faulty")
+		client := startWorkload(t, z, "faulty-client", callerDataplane("faulty-client", "client", freePort(t), "faulty"),
+			"call", "--service", "faulty", "--every", "10ms")
+		bystander := startWorkload(t, z, "faulty-bystander", callerDataplane("faulty-bystander", "bystander", freePort(t), "faulty"),
+			"call", "--service", "faulty", "--every", "50ms")
+		client.waitCall(0, "ok ", 40*time.Second)
+		bystander.waitCall(0, "ok ", 40*time.Second)
+		// The destination's inbound policy aborts half of client's calls;
+		// the gRPC client injects it (a gRPC server has no fault filter).
+		apply(t, z, `type: MeshFaultInjection
+mesh: default
+name: faulty-chaos
+spec:
+  targetRef: {kind: MeshService, name: faulty}
+  from:
+    - targetRef: {kind: MeshService, name: client}
+      default:
+        http:
+          - abort: {httpStatus: 503, percentage: 50}
+`)
+		client.waitCall(client.mark(), "error Unavailable", 30*time.Second)
+		mark, bystanderMark := client.mark(), bystander.mark()
+		var ok, failed []string
+		eventually(t, 30*time.Second, func() error {
+			ok, failed = client.callResults(mark)
+			if len(ok)+len(failed) < 300 {
+				return fmt.Errorf("%d calls so far", len(ok)+len(failed))
+			}
+			return nil
+		})
+		if share := float64(len(failed)) / float64(len(ok)+len(failed)); share < 0.40 || share > 0.60 {
+			t.Errorf("%d of %d calls aborted, want about half", len(failed), len(ok)+len(failed))
+		}
+		if _, failed := bystander.callResults(bystanderMark); len(failed) > 0 {
+			t.Errorf("a client the policy does not name got faults: %q", failed[0])
+		}
+		// A delay for every call instead.
+		apply(t, z, `type: MeshFaultInjection
+mesh: default
+name: faulty-chaos
+spec:
+  targetRef: {kind: MeshService, name: faulty}
+  from:
+    - targetRef: {kind: MeshService, name: client}
+      default:
+        http:
+          - delay: {value: 300ms, percentage: 100}
+`)
+		eventually(t, 30*time.Second, func() error {
+			mark := client.mark()
+			line := client.lastCall(mark, "ok ", 10*time.Second)
+			if d := callDuration(t, line); d < 300*time.Millisecond {
+				return fmt.Errorf("a call took %s, want the 300 ms delay", d)
+			}
+			return nil
+		})
+	})
+
 	t.Run("MeshCircuitBreaker maxRequests", func(t *testing.T) {
 		serve("slow-1", "slow", "--delay", "500ms")
 		client := startWorkload(t, z, "slow-client", callerDataplane("slow-client", "client", freePort(t), "slow"),

@@ -52,8 +52,10 @@ type Controller struct {
 	// not change is not rendered again.
 	last map[string]renderedFrom
 	// assignments are each mesh's shared load assignments, for the
-	// endpoints they were built from.
+	// endpoints they were built from; faults each mesh's destinations'
+	// faults, for the snapshot they were built from.
 	assignments map[string]*LoadAssignments
+	faults      map[string]*Faults
 }
 
 type renderedFrom struct {
@@ -61,6 +63,7 @@ type renderedFrom struct {
 	endpoints   map[string][]Endpoint
 	mtls        bool
 	assignments *LoadAssignments // of endpoints; nil renders them per proxy
+	faults      *Faults          // of snap
 }
 
 // NewController checks cfg.
@@ -77,7 +80,7 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 		cfg.Settle = 2 * time.Millisecond
 	}
 	return &Controller{cfg: cfg, kick: make(chan struct{}, 1), last: map[string]renderedFrom{},
-		assignments: map[string]*LoadAssignments{}}, nil
+		assignments: map[string]*LoadAssignments{}, faults: map[string]*Faults{}}, nil
 }
 
 // Kick asks for a rendering soon (a node connected).
@@ -128,6 +131,7 @@ func (c *Controller) renderAll(ctx context.Context) {
 	for mesh := range c.assignments {
 		if byMesh[mesh] == nil {
 			delete(c.assignments, mesh)
+			delete(c.faults, mesh)
 		}
 	}
 	for mesh, ids := range byMesh {
@@ -138,6 +142,10 @@ func (c *Controller) renderAll(ctx context.Context) {
 		}
 		from := renderedFrom{snap: snap, endpoints: c.cfg.Sources.Endpoints(mesh), mtls: c.cfg.Sources.MTLS(mesh)}
 		from.assignments = c.sharedAssignments(mesh, from.endpoints)
+		if f := c.faults[mesh]; f == nil || f.snap != snap {
+			c.faults[mesh] = NewFaults(snap)
+		}
+		from.faults = c.faults[mesh]
 		for _, id := range ids {
 			if last, ok := c.last[id.NodeID]; ok && last.snap == from.snap && sameEndpoints(last.endpoints, from.endpoints) && last.mtls == from.mtls {
 				continue
@@ -202,7 +210,7 @@ func (c *Controller) generate(id Identity, from renderedFrom) (*Resources, error
 		return nil, err
 	}
 	return Generate(Input{Dataplane: dp, Zone: c.cfg.Zone, Config: cfg, Endpoints: from.endpoints, MTLS: from.mtls,
-		LoadAssignments: from.assignments})
+		LoadAssignments: from.assignments, Faults: from.faults})
 }
 
 // Inspect renders what a Dataplane gets from the current inputs, as the
@@ -215,7 +223,7 @@ func (c *Controller) Inspect(ctx context.Context, mesh, name, namespace string) 
 		return nil, err
 	}
 	id := Identity{NodeID: NodeID(mesh, name, namespace), Mesh: mesh, Name: name, Namespace: namespace}
-	out, err := c.generate(id, renderedFrom{snap: snap, endpoints: s.Endpoints(mesh), mtls: s.MTLS(mesh)})
+	out, err := c.generate(id, renderedFrom{snap: snap, endpoints: s.Endpoints(mesh), mtls: s.MTLS(mesh), faults: NewFaults(snap)})
 	if err == nil && out == nil {
 		err = fmt.Errorf("%w: Dataplane %s in mesh %s", policy.ErrNotFound, name, mesh)
 	}

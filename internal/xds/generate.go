@@ -61,6 +61,9 @@ type Input struct {
 	// MTLS says the mesh has mTLS: TLS with the workload certificate both
 	// ways, and MeshTrafficPermission enforced by the servers.
 	MTLS bool
+	// Faults, when set, finds what a destination's inbound
+	// MeshFaultInjection gives this proxy as a client; nil injects none.
+	Faults *Faults
 	// LoadAssignments, when set, are the shared assignments of Endpoints
 	// seen from Zone (rendered once for many proxies); nil renders them
 	// for this proxy alone.
@@ -177,13 +180,17 @@ func (g *generator) outboundPolicies(svc string) map[string]policy.OutboundPolic
 // client renders the API listener a client dials as xds:///svc, its route
 // configuration and the clusters the routes name.
 func (g *generator) client(svc string) error {
+	faults, err := g.faultFilters(svc)
+	if err != nil {
+		return err
+	}
 	manager := &hcmv3.HttpConnectionManager{
 		StatPrefix: svc,
 		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
 			ConfigSource:    adsSource(),
 			RouteConfigName: svc,
 		}},
-		HttpFilters: []*hcmv3.HttpFilter{routerFilter()},
+		HttpFilters: append(faults, routerFilter()),
 	}
 	api, err := anypb.New(manager)
 	if err != nil {
@@ -423,6 +430,8 @@ var carried = map[string]bool{
 	// Field by field: what a gRPC client cannot carry is named where the
 	// conf is read (grpcpolicy.go).
 	"MeshTimeout": true, "MeshRetry": true, "MeshCircuitBreaker": true, "MeshLoadBalancingStrategy": true,
+	// On the clients that call the inbound (faultFilters).
+	"MeshFaultInjection": true,
 }
 
 // reportNotCarried names every other policy type the proxy's effective

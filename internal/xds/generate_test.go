@@ -94,7 +94,7 @@ func loadGenCase(t *testing.T, path string) Input {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Input{Dataplane: dp, Zone: gc.Zone, Config: cfg, MTLS: gc.MTLS, Endpoints: gc.endpoints()}
+	return Input{Dataplane: dp, Zone: gc.Zone, Config: cfg, MTLS: gc.MTLS, Endpoints: gc.endpoints(), Faults: NewFaults(snap)}
 }
 
 func (gc *genCase) endpoints() map[string][]Endpoint {

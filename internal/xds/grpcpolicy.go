@@ -2,6 +2,8 @@ package xds
 
 import (
 	"encoding/json"
+	"fmt"
+	"maps"
 	"math"
 	"strings"
 	"time"
@@ -9,6 +11,12 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	commonfaultv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/common/fault/v3"
+	faultv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -453,4 +461,91 @@ func number(v any) (float64, bool) {
 		}
 	}
 	return 0, false
+}
+
+type meshFaultConf struct {
+	HTTP []struct {
+		Abort *struct {
+			HTTPStatus uint32 `json:"httpStatus"`
+			Percentage any    `json:"percentage"`
+		} `json:"abort"`
+		Delay *struct {
+			Value      string `json:"value"`
+			Percentage any    `json:"percentage"`
+		} `json:"delay"`
+		ResponseBandwidth json.RawMessage `json:"responseBandwidth"`
+	} `json:"http"`
+}
+
+// faultFilters are the fault filters of the client's listener for svc:
+// what svc's inbound MeshFaultInjection gives this client, one filter per
+// fault as Kuma lays them out on the destination's inbound, before the
+// router. A gRPC client aborts with the gRPC status of the HTTP status.
+func (g *generator) faultFilters(svc string) ([]*hcmv3.HttpFilter, error) {
+	if g.in.Faults == nil {
+		return nil, nil
+	}
+	conf, origin, differ := g.in.Faults.For(svc, g.clientTags())
+	if differ {
+		g.drop("MeshFaultInjection of %s: its instances give this client different faults; the first instance's are injected", svc)
+	}
+	if conf == nil {
+		return nil, nil
+	}
+	var c meshFaultConf
+	if err := json.Unmarshal(conf, &c); err != nil {
+		g.drop("MeshFaultInjection of %s: conf cannot be read: %v", svc, err)
+		return nil, nil
+	}
+	var out []*hcmv3.HttpFilter
+	for i, f := range c.HTTP {
+		if f.ResponseBandwidth != nil {
+			g.drop("MeshFaultInjection http[%d].responseBandwidth of %s: gRPC clients do not limit bandwidth", i, svc)
+		}
+		fault := &faultv3.HTTPFault{}
+		if a := f.Abort; a != nil {
+			fault.Abort = &faultv3.FaultAbort{ErrorType: &faultv3.FaultAbort_HttpStatus{HttpStatus: a.HTTPStatus}, Percentage: fraction(a.Percentage)}
+		}
+		if d := f.Delay; d != nil {
+			v, err := time.ParseDuration(d.Value)
+			if err != nil {
+				g.drop("MeshFaultInjection http[%d].delay.value %q of %s cannot be read", i, d.Value, svc)
+			} else {
+				fault.Delay = &commonfaultv3.FaultDelay{FaultDelaySecifier: &commonfaultv3.FaultDelay_FixedDelay{FixedDelay: durationpb.New(v)},
+					Percentage: fraction(d.Percentage)}
+			}
+		}
+		if fault.Abort == nil && fault.Delay == nil {
+			continue
+		}
+		typed, err := anypb.New(fault)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, &hcmv3.HttpFilter{Name: fmt.Sprintf("envoy.filters.http.fault.%d", i), ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: typed}})
+	}
+	if len(out) > 0 {
+		g.out.shape(resourcev3.ListenerType, svc, originNames(origin))
+	}
+	return out, nil
+}
+
+// clientTags are what a destination's from-rules match this proxy by: its
+// first inbound's tags and its zone.
+func (g *generator) clientTags() map[string]string {
+	tags := map[string]string{}
+	if ins := g.in.Dataplane.Inbounds; len(ins) > 0 {
+		maps.Copy(tags, ins[0].Tags)
+	}
+	if g.in.Zone != "" {
+		tags["kuma.io/zone"] = g.in.Zone
+	}
+	return tags
+}
+
+// fraction is a Kuma percentage (an integer or a decimal string, 0-100) in
+// millionths.
+func fraction(v any) *typev3.FractionalPercent {
+	f, _ := number(v)
+	return &typev3.FractionalPercent{Numerator: uint32(math.Round(min(max(f, 0), 100) * 10000)), Denominator: typev3.FractionalPercent_MILLION}
 }

@@ -1,0 +1,105 @@
+package xds
+
+import (
+	"encoding/json"
+	"sync"
+
+	"github.com/meridian-mesh/meridian/internal/policy"
+)
+
+// Faults finds what a destination service's inbound MeshFaultInjection
+// gives a client, as `_evaluate?inbound=PORT&client=...` computes it
+// (docs/dataplane.md#policies). A gRPC server applies no fault filter, so
+// a proxyless client injects the faults its destination's policy gives
+// it. The destination is the service's first instance (by namespace and
+// name); a service whose first instances give the client different
+// faults is reported by the caller.
+//
+// Built for one snapshot; safe for concurrent use.
+type Faults struct {
+	snap *policy.MeshSnapshot
+
+	once sync.Once
+	dest map[string][]destination // by service
+
+	mu   sync.Mutex
+	memo map[string]faultResult
+}
+
+// maxCompared bounds the instances compared for disagreement: each is an
+// evaluation per client tag set and snapshot.
+const maxCompared = 8
+
+type destination struct {
+	name, namespace string
+	port            int
+}
+
+type faultResult struct {
+	conf   json.RawMessage
+	origin []policy.Origin
+	differ bool
+}
+
+// NewFaults serves the faults of snap's destinations.
+func NewFaults(snap *policy.MeshSnapshot) *Faults {
+	return &Faults{snap: snap, memo: map[string]faultResult{}}
+}
+
+func (f *Faults) index() {
+	f.dest = map[string][]destination{}
+	for _, r := range f.snap.DataplaneResources() {
+		ns := f.snap.NormalizeNamespace(r.Namespace)
+		dp, err := ParseDataplane(r, ns)
+		if err != nil {
+			continue
+		}
+		for _, in := range dp.Inbounds {
+			if svc := in.Service(); svc != "" {
+				f.dest[svc] = append(f.dest[svc], destination{name: r.Name, namespace: ns, port: in.Port})
+			}
+		}
+	}
+}
+
+// For returns the MeshFaultInjection conf service's destination gives a
+// client with tags client (nil: none), its origin, and whether the
+// service's instances disagree.
+func (f *Faults) For(service string, client map[string]string) (json.RawMessage, []policy.Origin, bool) {
+	f.once.Do(f.index)
+	key := service + "\x00" + tagKey(client)
+	f.mu.Lock()
+	if r, ok := f.memo[key]; ok {
+		f.mu.Unlock()
+		return r.conf, r.origin, r.differ
+	}
+	f.mu.Unlock()
+	var r faultResult
+	for i, d := range f.dest[service][:min(len(f.dest[service]), maxCompared)] {
+		ev, err := f.snap.EvaluateInbound(d.name, d.namespace, d.port, client)
+		if err != nil {
+			continue
+		}
+		var conf json.RawMessage
+		var origin []policy.Origin
+		if ap, ok := ev.Policies["MeshFaultInjection"]; ok {
+			conf, origin = ap.Conf, ap.Origin
+		}
+		if i == 0 {
+			r.conf, r.origin = conf, origin
+		} else if string(conf) != string(r.conf) {
+			r.differ = true
+			break
+		}
+	}
+	f.mu.Lock()
+	f.memo[key] = r
+	f.mu.Unlock()
+	return r.conf, r.origin, r.differ
+}
+
+// tagKey is a canonical key of a tag set.
+func tagKey(tags map[string]string) string {
+	b, _ := json.Marshal(tags) // map keys are sorted
+	return string(b)
+}
