@@ -198,6 +198,10 @@ func TestProxylessGRPCAcrossZones(t *testing.T) {
 		t.Fatal(err)
 	}
 	client.waitCall(client.mark(), "ok zone-2 default.greeter-2", 30*time.Second)
+	// Back: an instance in zone-1 again takes the calls from zone-2.
+	p1b := freePort(t)
+	startWorkload(t, c.zone1, "greeter-1b", greeterDataplane("greeter-1b", "greeter", p1b), "serve", "--listen", fmt.Sprintf("127.0.0.1:%d", p1b))
+	client.waitCall(client.mark(), "ok zone-1 default.greeter-1b", 30*time.Second)
 
 	// A global deny for the client's service, then allow again.
 	deny := `type: MeshTrafficPermission
@@ -221,7 +225,7 @@ spec:
 	if out, code := c.global.ctl("", "delete", "meshtrafficpermission", "deny-client", "--mesh", "default"); code != 0 {
 		t.Fatalf("delete: %s", out)
 	}
-	client.waitCall(m, "ok zone-2", 10*time.Second)
+	client.waitCall(m, "ok zone-1", 10*time.Second)
 
 	// A global system Deny override beats a zone's allow.
 	apply(t, c.global, `type: MeshTrafficPermission
@@ -233,7 +237,7 @@ spec:
     - targetRef: {kind: MeshService, name: client}
       override: {action: Deny}
 `)
-	apply(t, c.zone2, `type: MeshTrafficPermission
+	apply(t, c.zone1, `type: MeshTrafficPermission
 mesh: default
 name: zone-allow-client
 spec:

@@ -240,6 +240,61 @@ spec:
 		})
 	})
 
+	t.Run("MeshHTTPRoute", func(t *testing.T) {
+		for _, v := range []string{"v1", "v2"} {
+			port := freePort(t)
+			dp := strings.Replace(greeterDataplane("split-"+v, "split", port), "kuma.io/service: split", "kuma.io/service: split\n        version: "+v, 1)
+			startWorkload(t, z, "split-"+v, dp, "serve", "--listen", fmt.Sprintf("127.0.0.1:%d", port))
+		}
+		apply(t, z, `type: MeshHTTPRoute
+mesh: default
+name: split-canary
+spec:
+  targetRef: {kind: Mesh}
+  to:
+    - targetRef: {kind: MeshService, name: split}
+      rules:
+        - matches:
+            - headers: [{type: Exact, name: x-canary, value: "yes"}]
+          default:
+            backendRefs: [{kind: MeshServiceSubset, name: split, tags: {version: v2}}]
+        - matches:
+            - path: {type: PathPrefix, value: /}
+          default:
+            backendRefs:
+              - {kind: MeshServiceSubset, name: split, tags: {version: v1}, weight: 90}
+              - {kind: MeshServiceSubset, name: split, tags: {version: v2}, weight: 10}
+`)
+		client := startWorkload(t, z, "split-client", callerDataplane("split-client", "client", freePort(t), "split"),
+			"call", "--service", "split", "--every", "2ms")
+		canary := startWorkload(t, z, "split-canary", callerDataplane("split-canary", "client", freePort(t), "split"),
+			"call", "--service", "split", "--every", "20ms", "--header", "x-canary=yes")
+		client.waitCall(0, "ok ", 40*time.Second)
+		canary.waitCall(0, "ok ", 40*time.Second)
+		// 90/10 by weight, counted by the instances over 1,000 calls.
+		mark, canaryMark := client.mark(), canary.mark()
+		var seen map[string]int
+		eventually(t, 60*time.Second, func() error {
+			var failed int
+			seen, failed = client.instancesAfter(mark)
+			if failed > 0 {
+				return fmt.Errorf("%d calls failed", failed)
+			}
+			if n := seen["default.split-v1"] + seen["default.split-v2"]; n < 1000 {
+				return fmt.Errorf("%d calls so far", n)
+			}
+			return nil
+		})
+		n := seen["default.split-v1"] + seen["default.split-v2"]
+		if share := float64(seen["default.split-v1"]) / float64(n); share < 0.85 || share > 0.95 {
+			t.Errorf("v1 answered %d of %d calls, want 90%% ± 5%%", seen["default.split-v1"], n)
+		}
+		// The header match sends every canary call to v2.
+		if got, _ := canary.instancesAfter(canaryMark); got["default.split-v1"] > 0 || got["default.split-v2"] == 0 {
+			t.Errorf("canary calls answered by %v, want v2 only", got)
+		}
+	})
+
 	t.Run("MeshFaultInjection", func(t *testing.T) {
 		serve("faulty-1", "faulty")
 		client := startWorkload(t, z, "faulty-client", callerDataplane("faulty-client", "client", freePort(t), "faulty"),
