@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -374,6 +375,74 @@ spec:
 		t.Logf("over the limit: %s", line)
 		if d := callDuration(t, line); d > 200*time.Millisecond {
 			t.Errorf("a call over the limit failed after %s, want at once (%q)", d, line)
+		}
+	})
+
+	t.Run("Programmed", func(t *testing.T) {
+		// prog-client calls prog: a retry it carries whole, a timeout it
+		// carries in part, a health check it cannot carry.
+		serve("prog-1", "prog")
+		client := startWorkload(t, z, "prog-client", callerDataplane("prog-client", "client", freePort(t), "prog"),
+			"call", "--service", "prog", "--every", "100ms")
+		client.waitCall(0, "ok ", 40*time.Second)
+		apply(t, z, `type: MeshTimeout
+mesh: default
+name: prog-timeouts
+spec:
+  targetRef: {kind: MeshService, name: client}
+  to:
+    - targetRef: {kind: MeshService, name: prog}
+      default: {idleTimeout: 1h, http: {requestTimeout: 4s}}
+`+"---\n"+`type: MeshRetry
+mesh: default
+name: prog-retries
+spec:
+  targetRef: {kind: MeshService, name: client}
+  to:
+    - targetRef: {kind: MeshService, name: prog}
+      default: {grpc: {numRetries: 1}}
+`+"---\n"+`type: MeshHealthCheck
+mesh: default
+name: prog-health
+spec:
+  targetRef: {kind: MeshService, name: client}
+  to:
+    - targetRef: {kind: MeshService, name: prog}
+      default: {interval: 10s, timeout: 2s, unhealthyThreshold: 3, healthyThreshold: 1}
+`)
+		for _, tc := range []struct{ path, status, reason, mentions string }{
+			{"/meshes/default/meshretries/prog-retries", "True", "Programmed", "given to"},
+			{"/meshes/default/meshtimeouts/prog-timeouts", "False", "PartiallyProgrammed", "prog-client: MeshTimeout idleTimeout on the outbound to prog"},
+			{"/meshes/default/meshhealthchecks/prog-health", "False", "NotProgrammed", "prog-client: MeshHealthCheck on the outbound to prog"},
+		} {
+			eventually(t, 20*time.Second, func() error {
+				_, body := z.request("GET", tc.path, "")
+				var got struct {
+					Status struct {
+						Conditions []struct{ Type, Status, Reason, Message string } `json:"conditions"`
+					} `json:"status"`
+				}
+				if err := json.Unmarshal(body, &got); err != nil {
+					return err
+				}
+				for _, c := range got.Status.Conditions {
+					if c.Type == "Programmed" {
+						if c.Status != tc.status || c.Reason != tc.reason || !strings.Contains(c.Message, tc.mentions) {
+							return fmt.Errorf("%s: Programmed %s %s %q, want %s %s naming %q", tc.path, c.Status, c.Reason, c.Message, tc.status, tc.reason, tc.mentions)
+						}
+						return nil
+					}
+				}
+				return fmt.Errorf("%s: no Programmed condition in %s", tc.path, body)
+			})
+		}
+		// _config of prog-client says what its proxy is not given.
+		_, body := z.request("GET", "/meshes/default/dataplanes/prog-client/_config", "")
+		for _, want := range []string{"not given to the proxy (grpc): MeshTimeout idleTimeout on the outbound to prog",
+			"not given to the proxy (grpc): MeshHealthCheck on the outbound to prog"} {
+			if !strings.Contains(string(body), want) {
+				t.Errorf("_config warnings lack %q: %s", want, body)
+			}
 		}
 	})
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/meridian-mesh/meridian/internal/auth"
+	"github.com/meridian-mesh/meridian/internal/policy"
 	"github.com/meridian-mesh/meridian/internal/revocation"
 )
 
@@ -24,6 +25,13 @@ type DataplaneTokens interface {
 // its xDS connection per type, and the resources it gets.
 type XDSState interface {
 	XDS(ctx context.Context, mesh, name, namespace string, q XDSQuery) (any, error)
+	// ConfigWarnings are `_config` warnings of a Dataplane whose proxy
+	// is not given part of its configuration (docs/dataplane.md#not-enforceable);
+	// none for a Dataplane no agent runs.
+	ConfigWarnings(ctx context.Context, mesh, name, namespace string) ([]string, error)
+	// Programmed is a policy's Programmed condition; false when it
+	// touches no connected proxy (docs/dataplane.md#programmed).
+	Programmed(mesh, policyType, name, namespace string) (policy.Condition, bool)
 }
 
 // XDSQuery is what `_xds` asks for (docs/api.md#xds).

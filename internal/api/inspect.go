@@ -103,7 +103,15 @@ func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	res, err := snap.Config(r.PathValue("name"), s.namespaceParam(r))
+	name, ns := r.PathValue("name"), s.namespaceParam(r)
+	res, err := snap.Config(name, ns)
+	if err == nil && s.cfg.XDS != nil {
+		// What the Dataplane's proxy is not given (docs/dataplane.md#not-enforceable).
+		var warnings []string
+		if warnings, err = s.cfg.XDS.ConfigWarnings(r.Context(), r.PathValue("mesh"), name, ns); err == nil {
+			res.Warnings = append(res.Warnings, warnings...)
+		}
+	}
 	s.writeResult(w, r, res, err)
 }
 

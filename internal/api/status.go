@@ -26,6 +26,9 @@ type statusSource struct {
 	snap     *policy.MeshSnapshot
 	zones    ZoneStatuses
 	rejected SyncRejections
+	// xds gives a zone's Programmed conditions (nil: no data plane).
+	xds  XDSState
+	mesh string
 }
 
 // SyncRejections says whether the global rejected one of this zone's
@@ -57,7 +60,7 @@ func (s *Server) policyStatuses(r *http.Request, typeName, mesh string) (statusS
 	if err != nil {
 		return statusSource{}, err
 	}
-	return statusSource{snap: snap, rejected: s.cfg.Rejections}, nil
+	return statusSource{snap: snap, rejected: s.cfg.Rejections, xds: s.cfg.XDS, mesh: mesh}, nil
 }
 
 // attach returns res with its computed status (a copy; stored resources
@@ -74,6 +77,11 @@ func (src statusSource) attach(res *resource.Resource) *resource.Resource {
 	var conds []policy.Condition
 	if st, err := src.snap.PolicyStatus(res.Type, res.Name, res.Namespace); err == nil {
 		conds = append(conds, st.Conditions...)
+	}
+	if src.xds != nil {
+		if c, ok := src.xds.Programmed(src.mesh, res.Type, res.Name, res.Namespace); ok {
+			conds = append(conds, c)
+		}
 	}
 	if src.rejected != nil {
 		if msg, ok := src.rejected.Rejected(res.Key()); ok {

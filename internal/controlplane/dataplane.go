@@ -21,6 +21,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/auth"
 	"github.com/meridian-mesh/meridian/internal/dataplane"
 	"github.com/meridian-mesh/meridian/internal/meshca"
+	"github.com/meridian-mesh/meridian/internal/policy"
 	"github.com/meridian-mesh/meridian/internal/policyview"
 	"github.com/meridian-mesh/meridian/internal/revocation"
 	"github.com/meridian-mesh/meridian/internal/xds"
@@ -211,6 +212,28 @@ func (dp *dataPlane) XDS(ctx context.Context, mesh, name, namespace string, q ap
 	conn, _ := dp.xds.Status(node)
 	return xds.View{Node: node, Proxy: "grpc", Agent: dp.agents.Status(node), Connection: conn, MTLS: dp.meshCA.MTLS(mesh),
 		ConfigDump: raw, Policies: res.Shaped, Dropped: res.Dropped}, nil
+}
+
+// ConfigWarnings names what the proxy of a Dataplane an agent runs is not
+// given (api.XDSState).
+func (dp *dataPlane) ConfigWarnings(ctx context.Context, mesh, name, namespace string) ([]string, error) {
+	if dp.agents.Status(xds.NodeID(mesh, name, namespace)).Token == "" {
+		return nil, nil // no agent: no proxy the zone configures
+	}
+	res, err := dp.ctrl.Inspect(ctx, mesh, name, namespace)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(res.Dropped))
+	for i, d := range res.Dropped {
+		out[i] = "not given to the proxy (grpc): " + d
+	}
+	return out, nil
+}
+
+// Programmed is a policy's Programmed condition (api.XDSState).
+func (dp *dataPlane) Programmed(mesh, policyType, name, namespace string) (policy.Condition, bool) {
+	return dp.ctrl.Programmed(mesh, policyType, name, namespace)
 }
 
 // stopGRPC stops a gRPC server gracefully within timeout.

@@ -56,9 +56,12 @@ type Controller struct {
 	// faults, for the snapshot they were built from.
 	assignments map[string]*LoadAssignments
 	faults      map[string]*Faults
+	// programmed aggregates what the renderings did with each policy.
+	programmed *programmedIndex
 }
 
 type renderedFrom struct {
+	id          Identity // who was rendered
 	snap        *policy.MeshSnapshot
 	endpoints   map[string][]Endpoint
 	mtls        bool
@@ -80,7 +83,7 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 		cfg.Settle = 2 * time.Millisecond
 	}
 	return &Controller{cfg: cfg, kick: make(chan struct{}, 1), last: map[string]renderedFrom{},
-		assignments: map[string]*LoadAssignments{}, faults: map[string]*Faults{}}, nil
+		assignments: map[string]*LoadAssignments{}, faults: map[string]*Faults{}, programmed: newProgrammedIndex()}, nil
 }
 
 // Kick asks for a rendering soon (a node connected).
@@ -123,9 +126,10 @@ func (c *Controller) renderAll(ctx context.Context) {
 		byMesh[id.Mesh] = append(byMesh[id.Mesh], id)
 		connected[id.NodeID] = true
 	}
-	for node := range c.last {
+	for node, last := range c.last {
 		if !connected[node] {
 			delete(c.last, node)
+			c.programmed.forget(last.id)
 		}
 	}
 	for mesh := range c.assignments {
@@ -154,6 +158,7 @@ func (c *Controller) renderAll(ctx context.Context) {
 				c.cfg.Logger.Warn("rendering a proxy's xDS resources", "node", id.NodeID, "error", err)
 				continue
 			}
+			from.id = id
 			c.last[id.NodeID] = from
 		}
 	}
@@ -189,9 +194,17 @@ func sameEndpoints(a, b map[string][]Endpoint) bool {
 func (c *Controller) render(ctx context.Context, id Identity, from renderedFrom) error {
 	out, err := c.generate(id, from)
 	if err != nil || out == nil {
+		c.programmed.forget(id)
 		return err
 	}
+	c.programmed.set(id, out.Touched)
 	return c.cfg.Server.Set(ctx, id.NodeID, out)
+}
+
+// Programmed is the Programmed condition of a policy of mesh (namespace ""
+// for the system namespace); false when it touches no connected proxy.
+func (c *Controller) Programmed(mesh, policyType, name, namespace string) (policy.Condition, bool) {
+	return c.programmed.condition(mesh, PolicyRef{Type: policyType, Name: name, Namespace: namespace})
 }
 
 // generate renders a proxy's resources from inputs; nil when its Dataplane

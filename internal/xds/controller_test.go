@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -117,5 +118,39 @@ func TestControllerPushesChanges(t *testing.T) {
 	// The listener did not change: nothing else is sent.
 	if r, err := recv(t, st, 200*time.Millisecond); err == nil {
 		t.Fatalf("unexpected push of %s", r.GetTypeUrl())
+	}
+}
+
+// TestControllerProgrammed: a connected proxy's rendering gives the
+// policies that shaped it a Programmed condition, gone when it leaves.
+func TestControllerProgrammed(t *testing.T) {
+	srv, client := testServer(t)
+	snap, gc := loadSnapshot(t, "testdata/grpc-policies/input.yaml")
+	src := &sources{snap: snap, endpoints: gc.endpoints(), next: make(chan struct{})}
+	ctrl, err := NewController(ControllerConfig{Server: srv, Sources: src.Sources(), Zone: "zone-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.OnConnect(func(string) { ctrl.Kick() })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go ctrl.Run(ctx)
+	if _, ok := ctrl.Programmed("default", "MeshTimeout", "backend-timeout", ""); ok {
+		t.Fatal("a Programmed condition with no proxy connected")
+	}
+	st := openStream(t, client, "default.web-1")
+	if err := st.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "default.web-1"}, TypeUrl: resourcev3.ListenerType}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		_, ok := ctrl.Programmed("default", "MeshTimeout", "backend-timeout", "")
+		return ok
+	})
+	c, _ := ctrl.Programmed("default", "MeshTimeout", "backend-timeout", "")
+	if c.Status != "False" || c.Reason != ReasonPartially || !strings.Contains(c.Message, "web-1: MeshTimeout idleTimeout") {
+		t.Errorf("MeshTimeout backend-timeout: %+v", c)
+	}
+	if c, ok := ctrl.Programmed("other", "MeshTimeout", "backend-timeout", ""); ok {
+		t.Errorf("a policy of another mesh: %+v", c)
 	}
 }

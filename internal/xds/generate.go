@@ -77,9 +77,49 @@ type Resources struct {
 	Listeners, Routes, Clusters, Endpoints []types.Resource
 	Shaped                                 map[string]map[string][]string
 	Dropped                                []string
+	// Touched are the policies that shaped the resources or were left out
+	// of them, with what was left out: what the policies' Programmed
+	// condition aggregates (docs/dataplane.md#programmed).
+	Touched map[PolicyRef]*Touch
 	// digests are the encodings' digests of resources known to be shared
 	// (by type URL and name), so that versions do not encode them again.
 	digests map[string]map[string][sha256.Size]byte
+}
+
+// PolicyRef names a policy: its type, name and namespace ("" for the
+// system namespace).
+type PolicyRef struct{ Type, Name, Namespace string }
+
+func (r PolicyRef) String() string {
+	if r.Namespace != "" {
+		return r.Type + " " + r.Namespace + "/" + r.Name
+	}
+	return r.Type + " " + r.Name
+}
+
+func refOf(o policy.Origin) PolicyRef {
+	return PolicyRef{Type: o.Type, Name: o.Name, Namespace: o.Namespace}
+}
+
+// Touch is what one policy did to one proxy's resources.
+type Touch struct {
+	// Carried: some of it is in the resources.
+	Carried bool `json:"carried"`
+	// Dropped says what of it the proxy is not given.
+	Dropped []string `json:"dropped,omitempty"`
+}
+
+// touch is the record of ref, made on first use.
+func (r *Resources) touch(ref PolicyRef) *Touch {
+	if r.Touched == nil {
+		r.Touched = map[PolicyRef]*Touch{}
+	}
+	t := r.Touched[ref]
+	if t == nil {
+		t = &Touch{}
+		r.Touched[ref] = t
+	}
+	return t
 }
 
 // ByType are the resources by type URL.
@@ -137,6 +177,8 @@ type generator struct {
 	// shapes are what each service's outbound policies give its routes
 	// and clusters (grpcpolicy.go), read once per rendering.
 	shapes map[string]*outboundShape
+	// about are the policies the drops being recorded are about.
+	about []policy.Origin
 }
 
 // clusterSpec is one upstream cluster: a service's endpoints, or the
@@ -227,13 +269,15 @@ func (g *generator) routes(svc string, policies map[string]policy.OutboundPolicy
 			Rules []httpRule `json:"rules"`
 		}
 		if err := json.Unmarshal(hr.Conf, &conf); err == nil {
+			g.about = hr.Origin
 			for i, rule := range conf.Rules {
 				rs, ok := g.ruleRoutes(svc, i, rule)
 				if ok {
 					out = append(out, rs...)
 				}
 			}
-			shaped = append(shaped, originNames(hr.Origin)...)
+			g.about = nil
+			shaped = append(shaped, g.carry(hr.Origin)...)
 		}
 	}
 	out = append(out, &routev3.Route{
@@ -450,24 +494,28 @@ func (g *generator) reportNotCarried() {
 		if !callable[o.Service] {
 			continue
 		}
-		for typ := range o.Policies {
+		for typ, p := range o.Policies {
 			if !carried[typ] {
-				g.drop("%s on the outbound to %s: not given to proxyless gRPC clients", typ, o.Service)
+				g.dropAbout(p.Origin, "%s on the outbound to %s: not given to proxyless gRPC clients", typ, o.Service)
 			}
 		}
 	}
 	for _, in := range g.in.Config.Inbounds {
-		for typ := range in.Policies {
+		for typ, p := range in.Policies {
+			var origins []policy.Origin
+			for _, r := range p.Rules {
+				origins = append(origins, r.Origin...)
+			}
 			switch {
 			case typ == "MeshTrafficPermission" && !g.in.MTLS:
-				g.drop("MeshTrafficPermission on inbound %d: not enforced, the mesh has no mTLS", in.Port)
+				g.dropAbout(origins, "MeshTrafficPermission on inbound %d: not enforced, the mesh has no mTLS", in.Port)
 			case !carried[typ]:
-				g.drop("%s on inbound %d: not given to proxyless gRPC servers", typ, in.Port)
+				g.dropAbout(origins, "%s on inbound %d: not given to proxyless gRPC servers", typ, in.Port)
 			}
 		}
 	}
-	for typ := range g.in.Config.Proxy {
-		g.drop("%s (whole proxy): not given to proxyless gRPC workloads", typ)
+	for typ, ap := range g.in.Config.Proxy {
+		g.dropAbout(ap.Origin, "%s (whole proxy): not given to proxyless gRPC workloads", typ)
 	}
 }
 
@@ -486,7 +534,7 @@ func (g *generator) server(i int, inb Inbound) error {
 		if p, ok := g.in.Config.Inbounds[i].Policies["MeshTrafficPermission"]; ok {
 			var names []string
 			for _, r := range p.Rules {
-				names = append(names, originNames(r.Origin)...)
+				names = append(names, g.carry(r.Origin)...)
 			}
 			g.out.shape(resourcev3.ListenerType, name, names)
 		}
@@ -606,8 +654,34 @@ func downstreamTLS() *corev3.TransportSocket {
 	return &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: typed}}
 }
 
+// drop records what the proxy is not given, about the policies g.about
+// (none for a note about the proxy itself).
 func (g *generator) drop(format string, args ...any) {
-	g.out.Dropped = append(g.out.Dropped, fmt.Sprintf(format, args...))
+	text := fmt.Sprintf(format, args...)
+	g.out.Dropped = append(g.out.Dropped, text)
+	for _, o := range g.about {
+		t := g.out.touch(refOf(o))
+		if !slices.Contains(t.Dropped, text) {
+			t.Dropped = append(t.Dropped, text)
+		}
+	}
+}
+
+// carry records that the policies of origins shaped the proxy's resources
+// and returns their names.
+func (g *generator) carry(origins []policy.Origin) []string {
+	for _, o := range origins {
+		g.out.touch(refOf(o)).Carried = true
+	}
+	return originNames(origins)
+}
+
+// dropAbout records a drop about the policies of origins.
+func (g *generator) dropAbout(origins []policy.Origin, format string, args ...any) {
+	about := g.about
+	g.about = origins
+	g.drop(format, args...)
+	g.about = about
 }
 
 func originNames(os []policy.Origin) []string {

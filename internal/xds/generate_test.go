@@ -43,6 +43,7 @@ type genGolden struct {
 	ConfigDump json.RawMessage                `json:"configDump"`
 	Policies   map[string]map[string][]string `json:"policies,omitempty"`
 	Dropped    []string                       `json:"dropped,omitempty"`
+	Programmed map[string]*Touch              `json:"programmed,omitempty"`
 }
 
 func TestGenerateGolden(t *testing.T) {
@@ -174,7 +175,11 @@ func goldenOf(t *testing.T, res *Resources) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := json.MarshalIndent(genGolden{ConfigDump: raw, Policies: res.Shaped, Dropped: res.Dropped}, "", "  ")
+	programmed := map[string]*Touch{}
+	for ref, t := range res.Touched {
+		programmed[ref.String()] = t
+	}
+	out, err := json.MarshalIndent(genGolden{ConfigDump: raw, Policies: res.Shaped, Dropped: res.Dropped, Programmed: programmed}, "", "  ")
 	if err != nil {
 		t.Fatal(err)
 	}

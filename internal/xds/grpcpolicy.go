@@ -59,17 +59,18 @@ func (g *generator) shapeOf(svc string) *outboundShape {
 	s := &outboundShape{lbPolicy: clusterv3.Cluster_ROUND_ROBIN}
 	g.shapes[svc] = s
 	policies := g.outboundPolicies(svc)
-	if p, ok := policies["MeshTimeout"]; ok && p.Conf != nil {
-		g.timeout(svc, p, s)
-	}
-	if p, ok := policies["MeshRetry"]; ok && p.Conf != nil {
-		g.retry(svc, p, s)
-	}
-	if p, ok := policies["MeshCircuitBreaker"]; ok && p.Conf != nil {
-		g.circuitBreaker(svc, p, s)
-	}
-	if p, ok := policies["MeshLoadBalancingStrategy"]; ok && p.Conf != nil {
-		g.loadBalancing(svc, p, s)
+	for _, r := range []struct {
+		typ    string
+		render func(string, policy.OutboundPolicy, *outboundShape)
+	}{
+		{"MeshTimeout", g.timeout}, {"MeshRetry", g.retry},
+		{"MeshCircuitBreaker", g.circuitBreaker}, {"MeshLoadBalancingStrategy", g.loadBalancing},
+	} {
+		if p, ok := policies[r.typ]; ok && p.Conf != nil {
+			g.about = p.Origin
+			r.render(svc, p, s)
+			g.about = nil
+		}
 	}
 	return s
 }
@@ -133,7 +134,7 @@ func (g *generator) timeout(svc string, p policy.OutboundPolicy, s *outboundShap
 	}
 	if d > 0 {
 		s.maxStreamDuration = durationpb.New(d)
-		s.routePolicies = append(s.routePolicies, originNames(p.Origin)...)
+		s.routePolicies = append(s.routePolicies, g.carry(p.Origin)...)
 	}
 }
 
@@ -178,7 +179,7 @@ func (g *generator) retry(svc string, p policy.OutboundPolicy, s *outboundShape)
 	g.unsupported("MeshRetry", svc, "gRPC clients have no such setting",
 		field{"grpc.perTryTimeout", r.PerTryTimeout != nil}, field{"grpc.rateLimitedBackOff", r.RateLimitedBackOff != nil})
 	if r.NumRetries != nil && *r.NumRetries == 0 {
-		s.routePolicies = append(s.routePolicies, originNames(p.Origin)...)
+		s.routePolicies = append(s.routePolicies, g.carry(p.Origin)...)
 		return
 	}
 	policy := &routev3.RetryPolicy{RetryOn: defaultGRPCRetryOn}
@@ -208,7 +209,7 @@ func (g *generator) retry(svc string, p policy.OutboundPolicy, s *outboundShape)
 		}
 	}
 	s.retry = policy
-	s.routePolicies = append(s.routePolicies, originNames(p.Origin)...)
+	s.routePolicies = append(s.routePolicies, g.carry(p.Origin)...)
 }
 
 type meshCircuitBreakerConf struct {
@@ -316,7 +317,7 @@ func (g *generator) circuitBreaker(svc string, p policy.OutboundPolicy, s *outbo
 		shaped = true
 	}
 	if shaped {
-		s.clusterPolicies = append(s.clusterPolicies, originNames(p.Origin)...)
+		s.clusterPolicies = append(s.clusterPolicies, g.carry(p.Origin)...)
 	}
 }
 
@@ -404,9 +405,9 @@ func (g *generator) loadBalancing(svc string, p policy.OutboundPolicy, s *outbou
 		}
 	}
 	if shaped {
-		s.clusterPolicies = append(s.clusterPolicies, originNames(p.Origin)...)
+		s.clusterPolicies = append(s.clusterPolicies, g.carry(p.Origin)...)
 		if len(s.hashPolicies) > 0 {
-			s.routePolicies = append(s.routePolicies, originNames(p.Origin)...)
+			s.routePolicies = append(s.routePolicies, g.carry(p.Origin)...)
 		}
 	}
 }
@@ -486,6 +487,8 @@ func (g *generator) faultFilters(svc string) ([]*hcmv3.HttpFilter, error) {
 		return nil, nil
 	}
 	conf, origin, differ := g.in.Faults.For(svc, g.clientTags())
+	g.about = origin
+	defer func() { g.about = nil }()
 	if differ {
 		g.drop("MeshFaultInjection of %s: its instances give this client different faults; the first instance's are injected", svc)
 	}
@@ -525,7 +528,7 @@ func (g *generator) faultFilters(svc string) ([]*hcmv3.HttpFilter, error) {
 		out = append(out, &hcmv3.HttpFilter{Name: fmt.Sprintf("envoy.filters.http.fault.%d", i), ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: typed}})
 	}
 	if len(out) > 0 {
-		g.out.shape(resourcev3.ListenerType, svc, originNames(origin))
+		g.out.shape(resourcev3.ListenerType, svc, g.carry(origin))
 	}
 	return out, nil
 }
