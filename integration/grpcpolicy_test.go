@@ -444,6 +444,20 @@ spec:
 				t.Errorf("_config warnings lack %q: %s", want, body)
 			}
 		}
+		// The same Dataplane rendered for an Envoy sidecar, as Kuma lays it
+		// out, through the API and meridianctl.
+		status, body := z.request("GET", "/meshes/default/dataplanes/prog-client/_xds?proxy=envoy", "")
+		for _, want := range []string{`"proxy":"envoy"`, `"outbound:127.0.0.1:20001"`, `"identity_cert:secret:default"`, `"envoy.filters.network.rbac"`} {
+			if status != 200 || !strings.Contains(string(body), want) {
+				t.Errorf("_xds?proxy=envoy: %d, lacks %s", status, want)
+			}
+		}
+		if status, body := z.request("GET", "/meshes/default/dataplanes/prog-client/_xds?proxy=nginx", ""); status != 400 || !strings.Contains(string(body), "proxy") {
+			t.Errorf("_xds?proxy=nginx: %d %s, want 400 naming proxy", status, body)
+		}
+		if out, code := z.ctl("", "inspect", "dataplane", "prog-client", "--xds", "--proxy", "envoy"); code != 0 || !strings.Contains(out, "outbound:127.0.0.1:20001") {
+			t.Errorf("meridianctl inspect dataplane --xds --proxy envoy: %d %s", code, out)
+		}
 	})
 
 	t.Run("MeshCircuitBreaker outlier detection", func(t *testing.T) {

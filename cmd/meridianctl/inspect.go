@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"net/url"
 	"strings"
 
@@ -20,11 +21,11 @@ func (a *app) inspectCommand() *cobra.Command {
 // inspectDataplaneCommand prints a zone's _rules (default) or _config view of
 // one proxy.
 func (a *app) inspectDataplaneCommand() *cobra.Command {
-	var mesh, namespace, output string
+	var mesh, namespace, output, proxy string
 	var rules, config, xdsView bool
 	var ex explainFlags
 	cmd := &cobra.Command{
-		Use:   "dataplane NAME [-o json|yaml] [--rules|--config|--xds|--explain --type T (--outbound S [--route R] | --inbound P --client k:v,...)]",
+		Use:   "dataplane NAME [-o json|yaml] [--rules|--config|--xds [--proxy grpc|envoy]|--explain --type T (--outbound S [--route R] | --inbound P --client k:v,...)]",
 		Short: "Summarize a proxy's effective config and xDS state (default), or show its rules, config, xDS resources, or why a field has its value (zone control plane)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -34,6 +35,9 @@ func (a *app) inspectDataplaneCommand() *cobra.Command {
 			q := url.Values{}
 			if namespace != "" {
 				q.Set("namespace", namespace)
+			}
+			if proxy != "" && !xdsView {
+				return fmt.Errorf("--proxy goes with --xds")
 			}
 			if ex.explain {
 				return a.explain(cmd, mesh, args[0], q, ex, output)
@@ -55,7 +59,13 @@ func (a *app) inspectDataplaneCommand() *cobra.Command {
 				view = "_config"
 			}
 			path := "/meshes/" + url.PathEscape(mesh) + "/dataplanes/" + url.PathEscape(args[0]) + "/" + view
-			body, _, err := a.client.do(cmd.Context(), "GET", path, q, nil, "")
+			vq := q
+			if proxy != "" {
+				vq = url.Values{}
+				maps.Copy(vq, q)
+				vq.Set("proxy", proxy)
+			}
+			body, _, err := a.client.do(cmd.Context(), "GET", path, vq, nil, "")
 			if err != nil {
 				return err
 			}
@@ -77,6 +87,7 @@ func (a *app) inspectDataplaneCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&rules, "rules", false, "show the rules per policy type (default)")
 	cmd.Flags().BoolVar(&config, "config", false, "show the effective config per inbound and outbound, with RBAC")
 	cmd.Flags().BoolVar(&xdsView, "xds", false, "show what the proxy gets over xDS (Envoy's config dump shape), its connection, ACKs and NACKs")
+	cmd.Flags().StringVar(&proxy, "proxy", "", "with --xds: render for this kind of proxy, grpc or envoy (default: the kind its agent runs)")
 	cmd.Flags().BoolVar(&ex.explain, "explain", false, "explain one policy type's effective conf field by field: who set each field, who lost and why")
 	cmd.Flags().StringVar(&ex.typ, "type", "", "with --explain: the policy type, e.g. MeshTimeout")
 	cmd.Flags().StringVar(&ex.outbound, "outbound", "", "with --explain: the outbound's service")

@@ -36,8 +36,8 @@ type XDSState interface {
 
 // XDSQuery is what `_xds` asks for (docs/api.md#xds).
 type XDSQuery struct {
-	// Proxy is the kind of proxy to render for: "grpc", or "" for the
-	// kind the Dataplane's agent runs.
+	// Proxy is the kind of proxy to render for: "grpc", "envoy", or ""
+	// for the kind the Dataplane's agent runs.
 	Proxy string
 }
 
@@ -121,9 +121,9 @@ func (s *Server) handleRevokeDataplaneToken(w http.ResponseWriter, r *http.Reque
 func (s *Server) handleXDS(w http.ResponseWriter, r *http.Request) {
 	q := XDSQuery{Proxy: r.URL.Query().Get("proxy")}
 	switch q.Proxy {
-	case "", "grpc":
+	case "", "grpc", "envoy":
 	default:
-		s.writeError(w, r, fieldError("proxy", "must be grpc, got %q", q.Proxy))
+		s.writeError(w, r, fieldError("proxy", "must be grpc or envoy, got %q", q.Proxy))
 		return
 	}
 	v, err := s.cfg.XDS.XDS(r.Context(), r.PathValue("mesh"), r.PathValue("name"), s.namespaceParam(r), q)

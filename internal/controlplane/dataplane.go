@@ -192,7 +192,11 @@ func (dp *dataPlane) Revoke(ctx context.Context, id string) (int, error) {
 
 // XDS is a Dataplane's data plane state (api.XDSState).
 func (dp *dataPlane) XDS(ctx context.Context, mesh, name, namespace string, q api.XDSQuery) (any, error) {
-	res, err := dp.ctrl.Inspect(ctx, mesh, name, namespace)
+	kind := q.Proxy
+	if kind == "" {
+		kind = xds.ProxyGRPC // the kind meridian-dp runs
+	}
+	res, err := dp.ctrl.Inspect(ctx, kind, mesh, name, namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +214,7 @@ func (dp *dataPlane) XDS(ctx context.Context, mesh, name, namespace string, q ap
 	}
 	node := xds.NodeID(mesh, name, namespace)
 	conn, _ := dp.xds.Status(node)
-	return xds.View{Node: node, Proxy: "grpc", Agent: dp.agents.Status(node), Connection: conn, MTLS: dp.meshCA.MTLS(mesh),
+	return xds.View{Node: node, Proxy: kind, Agent: dp.agents.Status(node), Connection: conn, MTLS: dp.meshCA.MTLS(mesh),
 		ConfigDump: raw, Policies: res.Shaped, Dropped: res.Dropped}, nil
 }
 
@@ -220,7 +224,7 @@ func (dp *dataPlane) ConfigWarnings(ctx context.Context, mesh, name, namespace s
 	if dp.agents.Status(xds.NodeID(mesh, name, namespace)).Token == "" {
 		return nil, nil // no agent: no proxy the zone configures
 	}
-	res, err := dp.ctrl.Inspect(ctx, mesh, name, namespace)
+	res, err := dp.ctrl.Inspect(ctx, xds.ProxyGRPC, mesh, name, namespace)
 	if err != nil {
 		return nil, err
 	}

@@ -207,9 +207,20 @@ func (c *Controller) Programmed(mesh, policyType, name, namespace string) (polic
 	return c.programmed.condition(mesh, PolicyRef{Type: policyType, Name: name, Namespace: namespace})
 }
 
-// generate renders a proxy's resources from inputs; nil when its Dataplane
-// is not (yet) in the snapshot (an agent that joined a moment ago).
+// Proxy kinds a Dataplane is rendered for (docs/dataplane.md).
+const (
+	ProxyGRPC  = "grpc"
+	ProxyEnvoy = "envoy"
+)
+
+// generate renders a proxyless gRPC workload's resources from inputs; nil
+// when its Dataplane is not (yet) in the snapshot (an agent that joined a
+// moment ago).
 func (c *Controller) generate(id Identity, from renderedFrom) (*Resources, error) {
+	return c.generateFor(ProxyGRPC, id, from)
+}
+
+func (c *Controller) generateFor(kind string, id Identity, from renderedFrom) (*Resources, error) {
 	res := from.snap.Dataplane(id.Name, id.Namespace)
 	if res == nil {
 		return nil, nil
@@ -222,21 +233,25 @@ func (c *Controller) generate(id Identity, from renderedFrom) (*Resources, error
 	if err != nil {
 		return nil, err
 	}
-	return Generate(Input{Dataplane: dp, Zone: c.cfg.Zone, Config: cfg, Endpoints: from.endpoints, MTLS: from.mtls,
-		LoadAssignments: from.assignments, Faults: from.faults})
+	in := Input{Dataplane: dp, Zone: c.cfg.Zone, Config: cfg, Endpoints: from.endpoints, MTLS: from.mtls,
+		LoadAssignments: from.assignments, Faults: from.faults}
+	if kind == ProxyEnvoy {
+		return GenerateEnvoy(in)
+	}
+	return Generate(in)
 }
 
-// Inspect renders what a Dataplane gets from the current inputs, as the
-// controller would (for `_xds`, connected or not). namespace is "" for
-// the system namespace.
-func (c *Controller) Inspect(ctx context.Context, mesh, name, namespace string) (*Resources, error) {
+// Inspect renders what a Dataplane's proxy of kind (ProxyGRPC,
+// ProxyEnvoy) gets from the current inputs, as the controller would (for
+// `_xds`, connected or not). namespace is "" for the system namespace.
+func (c *Controller) Inspect(ctx context.Context, kind, mesh, name, namespace string) (*Resources, error) {
 	s := c.cfg.Sources
 	snap, err := s.Snapshot(ctx, mesh)
 	if err != nil {
 		return nil, err
 	}
 	id := Identity{NodeID: NodeID(mesh, name, namespace), Mesh: mesh, Name: name, Namespace: namespace}
-	out, err := c.generate(id, renderedFrom{snap: snap, endpoints: s.Endpoints(mesh), mtls: s.MTLS(mesh), faults: NewFaults(snap)})
+	out, err := c.generateFor(kind, id, renderedFrom{snap: snap, endpoints: s.Endpoints(mesh), mtls: s.MTLS(mesh), faults: NewFaults(snap)})
 	if err == nil && out == nil {
 		err = fmt.Errorf("%w: Dataplane %s in mesh %s", policy.ErrNotFound, name, mesh)
 	}

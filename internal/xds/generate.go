@@ -345,23 +345,7 @@ func (g *generator) ruleRoutes(svc string, i int, rule httpRule) ([]*routev3.Rou
 				match.PathSpecifier = &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: p.Value}}
 			}
 		}
-		for _, h := range m.Headers {
-			hm := &routev3.HeaderMatcher{Name: strings.ToLower(h.Name)}
-			switch h.Type {
-			case "", "Exact":
-				hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: h.Value}}}
-			case "Prefix":
-				hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: h.Value}}}
-			case "RegularExpression":
-				hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: h.Value}}}}
-			case "Present":
-				hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}
-			case "Absent":
-				hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}
-				hm.InvertMatch = true
-			}
-			match.Headers = append(match.Headers, hm)
-		}
+		match.Headers = append(match.Headers, headerMatchers(m.Headers)...)
 		out = append(out, &routev3.Route{Match: match, Action: &routev3.Route_Route{Route: action}})
 	}
 	return out, len(out) > 0
@@ -379,7 +363,7 @@ func (g *generator) weightedAction(svc string, i int, rule httpRule) (*routev3.R
 		switch ref.Kind {
 		case resource.KindMeshService, resource.KindMeshServiceSubset:
 		default:
-			g.drop("MeshHTTPRoute rules[%d].default.backendRefs[%d] of %s: kind %s has no endpoints a gRPC client reaches", i, j, svc, ref.Kind)
+			g.drop("MeshHTTPRoute rules[%d].default.backendRefs[%d] of %s: kind %s has no endpoints the zone serves", i, j, svc, ref.Kind)
 			continue
 		}
 		w := uint32(1)

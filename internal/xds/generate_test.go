@@ -46,37 +46,45 @@ type genGolden struct {
 	Programmed map[string]*Touch              `json:"programmed,omitempty"`
 }
 
+// TestGenerateGolden renders every case for both kinds of proxy: a
+// proxyless gRPC workload (grpc.json) and an Envoy sidecar (envoy.json).
 func TestGenerateGolden(t *testing.T) {
-	dirs, err := filepath.Glob("testdata/grpc-*")
+	dirs, err := filepath.Glob("testdata/*")
 	if err != nil || len(dirs) == 0 {
 		t.Fatalf("no golden cases: %v", err)
 	}
+	kinds := []struct {
+		file   string
+		render func(Input) (*Resources, error)
+	}{{"grpc.json", Generate}, {"envoy.json", GenerateEnvoy}}
 	for _, dir := range dirs {
-		t.Run(filepath.Base(dir), func(t *testing.T) {
-			in := loadGenCase(t, filepath.Join(dir, "input.yaml"))
-			res, err := Generate(in)
-			if err != nil {
-				t.Fatal(err)
-			}
-			validateAll(t, res)
-			// Rendered again with load assignments shared between
-			// proxies: the same resources and versions.
-			shared := in
-			shared.LoadAssignments = NewLoadAssignments(in.Endpoints, in.Zone)
-			again, err := Generate(shared)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if a, b := goldenOf(t, res), goldenOf(t, again); string(a) != string(b) {
-				t.Fatal("two renderings of the same input differ")
-			}
-			va, _ := Versions(res)
-			vb, _ := Versions(again)
-			if !maps.Equal(va, vb) {
-				t.Fatalf("versions %v, with shared assignments %v", va, vb)
-			}
-			compareFile(t, filepath.Join(dir, "grpc.json"), goldenOf(t, res))
-		})
+		for _, kind := range kinds {
+			t.Run(filepath.Base(dir)+"/"+kind.file, func(t *testing.T) {
+				in := loadGenCase(t, filepath.Join(dir, "input.yaml"))
+				res, err := kind.render(in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				validateAll(t, res)
+				// Rendered again with load assignments shared between
+				// proxies: the same resources and versions.
+				shared := in
+				shared.LoadAssignments = NewLoadAssignments(in.Endpoints, in.Zone)
+				again, err := kind.render(shared)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if a, b := goldenOf(t, res), goldenOf(t, again); string(a) != string(b) {
+					t.Fatal("two renderings of the same input differ")
+				}
+				va, _ := Versions(res)
+				vb, _ := Versions(again)
+				if !maps.Equal(va, vb) {
+					t.Fatalf("versions %v, with shared assignments %v", va, vb)
+				}
+				compareFile(t, filepath.Join(dir, kind.file), goldenOf(t, res))
+			})
+		}
 	}
 }
 

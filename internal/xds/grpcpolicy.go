@@ -495,15 +495,26 @@ func (g *generator) faultFilters(svc string) ([]*hcmv3.HttpFilter, error) {
 	if conf == nil {
 		return nil, nil
 	}
+	out, err := g.faultsFromConf(svc, conf, origin)
+	if len(out) > 0 {
+		g.out.shape(resourcev3.ListenerType, svc, g.carry(origin))
+	}
+	return out, err
+}
+
+// faultsFromConf renders a MeshFaultInjection conf as fault filters, one
+// per http item, as Kuma lays them out; of names the traffic in what is
+// dropped.
+func (g *generator) faultsFromConf(of string, conf json.RawMessage, origin []policy.Origin) ([]*hcmv3.HttpFilter, error) {
 	var c meshFaultConf
 	if err := json.Unmarshal(conf, &c); err != nil {
-		g.drop("MeshFaultInjection of %s: conf cannot be read: %v", svc, err)
+		g.drop("MeshFaultInjection of %s: conf cannot be read: %v", of, err)
 		return nil, nil
 	}
 	var out []*hcmv3.HttpFilter
 	for i, f := range c.HTTP {
 		if f.ResponseBandwidth != nil {
-			g.drop("MeshFaultInjection http[%d].responseBandwidth of %s: gRPC clients do not limit bandwidth", i, svc)
+			g.drop("MeshFaultInjection http[%d].responseBandwidth of %s: gRPC clients do not limit bandwidth", i, of)
 		}
 		fault := &faultv3.HTTPFault{}
 		if a := f.Abort; a != nil {
@@ -512,7 +523,7 @@ func (g *generator) faultFilters(svc string) ([]*hcmv3.HttpFilter, error) {
 		if d := f.Delay; d != nil {
 			v, err := time.ParseDuration(d.Value)
 			if err != nil {
-				g.drop("MeshFaultInjection http[%d].delay.value %q of %s cannot be read", i, d.Value, svc)
+				g.drop("MeshFaultInjection http[%d].delay.value %q of %s cannot be read", i, d.Value, of)
 			} else {
 				fault.Delay = &commonfaultv3.FaultDelay{FaultDelaySecifier: &commonfaultv3.FaultDelay_FixedDelay{FixedDelay: durationpb.New(v)},
 					Percentage: fraction(d.Percentage)}
@@ -528,7 +539,7 @@ func (g *generator) faultFilters(svc string) ([]*hcmv3.HttpFilter, error) {
 		out = append(out, &hcmv3.HttpFilter{Name: fmt.Sprintf("envoy.filters.http.fault.%d", i), ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: typed}})
 	}
 	if len(out) > 0 {
-		g.out.shape(resourcev3.ListenerType, svc, g.carry(origin))
+		g.carry(origin)
 	}
 	return out, nil
 }

@@ -1,0 +1,1049 @@
+package xds
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	rbacnetv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
+	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/meridian-mesh/meridian/internal/policy"
+)
+
+// Rendering a Dataplane for an Envoy sidecar (docs/dataplane.md#envoy),
+// laid out as Kuma 2.14 lays out a Dataplane with explicit outbounds, so a
+// Kuma user reading a config dump finds the names they know:
+//
+//   - per inbound, listener inbound:ADDR:PORT (mTLS with the mesh's
+//     certificates, the MeshTrafficPermission network RBAC filter, then an
+//     HTTP connection manager or a TCP proxy) to cluster localhost:PORT;
+//   - per outbound, listener outbound:127.0.0.1:PORT (routes inline, as
+//     outbound:SERVICE) to EDS cluster SERVICE, whose endpoints are the
+//     same assignments gRPC clients get;
+//   - certificates by SDS from the agent (identity_cert:secret:MESH,
+//     mesh_ca:secret:MESH): the workload's key never leaves its machine.
+//
+// A service speaks kuma.io/protocol of its inbounds (tcp when unset, as in
+// Kuma): http, http2 and grpc get HTTP routes, the others a TCP proxy.
+
+// Kuma's defaults where a MeshTimeout does not say (its policies'
+// defaults).
+const (
+	defaultConnectTimeout    = 5 * time.Second
+	defaultIdleTimeout       = time.Hour
+	defaultStreamIdleTimeout = 30 * time.Minute
+	defaultRequestTimeout    = 15 * time.Second
+	// AgentSDSCluster is the bootstrap's cluster of the agent's SDS server.
+	AgentSDSCluster = "meridian_dp_sds"
+	// httpRetryOnDefault is Kuma's MeshRetry http default.
+	httpRetryOnDefault = "gateway-error,connect-failure,refused-stream"
+)
+
+// IdentitySecret and CASecret are the SDS names of a mesh's workload
+// certificate and trust bundle, as Kuma names them.
+func IdentitySecret(mesh string) string { return "identity_cert:secret:" + mesh }
+
+// CASecret is the SDS name of a mesh's trust bundle.
+func CASecret(mesh string) string { return "mesh_ca:secret:" + mesh }
+
+// GenerateEnvoy renders in for an Envoy sidecar.
+func GenerateEnvoy(in Input) (*Resources, error) {
+	g := &generator{in: in, out: &Resources{Shaped: map[string]map[string][]string{}}, clusters: map[string]clusterSpec{},
+		assignments: in.LoadAssignments, shapes: map[string]*outboundShape{}}
+	if g.assignments == nil {
+		g.assignments = NewLoadAssignments(in.Endpoints, in.Zone)
+	}
+	e := &envoyGen{generator: g, lbs: map[string]*envoyLB{}}
+	for i, inb := range in.Dataplane.Inbounds {
+		if err := e.inbound(i, inb); err != nil {
+			return nil, err
+		}
+	}
+	for _, o := range in.Config.Outbounds {
+		if err := e.outbound(o); err != nil {
+			return nil, err
+		}
+	}
+	if err := e.emitClusters(); err != nil {
+		return nil, err
+	}
+	e.reportNotRendered()
+	slices.Sort(g.out.Dropped)
+	g.out.Dropped = slices.Compact(g.out.Dropped)
+	return g.out, nil
+}
+
+type envoyGen struct {
+	*generator
+	lbs map[string]*envoyLB // by service, read once
+}
+
+// envoyLB is what a service's MeshLoadBalancingStrategy gives Envoy.
+type envoyLB struct {
+	policy   clusterv3.Cluster_LbPolicy
+	config   func(*clusterv3.Cluster)
+	hash     []*routev3.RouteAction_HashPolicy
+	locality bool
+}
+
+func (e *envoyGen) lbOf(svc string) *envoyLB {
+	if lb, ok := e.lbs[svc]; ok {
+		return lb
+	}
+	lb := &envoyLB{}
+	lb.policy, lb.config, lb.hash, lb.locality = e.envoyLoadBalancing(svc, e.outboundPolicies(svc))
+	e.lbs[svc] = lb
+	return lb
+}
+
+// protocol is what a service speaks: its instances' kuma.io/protocol.
+func (e *envoyGen) protocol(svc string) string {
+	for _, ep := range e.in.Endpoints[svc] {
+		if p := ep.Tags["kuma.io/protocol"]; p != "" {
+			return p
+		}
+	}
+	return "tcp"
+}
+
+func isHTTP(protocol string) bool {
+	return protocol == "http" || protocol == "http2" || protocol == "grpc"
+}
+
+// sdsSource is the agent's SDS server (a cluster of the bootstrap).
+func sdsSource() *corev3.ConfigSource {
+	return &corev3.ConfigSource{ResourceApiVersion: corev3.ApiVersion_V3, ConfigSourceSpecifier: &corev3.ConfigSource_ApiConfigSource{
+		ApiConfigSource: &corev3.ApiConfigSource{ApiType: corev3.ApiConfigSource_GRPC, TransportApiVersion: corev3.ApiVersion_V3,
+			GrpcServices: []*corev3.GrpcService{{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{
+				EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: AgentSDSCluster}}}}}}}
+}
+
+func (e *envoyGen) sdsContext() *tlsv3.CommonTlsContext {
+	mesh := e.in.Dataplane.Mesh
+	return &tlsv3.CommonTlsContext{
+		TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{{Name: IdentitySecret(mesh), SdsConfig: sdsSource()}},
+		ValidationContextType: &tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig{
+			ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: CASecret(mesh), SdsConfig: sdsSource()}},
+	}
+}
+
+func typed(name string, m proto.Message) (*listenerv3.Filter, error) {
+	a, err := anypb.New(m)
+	if err != nil {
+		return nil, err
+	}
+	return &listenerv3.Filter{Name: name, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: a}}, nil
+}
+
+// inbound renders inbound i: its listener and its localhost cluster.
+func (e *envoyGen) inbound(i int, inb Inbound) error {
+	addr := net.JoinHostPort(inb.Address, strconv.Itoa(inb.Port))
+	name := "inbound:" + addr
+	local := "localhost:" + strconv.Itoa(inb.Port)
+	svc := inb.Service()
+	var filters []*listenerv3.Filter
+	var cfg policy.InboundConfig
+	if i < len(e.in.Config.Inbounds) {
+		cfg = e.in.Config.Inbounds[i]
+	}
+	if e.in.MTLS {
+		f, err := e.networkRBAC(addr, cfg)
+		if err != nil {
+			return err
+		}
+		filters = append(filters, f)
+	}
+	protocol := inb.Tags["kuma.io/protocol"]
+	if isHTTP(protocol) {
+		httpFilters, err := e.inboundFaults(cfg)
+		if err != nil {
+			return err
+		}
+		f, err := typed("envoy.filters.network.http_connection_manager", &hcmv3.HttpConnectionManager{
+			StatPrefix: "localhost_" + strconv.Itoa(inb.Port),
+			RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
+				Name: "inbound:" + svc,
+				VirtualHosts: []*routev3.VirtualHost{{Name: svc, Domains: []string{"*"}, Routes: []*routev3.Route{{
+					Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+					Action: &routev3.Route_Route{Route: &routev3.RouteAction{
+						ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: local}, Timeout: durationpb.New(0)}},
+				}}}},
+			}},
+			HttpFilters: append(httpFilters, routerFilter()),
+		})
+		if err != nil {
+			return err
+		}
+		filters = append(filters, f)
+	} else {
+		f, err := typed("envoy.filters.network.tcp_proxy", &tcpproxyv3.TcpProxy{StatPrefix: "localhost_" + strconv.Itoa(inb.Port),
+			ClusterSpecifier: &tcpproxyv3.TcpProxy_Cluster{Cluster: local}})
+		if err != nil {
+			return err
+		}
+		filters = append(filters, f)
+	}
+	chain := &listenerv3.FilterChain{Filters: filters}
+	if e.in.MTLS {
+		ts, err := anypb.New(&tlsv3.DownstreamTlsContext{CommonTlsContext: e.sdsContext(), RequireClientCertificate: wrapperspb.Bool(true)})
+		if err != nil {
+			return err
+		}
+		chain.TransportSocket = &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: ts}}
+	}
+	e.out.Listeners = append(e.out.Listeners, &listenerv3.Listener{
+		Name: name, Address: socketAddress(inb.Address, inb.Port), TrafficDirection: corev3.TrafficDirection_INBOUND,
+		FilterChains: []*listenerv3.FilterChain{chain},
+	})
+	e.out.Clusters = append(e.out.Clusters, &clusterv3.Cluster{
+		Name: local, ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
+		ConnectTimeout: durationpb.New(defaultConnectTimeout),
+		LoadAssignment: &endpointv3.ClusterLoadAssignment{ClusterName: local, Endpoints: []*endpointv3.LocalityLbEndpoints{{
+			LbEndpoints: []*endpointv3.LbEndpoint{{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{
+				Endpoint: &endpointv3.Endpoint{Address: socketAddress("127.0.0.1", inb.Port)}}}},
+		}}},
+	})
+	return nil
+}
+
+// networkRBAC is the inbound's MeshTrafficPermission as Kuma renders it:
+// the network RBAC filter, first in the chain.
+func (e *envoyGen) networkRBAC(addr string, cfg policy.InboundConfig) (*listenerv3.Filter, error) {
+	rbac := &rbacnetv3.RBAC{StatPrefix: "inbound_" + strings.NewReplacer(":", "_", ".", "_").Replace(addr) + "."}
+	if cfg.RBAC.Rules != nil {
+		rbac.Rules = &rbacv3.RBAC{}
+		if err := jsonToProto(cfg.RBAC.Rules, rbac.Rules); err != nil {
+			return nil, fmt.Errorf("rbac rules: %w", err)
+		}
+	}
+	if cfg.RBAC.ShadowRules != nil {
+		rbac.ShadowRules = &rbacv3.RBAC{}
+		if err := jsonToProto(cfg.RBAC.ShadowRules, rbac.ShadowRules); err != nil {
+			return nil, fmt.Errorf("rbac shadow_rules: %w", err)
+		}
+	}
+	if p, ok := cfg.Policies["MeshTrafficPermission"]; ok {
+		var names []string
+		for _, r := range p.Rules {
+			names = append(names, e.carry(r.Origin)...)
+		}
+		e.out.shape(resourcev3.ListenerType, "inbound:"+addr, names)
+	}
+	return typed("envoy.filters.network.rbac", rbac)
+}
+
+// inboundFaults are the inbound's MeshFaultInjection filters: the rule
+// every client matches (a rule for some clients only needs Envoy's
+// matchers, not rendered: named).
+func (e *envoyGen) inboundFaults(cfg policy.InboundConfig) ([]*hcmv3.HttpFilter, error) {
+	p, ok := cfg.Policies["MeshFaultInjection"]
+	if !ok {
+		return nil, nil
+	}
+	var out []*hcmv3.HttpFilter
+	for _, r := range p.Rules {
+		e.about = r.Origin
+		if len(r.Matchers) > 0 {
+			e.drop("MeshFaultInjection for some clients of inbound %d: per-client faults are not rendered for Envoy", cfg.Port)
+			continue
+		}
+		filters, err := e.faultsFromConf(fmt.Sprintf("inbound %d", cfg.Port), r.Conf, r.Origin)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, filters...)
+	}
+	e.about = nil
+	return out, nil
+}
+
+// outbound renders an outbound: its listener and routes; its clusters are
+// recorded for emitClusters.
+func (e *envoyGen) outbound(o policy.OutboundConfig) error {
+	svc := o.Service
+	if svc == "" {
+		return nil
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(o.Port))
+	protocol := e.protocol(svc)
+	var filter *listenerv3.Filter
+	var err error
+	if isHTTP(protocol) {
+		routes, shaped := e.envoyRoutes(svc, o.Policies, protocol)
+		e.out.shape(resourcev3.ListenerType, "outbound:"+addr, shaped)
+		filter, err = typed("envoy.filters.network.http_connection_manager", &hcmv3.HttpConnectionManager{
+			StatPrefix: svc,
+			RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
+				Name: "outbound:" + svc, VirtualHosts: []*routev3.VirtualHost{{Name: svc, Domains: []string{"*"}, Routes: routes}},
+			}},
+			HttpFilters: []*hcmv3.HttpFilter{routerFilter()},
+		})
+	} else {
+		filter, err = typed("envoy.filters.network.tcp_proxy", e.tcpProxy(svc, o.Policies))
+	}
+	if err != nil {
+		return err
+	}
+	e.out.Listeners = append(e.out.Listeners, &listenerv3.Listener{
+		Name: "outbound:" + addr, Address: socketAddress("127.0.0.1", o.Port), TrafficDirection: corev3.TrafficDirection_OUTBOUND,
+		FilterChains: []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{filter}}},
+	})
+	return nil
+}
+
+// tcpProxy is a TCP outbound: its cluster, MeshTimeout's idleTimeout and
+// MeshRetry's tcp.maxConnectAttempt.
+func (e *envoyGen) tcpProxy(svc string, policies map[string]policy.OutboundPolicy) *tcpproxyv3.TcpProxy {
+	tp := &tcpproxyv3.TcpProxy{StatPrefix: svc, ClusterSpecifier: &tcpproxyv3.TcpProxy_Cluster{Cluster: e.cluster(svc, nil)},
+		IdleTimeout: durationpb.New(defaultIdleTimeout)}
+	if p, ok := policies["MeshTimeout"]; ok && p.Conf != nil {
+		var c meshTimeoutConf
+		e.about = p.Origin
+		if e.decode("MeshTimeout", svc, p.Conf, &c) {
+			if d, ok := e.duration("MeshTimeout", svc, c.IdleTimeout); ok {
+				tp.IdleTimeout = durationpb.New(d)
+			}
+			e.unsupported("MeshTimeout", svc, svc+" speaks tcp (kuma.io/protocol)", field{"http", c.HTTP != nil})
+			e.carry(p.Origin)
+		}
+		e.about = nil
+	}
+	// What only HTTP traffic has.
+	for _, typ := range []string{"MeshHTTPRoute", "MeshFaultInjection"} {
+		if p, ok := policies[typ]; ok && p.Conf != nil {
+			e.dropAbout(p.Origin, "%s on the outbound to %s: %s speaks tcp (kuma.io/protocol)", typ, svc, svc)
+		}
+	}
+	if p, ok := policies["MeshRetry"]; ok && p.Conf != nil {
+		var c struct {
+			TCP *struct {
+				MaxConnectAttempt *uint32 `json:"maxConnectAttempt"`
+			} `json:"tcp"`
+		}
+		var sections struct {
+			HTTP json.RawMessage `json:"http"`
+			GRPC json.RawMessage `json:"grpc"`
+		}
+		_ = json.Unmarshal(p.Conf, &sections)
+		e.about = p.Origin
+		e.unsupported("MeshRetry", svc, svc+" speaks tcp (kuma.io/protocol)", field{"http", sections.HTTP != nil}, field{"grpc", sections.GRPC != nil})
+		e.about = nil
+		if err := json.Unmarshal(p.Conf, &c); err == nil && c.TCP != nil && c.TCP.MaxConnectAttempt != nil {
+			tp.MaxConnectAttempts = wrapperspb.UInt32(*c.TCP.MaxConnectAttempt)
+			e.carry(p.Origin)
+		}
+	}
+	return tp
+}
+
+// envoyRoutes are an HTTP outbound's routes: its MeshHTTPRoute rules, then
+// the default route, each with the outbound's timeout, retry and hash
+// policies.
+func (e *envoyGen) envoyRoutes(svc string, policies map[string]policy.OutboundPolicy, protocol string) ([]*routev3.Route, []string) {
+	var out []*routev3.Route
+	var shaped []string
+	if hr, ok := policies["MeshHTTPRoute"]; ok && hr.Conf != nil {
+		var conf struct {
+			Rules []httpRule `json:"rules"`
+		}
+		if err := json.Unmarshal(hr.Conf, &conf); err == nil {
+			e.about = hr.Origin
+			for i, rule := range conf.Rules {
+				out = append(out, e.envoyRuleRoutes(svc, i, rule)...)
+			}
+			e.about = nil
+			shaped = append(shaped, e.carry(hr.Origin)...)
+		}
+	}
+	out = append(out, &routev3.Route{
+		Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+		Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: e.cluster(svc, nil)}}},
+	})
+	timeout, idle, tShaped := e.routeTimeouts(svc, policies)
+	retry, rShaped := e.routeRetry(svc, policies, protocol)
+	hash := e.lbOf(svc).hash
+	for _, r := range out {
+		a := r.GetRoute()
+		a.Timeout, a.IdleTimeout, a.RetryPolicy, a.HashPolicy = timeout, idle, retry, hash
+	}
+	shaped = append(shaped, tShaped...)
+	shaped = append(shaped, rShaped...)
+	return out, shaped
+}
+
+// envoyRuleRoutes renders one MeshHTTPRoute rule as a route per match:
+// path, method, headers and query parameters; header modifier filters.
+func (e *envoyGen) envoyRuleRoutes(svc string, i int, rule httpRule) []*routev3.Route {
+	action, ok := e.weightedAction(svc, i, rule)
+	if !ok {
+		return nil
+	}
+	var headersToAdd []*corev3.HeaderValueOption
+	var headersToRemove []string
+	for j, f := range rule.Default.Filters {
+		var filter struct {
+			Type                  string `json:"type"`
+			RequestHeaderModifier *struct {
+				Set    []struct{ Name, Value string } `json:"set"`
+				Add    []struct{ Name, Value string } `json:"add"`
+				Remove []string                       `json:"remove"`
+			} `json:"requestHeaderModifier"`
+		}
+		b, _ := json.Marshal(f)
+		if json.Unmarshal(b, &filter) != nil || filter.Type != "RequestHeaderModifier" || filter.RequestHeaderModifier == nil {
+			e.drop("MeshHTTPRoute rules[%d].default.filters[%d] (%s) of %s: not rendered for Envoy", i, j, filter.Type, svc)
+			continue
+		}
+		m := filter.RequestHeaderModifier
+		for _, h := range m.Set {
+			headersToAdd = append(headersToAdd, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: h.Name, Value: h.Value},
+				AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD})
+		}
+		for _, h := range m.Add {
+			headersToAdd = append(headersToAdd, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: h.Name, Value: h.Value},
+				AppendAction: corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD})
+		}
+		headersToRemove = append(headersToRemove, m.Remove...)
+	}
+	var out []*routev3.Route
+	for _, m := range rule.Matches {
+		match := &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}}
+		if p := m.Path; p != nil {
+			switch p.Type {
+			case "Exact":
+				match.PathSpecifier = &routev3.RouteMatch_Path{Path: p.Value}
+			case "PathPrefix":
+				match.PathSpecifier = &routev3.RouteMatch_PathSeparatedPrefix{PathSeparatedPrefix: strings.TrimSuffix(p.Value, "/")}
+				if p.Value == "/" {
+					match.PathSpecifier = &routev3.RouteMatch_Prefix{Prefix: "/"}
+				}
+			case "RegularExpression":
+				match.PathSpecifier = &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: p.Value}}
+			}
+		}
+		if m.Method != "" {
+			match.Headers = append(match.Headers, &routev3.HeaderMatcher{Name: ":method", HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{
+				StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: m.Method}}}})
+		}
+		match.Headers = append(match.Headers, headerMatchers(m.Headers)...)
+		for _, q := range m.QueryParams {
+			var qp struct{ Type, Name, Value string }
+			b, _ := json.Marshal(q)
+			if json.Unmarshal(b, &qp) != nil || qp.Name == "" {
+				continue
+			}
+			sm := &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: qp.Value}}
+			if qp.Type == "RegularExpression" {
+				sm = &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: qp.Value}}}
+			}
+			match.QueryParameters = append(match.QueryParameters, &routev3.QueryParameterMatcher{Name: qp.Name,
+				QueryParameterMatchSpecifier: &routev3.QueryParameterMatcher_StringMatch{StringMatch: sm}})
+		}
+		out = append(out, &routev3.Route{Match: match, Action: &routev3.Route_Route{Route: proto.Clone(action).(*routev3.RouteAction)},
+			RequestHeadersToAdd: headersToAdd, RequestHeadersToRemove: headersToRemove})
+	}
+	return out
+}
+
+// routeTimeouts are MeshTimeout's route timeouts, Kuma's defaults where
+// it is silent (requestTimeout 15 s, streamIdleTimeout 30 m).
+func (e *envoyGen) routeTimeouts(svc string, policies map[string]policy.OutboundPolicy) (timeout, idle *durationpb.Duration, shaped []string) {
+	timeout, idle = durationpb.New(defaultRequestTimeout), durationpb.New(defaultStreamIdleTimeout)
+	p, ok := policies["MeshTimeout"]
+	if !ok || p.Conf == nil {
+		return timeout, idle, nil
+	}
+	var c meshTimeoutConf
+	e.about = p.Origin
+	defer func() { e.about = nil }()
+	if !e.decode("MeshTimeout", svc, p.Conf, &c) || c.HTTP == nil {
+		return timeout, idle, nil
+	}
+	if d, ok := e.duration("MeshTimeout", svc, c.HTTP.RequestTimeout); ok {
+		timeout = durationpb.New(d)
+	}
+	if d, ok := e.duration("MeshTimeout", svc, c.HTTP.StreamIdleTimeout); ok {
+		idle = durationpb.New(d)
+	}
+	return timeout, idle, e.carry(p.Origin)
+}
+
+// routeRetry is MeshRetry's retry policy: the grpc section for a gRPC
+// service, else the http section (Kuma's defaults for retryOn).
+func (e *envoyGen) routeRetry(svc string, policies map[string]policy.OutboundPolicy, protocol string) (*routev3.RetryPolicy, []string) {
+	p, ok := policies["MeshRetry"]
+	if !ok || p.Conf == nil {
+		return nil, nil
+	}
+	e.about = p.Origin
+	defer func() { e.about = nil }()
+	var c struct {
+		HTTP *struct {
+			NumRetries    *uint32  `json:"numRetries"`
+			PerTryTimeout *string  `json:"perTryTimeout"`
+			RetryOn       []string `json:"retryOn"`
+			BackOff       *struct {
+				BaseInterval *string `json:"baseInterval"`
+				MaxInterval  *string `json:"maxInterval"`
+			} `json:"backOff"`
+		} `json:"http"`
+		GRPC *struct {
+			NumRetries    *uint32  `json:"numRetries"`
+			PerTryTimeout *string  `json:"perTryTimeout"`
+			RetryOn       []string `json:"retryOn"`
+			BackOff       *struct {
+				BaseInterval *string `json:"baseInterval"`
+				MaxInterval  *string `json:"maxInterval"`
+			} `json:"backOff"`
+		} `json:"grpc"`
+	}
+	if !e.decode("MeshRetry", svc, p.Conf, &c) {
+		return nil, nil
+	}
+	policy := &routev3.RetryPolicy{}
+	var num *uint32
+	var perTry *string
+	var backOff *struct {
+		BaseInterval *string `json:"baseInterval"`
+		MaxInterval  *string `json:"maxInterval"`
+	}
+	switch {
+	case protocol == "grpc" && c.GRPC != nil:
+		num, perTry, backOff = c.GRPC.NumRetries, c.GRPC.PerTryTimeout, c.GRPC.BackOff
+		policy.RetryOn = "cancelled,connect-failure,gateway-error,refused-stream,reset,resource-exhausted,unavailable"
+		if len(c.GRPC.RetryOn) > 0 {
+			var on []string
+			for _, r := range c.GRPC.RetryOn {
+				on = append(on, grpcRetryOn[r])
+			}
+			policy.RetryOn = strings.Join(on, ",")
+		}
+	case protocol != "grpc" && c.HTTP != nil:
+		num, perTry, backOff = c.HTTP.NumRetries, c.HTTP.PerTryTimeout, c.HTTP.BackOff
+		policy.RetryOn = httpRetryOnDefault
+		if len(c.HTTP.RetryOn) > 0 {
+			policy.RetryOn, policy.RetriableStatusCodes = httpRetryOn(c.HTTP.RetryOn)
+		}
+	default:
+		return nil, nil
+	}
+	if num != nil {
+		if *num == 0 {
+			return nil, e.carry(p.Origin) // no retries, as Kuma
+		}
+		policy.NumRetries = wrapperspb.UInt32(*num)
+	}
+	if d, ok := e.duration("MeshRetry", svc, perTry); ok {
+		policy.PerTryTimeout = durationpb.New(d)
+	}
+	if backOff != nil {
+		policy.RetryBackOff = &routev3.RetryPolicy_RetryBackOff{BaseInterval: durationpb.New(25 * time.Millisecond)}
+		if d, ok := e.duration("MeshRetry", svc, backOff.BaseInterval); ok && d > 0 {
+			policy.RetryBackOff.BaseInterval = durationpb.New(d)
+		}
+		if d, ok := e.duration("MeshRetry", svc, backOff.MaxInterval); ok && d > 0 {
+			policy.RetryBackOff.MaxInterval = durationpb.New(d)
+		}
+	}
+	return policy, e.carry(p.Origin)
+}
+
+// httpRetryOn maps MeshRetry's http conditions to Envoy's: status codes
+// become retriable_status_codes.
+func httpRetryOn(conds []string) (string, []uint32) {
+	names := map[string]string{"5xx": "5xx", "5XX": "5xx", "GatewayError": "gateway-error", "Reset": "reset",
+		"Retriable4xx": "retriable-4xx", "ConnectFailure": "connect-failure", "EnvoyRatelimited": "envoy-ratelimited",
+		"RefusedStream": "refused-stream", "Http3PostConnectFailure": "http3-post-connect-failure"}
+	var on []string
+	var codes []uint32
+	for _, c := range conds {
+		if n, ok := names[c]; ok {
+			on = append(on, n)
+		} else if code, err := strconv.Atoi(c); err == nil {
+			codes = append(codes, uint32(code))
+		}
+	}
+	if len(codes) > 0 {
+		on = append(on, "retriable-status-codes")
+	}
+	return strings.Join(on, ","), codes
+}
+
+// emitClusters renders the outbound clusters: EDS, mTLS to the called
+// service, Kuma's connect and idle timeouts, and the service's circuit
+// breaker, load balancing and health check.
+func (e *envoyGen) emitClusters() error {
+	names := make([]string, 0, len(e.clusters))
+	for n := range e.clusters {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		spec := e.clusters[name]
+		policies := e.outboundPolicies(spec.service)
+		c := &clusterv3.Cluster{
+			Name:                 name,
+			ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+			EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: name},
+			ConnectTimeout:       durationpb.New(defaultConnectTimeout),
+		}
+		if err := e.clusterTimeouts(c, spec.service, policies); err != nil {
+			return err
+		}
+		e.envoyCircuitBreaker(c, spec.service, policies)
+		lb := e.lbOf(spec.service)
+		c.LbPolicy = lb.policy
+		if lb.config != nil {
+			lb.config(c)
+		}
+		e.healthCheck(c, spec.service, policies)
+		if e.in.MTLS {
+			ts, err := anypb.New(e.upstreamTLS(spec.service))
+			if err != nil {
+				return err
+			}
+			c.TransportSocket = &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: ts}}
+		}
+		e.out.shape(resourcev3.ClusterType, name, clusterShapers(policies))
+		e.out.Clusters = append(e.out.Clusters, c)
+		a, err := e.assignments.get(name, spec, lb.locality)
+		if err != nil {
+			return err
+		}
+		e.out.Endpoints = append(e.out.Endpoints, a.cla)
+		e.out.digest(resourcev3.EndpointType, name, a.digest)
+	}
+	return nil
+}
+
+// clusterShapers are the policies behind an outbound's clusters.
+func clusterShapers(policies map[string]policy.OutboundPolicy) []string {
+	var out []string
+	for _, typ := range []string{"MeshTimeout", "MeshCircuitBreaker", "MeshLoadBalancingStrategy", "MeshHealthCheck"} {
+		if p, ok := policies[typ]; ok && p.Conf != nil {
+			out = append(out, originNames(p.Origin)...)
+		}
+	}
+	return out
+}
+
+// upstreamTLS presents the workload certificate and accepts only the
+// called service's identity, with Kuma's SNI.
+func (e *envoyGen) upstreamTLS(svc string) *tlsv3.UpstreamTlsContext {
+	mesh := e.in.Dataplane.Mesh
+	common := e.sdsContext()
+	common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+		DefaultValidationContext: &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
+			SanType: tlsv3.SubjectAltNameMatcher_URI,
+			Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: "spiffe://" + mesh + "/" + svc}},
+		}}},
+		ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: CASecret(mesh), SdsConfig: sdsSource()},
+	}}
+	return &tlsv3.UpstreamTlsContext{CommonTlsContext: common, Sni: svc + "{mesh=" + mesh + "}"}
+}
+
+// clusterTimeouts: connectionTimeout, and for HTTP services the upstream
+// HTTP options (idleTimeout, maxStreamDuration, maxConnectionDuration),
+// Kuma's defaults where MeshTimeout is silent.
+func (e *envoyGen) clusterTimeouts(c *clusterv3.Cluster, svc string, policies map[string]policy.OutboundPolicy) error {
+	var conf meshTimeoutConf
+	if p, ok := policies["MeshTimeout"]; ok && p.Conf != nil {
+		e.about = p.Origin
+		if e.decode("MeshTimeout", svc, p.Conf, &conf) {
+			e.carry(p.Origin)
+		}
+		e.about = nil
+	}
+	if d, ok := e.duration("MeshTimeout", svc, conf.ConnectionTimeout); ok {
+		c.ConnectTimeout = durationpb.New(d)
+	}
+	protocol := e.protocol(svc)
+	if !isHTTP(protocol) {
+		return nil
+	}
+	common := &corev3.HttpProtocolOptions{IdleTimeout: durationpb.New(defaultIdleTimeout)}
+	if d, ok := e.duration("MeshTimeout", svc, conf.IdleTimeout); ok {
+		common.IdleTimeout = durationpb.New(d)
+	}
+	if conf.HTTP != nil {
+		if d, ok := e.duration("MeshTimeout", svc, conf.HTTP.MaxStreamDuration); ok && d > 0 {
+			common.MaxStreamDuration = durationpb.New(d)
+		}
+		if d, ok := e.duration("MeshTimeout", svc, conf.HTTP.MaxConnectionDuration); ok && d > 0 {
+			common.MaxConnectionDuration = durationpb.New(d)
+		}
+	}
+	opts := &httpv3.HttpProtocolOptions{CommonHttpProtocolOptions: common}
+	if protocol == "http" {
+		opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
+			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_HttpProtocolOptions{HttpProtocolOptions: &corev3.Http1ProtocolOptions{}}}}
+	} else {
+		opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
+			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}}}}
+	}
+	a, err := anypb.New(opts)
+	if err != nil {
+		return err
+	}
+	c.TypedExtensionProtocolOptions = map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": a}
+	return nil
+}
+
+// healthCheck is MeshHealthCheck's active health check: TCP, or HTTP on
+// "/" for HTTP services.
+func (e *envoyGen) healthCheck(c *clusterv3.Cluster, svc string, policies map[string]policy.OutboundPolicy) {
+	p, ok := policies["MeshHealthCheck"]
+	if !ok || p.Conf == nil {
+		return
+	}
+	var conf struct {
+		Interval           *string `json:"interval"`
+		Timeout            *string `json:"timeout"`
+		UnhealthyThreshold *uint32 `json:"unhealthyThreshold"`
+		HealthyThreshold   *uint32 `json:"healthyThreshold"`
+		HTTP               *struct {
+			Disabled *bool   `json:"disabled"`
+			Path     *string `json:"path"`
+		} `json:"http"`
+	}
+	e.about = p.Origin
+	defer func() { e.about = nil }()
+	if !e.decode("MeshHealthCheck", svc, p.Conf, &conf) {
+		return
+	}
+	hc := &corev3.HealthCheck{Timeout: durationpb.New(15 * time.Second), Interval: durationpb.New(time.Minute),
+		UnhealthyThreshold: wrapperspb.UInt32(5), HealthyThreshold: wrapperspb.UInt32(1)}
+	if d, ok := e.duration("MeshHealthCheck", svc, conf.Interval); ok && d > 0 {
+		hc.Interval = durationpb.New(d)
+	}
+	if d, ok := e.duration("MeshHealthCheck", svc, conf.Timeout); ok && d > 0 {
+		hc.Timeout = durationpb.New(d)
+	}
+	if conf.UnhealthyThreshold != nil {
+		hc.UnhealthyThreshold = wrapperspb.UInt32(*conf.UnhealthyThreshold)
+	}
+	if conf.HealthyThreshold != nil {
+		hc.HealthyThreshold = wrapperspb.UInt32(*conf.HealthyThreshold)
+	}
+	if isHTTP(e.protocol(svc)) && (conf.HTTP == nil || conf.HTTP.Disabled == nil || !*conf.HTTP.Disabled) {
+		path := "/"
+		if conf.HTTP != nil && conf.HTTP.Path != nil {
+			path = *conf.HTTP.Path
+		}
+		hc.HealthChecker = &corev3.HealthCheck_HttpHealthCheck_{HttpHealthCheck: &corev3.HealthCheck_HttpHealthCheck{Path: path}}
+	} else {
+		hc.HealthChecker = &corev3.HealthCheck_TcpHealthCheck_{TcpHealthCheck: &corev3.HealthCheck_TcpHealthCheck{}}
+	}
+	c.HealthChecks = []*corev3.HealthCheck{hc}
+	e.carry(p.Origin)
+}
+
+// envoyRendered are the policy types an Envoy sidecar is given.
+var envoyRendered = map[string]bool{
+	"MeshTrafficPermission": true, "MeshHTTPRoute": true, "MeshTimeout": true, "MeshRetry": true,
+	"MeshCircuitBreaker": true, "MeshLoadBalancingStrategy": true, "MeshFaultInjection": true, "MeshHealthCheck": true,
+	"MeshTCPRoute": false,
+}
+
+// reportNotRendered names the policy types the Envoy rendering does not
+// carry.
+func (e *envoyGen) reportNotRendered() {
+	for _, o := range e.in.Config.Outbounds {
+		for typ, p := range o.Policies {
+			if !envoyRendered[typ] {
+				e.dropAbout(p.Origin, "%s on the outbound to %s: not rendered for Envoy", typ, o.Service)
+			}
+		}
+	}
+	for _, in := range e.in.Config.Inbounds {
+		for typ, p := range in.Policies {
+			var origins []policy.Origin
+			for _, r := range p.Rules {
+				origins = append(origins, r.Origin...)
+			}
+			switch {
+			case typ == "MeshTrafficPermission" && !e.in.MTLS:
+				e.dropAbout(origins, "MeshTrafficPermission on inbound %d: not enforced, the mesh has no mTLS", in.Port)
+			case !envoyRendered[typ]:
+				e.dropAbout(origins, "%s on inbound %d: not rendered for Envoy", typ, in.Port)
+			}
+		}
+	}
+	for typ, ap := range e.in.Config.Proxy {
+		e.dropAbout(ap.Origin, "%s (whole proxy): not rendered for Envoy", typ)
+	}
+}
+
+// envoyCircuitBreaker is MeshCircuitBreaker as Kuma renders it: every
+// connection limit on the default-priority thresholds (remaining counts
+// tracked), and outlier detection with every detector, a detector not
+// configured not enforced.
+func (e *envoyGen) envoyCircuitBreaker(c *clusterv3.Cluster, svc string, policies map[string]policy.OutboundPolicy) {
+	th := &clusterv3.CircuitBreakers_Thresholds{Priority: corev3.RoutingPriority_DEFAULT, TrackRemaining: true}
+	c.CircuitBreakers = &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{th}}
+	p, ok := policies["MeshCircuitBreaker"]
+	if !ok || p.Conf == nil {
+		return
+	}
+	var conf meshCircuitBreakerConf
+	e.about = p.Origin
+	defer func() { e.about = nil }()
+	if !e.decode("MeshCircuitBreaker", svc, p.Conf, &conf) {
+		return
+	}
+	u32 := func(v *uint32) *wrapperspb.UInt32Value {
+		if v == nil {
+			return nil
+		}
+		return wrapperspb.UInt32(*v)
+	}
+	if l := conf.ConnectionLimits; l != nil {
+		th.MaxConnections, th.MaxConnectionPools, th.MaxPendingRequests = u32(l.MaxConnections), u32(l.MaxConnectionPools), u32(l.MaxPendingRequests)
+		th.MaxRetries, th.MaxRequests = u32(l.MaxRetries), u32(l.MaxRequests)
+	}
+	if od := conf.OutlierDetection; od != nil && (od.Disabled == nil || !*od.Disabled) {
+		out := &clusterv3.OutlierDetection{MaxEjectionPercent: u32(od.MaxEjectionPercent)}
+		if d, ok := e.duration("MeshCircuitBreaker", svc, od.Interval); ok {
+			out.Interval = durationpb.New(d)
+		}
+		if d, ok := e.duration("MeshCircuitBreaker", svc, od.BaseEjectionTime); ok {
+			out.BaseEjectionTime = durationpb.New(d)
+		}
+		if od.SplitExternalAndLocalErrors != nil {
+			out.SplitExternalLocalOriginErrors = *od.SplitExternalAndLocalErrors
+		}
+		consecutive := func(raw json.RawMessage) *uint32 {
+			var v struct {
+				Consecutive *uint32 `json:"consecutive"`
+			}
+			if raw == nil || json.Unmarshal(raw, &v) != nil {
+				return nil
+			}
+			return v.Consecutive
+		}
+		enforce := func(on bool) *wrapperspb.UInt32Value {
+			if on {
+				return wrapperspb.UInt32(100)
+			}
+			return wrapperspb.UInt32(0)
+		}
+		var total, gateway, local *uint32
+		det := od.Detectors
+		if det != nil {
+			total, gateway, local = consecutive(det.TotalFailures), consecutive(det.GatewayFailures), consecutive(det.LocalOriginFailures)
+		}
+		out.Consecutive_5Xx, out.EnforcingConsecutive_5Xx = u32(total), enforce(total != nil)
+		out.ConsecutiveGatewayFailure, out.EnforcingConsecutiveGatewayFailure = u32(gateway), enforce(gateway != nil)
+		out.ConsecutiveLocalOriginFailure, out.EnforcingConsecutiveLocalOriginFailure = u32(local), enforce(local != nil)
+		out.EnforcingSuccessRate, out.EnforcingLocalOriginSuccessRate = enforce(false), enforce(false)
+		out.EnforcingFailurePercentage, out.EnforcingFailurePercentageLocalOrigin = enforce(false), enforce(false)
+		if det != nil && det.SuccessRate != nil {
+			sr := det.SuccessRate
+			out.EnforcingSuccessRate, out.EnforcingLocalOriginSuccessRate = enforce(true), enforce(true)
+			out.SuccessRateMinimumHosts, out.SuccessRateRequestVolume = u32(sr.MinimumHosts), u32(sr.RequestVolume)
+			if f, ok := number(sr.StandardDeviationFactor); ok {
+				out.SuccessRateStdevFactor = wrapperspb.UInt32(uint32(f * 1000))
+			}
+		}
+		if det != nil && det.FailurePercentage != nil {
+			fp := det.FailurePercentage
+			out.EnforcingFailurePercentage, out.EnforcingFailurePercentageLocalOrigin = enforce(true), enforce(true)
+			out.FailurePercentageMinimumHosts, out.FailurePercentageRequestVolume = u32(fp.MinimumHosts), u32(fp.RequestVolume)
+			out.FailurePercentageThreshold = u32(fp.Threshold)
+		}
+		c.OutlierDetection = out
+		if f, ok := number(od.HealthyPanicThreshold); ok {
+			c.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: f}}
+		}
+	}
+	e.carry(p.Origin)
+}
+
+// envoyLoadBalancing is MeshLoadBalancingStrategy for Envoy: every
+// balancer, ring hash and Maglev with every hash policy on the routes;
+// localityAwareness.disabled puts every zone at priority 0.
+func (e *envoyGen) envoyLoadBalancing(svc string, policies map[string]policy.OutboundPolicy) (lb clusterv3.Cluster_LbPolicy, cfg func(*clusterv3.Cluster), hash []*routev3.RouteAction_HashPolicy, locality bool) {
+	lb, locality = clusterv3.Cluster_ROUND_ROBIN, true
+	p, ok := policies["MeshLoadBalancingStrategy"]
+	if !ok || p.Conf == nil {
+		return lb, nil, nil, locality
+	}
+	var conf struct {
+		LocalityAwareness *struct {
+			Disabled  *bool           `json:"disabled"`
+			LocalZone json.RawMessage `json:"localZone"`
+			CrossZone json.RawMessage `json:"crossZone"`
+		} `json:"localityAwareness"`
+		LoadBalancer *struct {
+			Type         string `json:"type"`
+			LeastRequest *struct {
+				ChoiceCount *uint32 `json:"choiceCount"`
+			} `json:"leastRequest"`
+			RingHash *struct {
+				HashFunction *string          `json:"hashFunction"`
+				MinRingSize  *uint64          `json:"minRingSize"`
+				MaxRingSize  *uint64          `json:"maxRingSize"`
+				HashPolicies []map[string]any `json:"hashPolicies"`
+			} `json:"ringHash"`
+			Maglev *struct {
+				TableSize    *uint64          `json:"tableSize"`
+				HashPolicies []map[string]any `json:"hashPolicies"`
+			} `json:"maglev"`
+		} `json:"loadBalancer"`
+	}
+	e.about = p.Origin
+	defer func() { e.about = nil }()
+	if !e.decode("MeshLoadBalancingStrategy", svc, p.Conf, &conf) {
+		return lb, nil, nil, locality
+	}
+	if la := conf.LocalityAwareness; la != nil {
+		if la.Disabled != nil && *la.Disabled {
+			locality = false
+		}
+		e.unsupported("MeshLoadBalancingStrategy", svc, "not rendered for Envoy",
+			field{"localityAwareness.localZone", la.LocalZone != nil}, field{"localityAwareness.crossZone", la.CrossZone != nil})
+	}
+	if l := conf.LoadBalancer; l != nil {
+		switch l.Type {
+		case "LeastRequest":
+			lb = clusterv3.Cluster_LEAST_REQUEST
+			if l.LeastRequest != nil && l.LeastRequest.ChoiceCount != nil {
+				n := *l.LeastRequest.ChoiceCount
+				cfg = func(c *clusterv3.Cluster) {
+					c.LbConfig = &clusterv3.Cluster_LeastRequestLbConfig_{LeastRequestLbConfig: &clusterv3.Cluster_LeastRequestLbConfig{ChoiceCount: wrapperspb.UInt32(n)}}
+				}
+			}
+		case "RingHash":
+			lb = clusterv3.Cluster_RING_HASH
+			rh := &clusterv3.Cluster_RingHashLbConfig{HashFunction: clusterv3.Cluster_RingHashLbConfig_XX_HASH}
+			if r := l.RingHash; r != nil {
+				if r.HashFunction != nil && *r.HashFunction == "MurmurHash2" {
+					rh.HashFunction = clusterv3.Cluster_RingHashLbConfig_MURMUR_HASH_2
+				}
+				if r.MinRingSize != nil {
+					rh.MinimumRingSize = wrapperspb.UInt64(*r.MinRingSize)
+				}
+				if r.MaxRingSize != nil {
+					rh.MaximumRingSize = wrapperspb.UInt64(*r.MaxRingSize)
+				}
+				hash = e.envoyHashPolicies(svc, r.HashPolicies)
+			}
+			cfg = func(c *clusterv3.Cluster) { c.LbConfig = &clusterv3.Cluster_RingHashLbConfig_{RingHashLbConfig: rh} }
+		case "Maglev":
+			lb = clusterv3.Cluster_MAGLEV
+			if m := l.Maglev; m != nil {
+				if m.TableSize != nil {
+					size := *m.TableSize
+					cfg = func(c *clusterv3.Cluster) {
+						c.LbConfig = &clusterv3.Cluster_MaglevLbConfig_{MaglevLbConfig: &clusterv3.Cluster_MaglevLbConfig{TableSize: wrapperspb.UInt64(size)}}
+					}
+				}
+				hash = e.envoyHashPolicies(svc, m.HashPolicies)
+			}
+		case "Random":
+			lb = clusterv3.Cluster_RANDOM
+		}
+	}
+	e.carry(p.Origin)
+	return lb, cfg, hash, locality
+}
+
+// envoyHashPolicies are Kuma's hash policies as Envoy's.
+func (e *envoyGen) envoyHashPolicies(svc string, in []map[string]any) []*routev3.RouteAction_HashPolicy {
+	var out []*routev3.RouteAction_HashPolicy
+	for i, h := range in {
+		b, _ := json.Marshal(h)
+		var v struct {
+			Type     string `json:"type"`
+			Terminal bool   `json:"terminal"`
+			Header   *struct {
+				Name string `json:"name"`
+			} `json:"header"`
+			Cookie *struct {
+				Name string  `json:"name"`
+				TTL  *string `json:"ttl"`
+				Path string  `json:"path"`
+			} `json:"cookie"`
+			QueryParameter *struct {
+				Name string `json:"name"`
+			} `json:"queryParameter"`
+			FilterState *struct {
+				Key string `json:"key"`
+			} `json:"filterState"`
+		}
+		if json.Unmarshal(b, &v) != nil {
+			continue
+		}
+		hp := &routev3.RouteAction_HashPolicy{Terminal: v.Terminal}
+		switch {
+		case v.Type == "Header" && v.Header != nil:
+			hp.PolicySpecifier = &routev3.RouteAction_HashPolicy_Header_{Header: &routev3.RouteAction_HashPolicy_Header{HeaderName: v.Header.Name}}
+		case v.Type == "Cookie" && v.Cookie != nil:
+			ck := &routev3.RouteAction_HashPolicy_Cookie{Name: v.Cookie.Name, Path: v.Cookie.Path}
+			if d, ok := e.duration("MeshLoadBalancingStrategy", svc, v.Cookie.TTL); ok {
+				ck.Ttl = durationpb.New(d)
+			}
+			hp.PolicySpecifier = &routev3.RouteAction_HashPolicy_Cookie_{Cookie: ck}
+		case v.Type == "Connection" || v.Type == "SourceIP":
+			hp.PolicySpecifier = &routev3.RouteAction_HashPolicy_ConnectionProperties_{ConnectionProperties: &routev3.RouteAction_HashPolicy_ConnectionProperties{SourceIp: true}}
+		case v.Type == "QueryParameter" && v.QueryParameter != nil:
+			hp.PolicySpecifier = &routev3.RouteAction_HashPolicy_QueryParameter_{QueryParameter: &routev3.RouteAction_HashPolicy_QueryParameter{Name: v.QueryParameter.Name}}
+		case v.Type == "FilterState" && v.FilterState != nil:
+			hp.PolicySpecifier = &routev3.RouteAction_HashPolicy_FilterState_{FilterState: &routev3.RouteAction_HashPolicy_FilterState{Key: v.FilterState.Key}}
+		default:
+			e.drop("MeshLoadBalancingStrategy hashPolicies[%d] (%s) on the outbound to %s: cannot be read", i, v.Type, svc)
+			continue
+		}
+		out = append(out, hp)
+	}
+	return out
+}
+
+// headerMatchers are MeshHTTPRoute header matches.
+func headerMatchers(in []struct {
+	Type  string `json:"type"`
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}) []*routev3.HeaderMatcher {
+	var out []*routev3.HeaderMatcher
+	for _, h := range in {
+		hm := &routev3.HeaderMatcher{Name: strings.ToLower(h.Name)}
+		switch h.Type {
+		case "", "Exact":
+			hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: h.Value}}}
+		case "Prefix":
+			hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: h.Value}}}
+		case "RegularExpression":
+			hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: h.Value}}}}
+		case "Present":
+			hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}
+		case "Absent":
+			hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}
+			hm.InvertMatch = true
+		}
+		out = append(out, hm)
+	}
+	return out
+}
