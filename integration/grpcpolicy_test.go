@@ -458,6 +458,49 @@ spec:
 		if out, code := z.ctl("", "inspect", "dataplane", "prog-client", "--xds", "--proxy", "envoy"); code != 0 || !strings.Contains(out, "outbound:127.0.0.1:20001") {
 			t.Errorf("meridianctl inspect dataplane --xds --proxy envoy: %d %s", code, out)
 		}
+
+		// A shadow policy is not applied: the proxy keeps its 4 s deadline;
+		// the shadow view shows the 150 ms it would give, and the diff.
+		apply(t, z, `type: MeshTimeout
+mesh: default
+name: prog-shadow
+labels: {kuma.io/effect: shadow}
+spec:
+  targetRef: {kind: MeshService, name: client}
+  to:
+    - targetRef: {kind: MeshService, name: prog}
+      default: {http: {requestTimeout: 150ms}}
+`)
+		_, real := z.request("GET", "/meshes/default/dataplanes/prog-client/_xds", "")
+		if !strings.Contains(string(real), `"max_stream_duration":"4s"`) || strings.Contains(string(real), "0.150s") {
+			t.Errorf("the shadow policy reached the real configuration: %s", real)
+		}
+		status, body = z.request("GET", "/meshes/default/dataplanes/prog-client/_xds?shadow=true&include=diff", "")
+		var sv struct {
+			XDS  json.RawMessage `json:"xds"`
+			Diff []struct {
+				Op, Path string
+				Value    any
+			} `json:"diff"`
+		}
+		if err := json.Unmarshal(body, &sv); status != 200 || err != nil {
+			t.Fatalf("shadow view: %d %v %s", status, err, body)
+		}
+		if !strings.Contains(string(sv.XDS), `"max_stream_duration":"0.150s"`) {
+			t.Errorf("shadow xds lacks the shadow timeout: %s", sv.XDS)
+		}
+		found := false
+		for _, op := range sv.Diff {
+			if op.Op == "replace" && strings.HasSuffix(op.Path, "/max_stream_duration/max_stream_duration") && op.Value == "0.150s" {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("diff has no replace of max_stream_duration by 0.150s: %+v", sv.Diff)
+		}
+		if status, _ := z.request("GET", "/meshes/default/dataplanes/prog-client/_xds?include=diff", ""); status != 400 {
+			t.Errorf("include=diff without shadow: %d, want 400", status)
+		}
 	})
 
 	t.Run("MeshCircuitBreaker outlier detection", func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/meridian-mesh/meridian/internal/auth"
@@ -39,6 +40,10 @@ type XDSQuery struct {
 	// Proxy is the kind of proxy to render for: "grpc", "envoy", or ""
 	// for the kind the Dataplane's agent runs.
 	Proxy string
+	// Shadow renders as if the policies labelled kuma.io/effect: shadow
+	// were applied; Diff adds a JSON patch from the real configuration
+	// to that one (Kuma's shape: {"xds", "diff"}).
+	Shadow, Diff bool
 }
 
 // registerDataplanes adds the zone's data plane endpoints.
@@ -119,11 +124,31 @@ func (s *Server) handleRevokeDataplaneToken(w http.ResponseWriter, r *http.Reque
 // handleXDS shows a Dataplane's data plane state: GET
 // /meshes/{mesh}/dataplanes/{name}/_xds (docs/api.md).
 func (s *Server) handleXDS(w http.ResponseWriter, r *http.Request) {
-	q := XDSQuery{Proxy: r.URL.Query().Get("proxy")}
+	query := r.URL.Query()
+	q := XDSQuery{Proxy: query.Get("proxy")}
 	switch q.Proxy {
 	case "", "grpc", "envoy":
 	default:
 		s.writeError(w, r, fieldError("proxy", "must be grpc or envoy, got %q", q.Proxy))
+		return
+	}
+	if v := query.Get("shadow"); v != "" {
+		shadow, err := strconv.ParseBool(v)
+		if err != nil {
+			s.writeError(w, r, fieldError("shadow", "must be true or false, got %q", v))
+			return
+		}
+		q.Shadow = shadow
+	}
+	for _, inc := range query["include"] {
+		if inc != "diff" {
+			s.writeError(w, r, fieldError("include", "must be diff, got %q", inc))
+			return
+		}
+		q.Diff = true
+	}
+	if q.Diff && !q.Shadow {
+		s.writeError(w, r, fieldError("include", "diff goes with shadow=true"))
 		return
 	}
 	v, err := s.cfg.XDS.XDS(r.Context(), r.PathValue("mesh"), r.PathValue("name"), s.namespaceParam(r), q)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -25,6 +26,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/policyview"
 	"github.com/meridian-mesh/meridian/internal/revocation"
 	"github.com/meridian-mesh/meridian/internal/xds"
+	"github.com/wI2L/jsondiff"
 )
 
 // DefaultXDSAddress is where a zone serves xDS and the agents' service.
@@ -36,6 +38,7 @@ const metaDataplaneTokens = "auth/revoked-dataplane-tokens"
 // dataPlane is a zone's data plane: the mesh CA, the agents' service, the
 // endpoints and the xDS server, on one gRPC listener.
 type dataPlane struct {
+	view    *policyview.View
 	tokens  *auth.DataplaneTokens
 	revoked *revocation.List
 	agents  *dataplane.Server
@@ -48,7 +51,7 @@ type dataPlane struct {
 // everything stops with ctx.
 func (p *process) startDataPlane(ctx context.Context, view *policyview.View) (err error) {
 	cfg := p.cfg
-	dp := &dataPlane{}
+	dp := &dataPlane{view: view}
 	if dp.tokens, err = auth.LoadOrCreateDataplaneTokens(cfg.DataDir, nil); err != nil {
 		return err
 	}
@@ -196,6 +199,9 @@ func (dp *dataPlane) XDS(ctx context.Context, mesh, name, namespace string, q ap
 	if kind == "" {
 		kind = xds.ProxyGRPC // the kind meridian-dp runs
 	}
+	if q.Shadow {
+		return dp.shadow(ctx, kind, mesh, name, namespace, q.Diff)
+	}
 	res, err := dp.ctrl.Inspect(ctx, kind, mesh, name, namespace)
 	if err != nil {
 		return nil, err
@@ -216,6 +222,63 @@ func (dp *dataPlane) XDS(ctx context.Context, mesh, name, namespace string, q ap
 	conn, _ := dp.xds.Status(node)
 	return xds.View{Node: node, Proxy: kind, Agent: dp.agents.Status(node), Connection: conn, MTLS: dp.meshCA.MTLS(mesh),
 		ConfigDump: raw, Policies: res.Shaped, Dropped: res.Dropped}, nil
+}
+
+// ShadowView is `_xds?shadow=true`: the configuration as if the policies
+// labelled kuma.io/effect: shadow were applied, and with include=diff a
+// JSON patch from the real one to it (Kuma's shape).
+type ShadowView struct {
+	XDS  json.RawMessage `json:"xds"`
+	Diff *jsondiff.Patch `json:"diff,omitempty"` // with include=diff; [] when they are the same
+}
+
+func (dp *dataPlane) shadow(ctx context.Context, kind, mesh, name, namespace string, diff bool) (any, error) {
+	snap, err := dp.view.ShadowSnapshot(ctx, mesh)
+	if err != nil {
+		return nil, err
+	}
+	shadow, err := dp.ctrl.InspectWith(snap, kind, mesh, name, namespace)
+	if err != nil {
+		return nil, err
+	}
+	shadowDump, err := dumpJSON(shadow)
+	if err != nil {
+		return nil, err
+	}
+	out := ShadowView{XDS: shadowDump}
+	if !diff {
+		return out, nil
+	}
+	real, err := dp.ctrl.Inspect(ctx, kind, mesh, name, namespace)
+	if err != nil {
+		return nil, err
+	}
+	realDump, err := dumpJSON(real)
+	if err != nil {
+		return nil, err
+	}
+	patch, err := jsondiff.CompareJSON(realDump, shadowDump)
+	if err != nil {
+		return nil, fmt.Errorf("shadow diff: %w", err)
+	}
+	if patch == nil {
+		patch = jsondiff.Patch{}
+	}
+	out.Diff = &patch
+	return out, nil
+}
+
+// dumpJSON is res as an Envoy admin config dump, in JSON.
+func dumpJSON(res *xds.Resources) (json.RawMessage, error) {
+	versions, err := xds.Versions(res)
+	if err != nil {
+		return nil, err
+	}
+	dump, err := xds.ConfigDump(res, versions)
+	if err != nil {
+		return nil, err
+	}
+	return xds.MarshalJSON(dump)
 }
 
 // ConfigWarnings names what the proxy of a Dataplane an agent runs is not

@@ -114,6 +114,9 @@ type meshState struct {
 
 // note records that the resource of key is now r (nil: deleted).
 func (m *meshState) note(key resource.Key, r *resource.Resource) {
+	if isShadow(r) {
+		r = nil // not applied: shown in the shadow view only
+	}
 	if r == nil && m.whole {
 		delete(m.pending, key)
 		return
@@ -433,6 +436,23 @@ func (v *View) reload(ctx context.Context, mesh string) (buildInputs, error) {
 		return buildInputs{}, err
 	}
 	return m.takeInputs(), nil
+}
+
+// isShadow says r is a policy labelled kuma.io/effect: shadow.
+func isShadow(r *resource.Resource) bool {
+	return r != nil && r.Labels.Get(resource.LabelEffect) == resource.EffectShadow
+}
+
+// ShadowSnapshot builds mesh's snapshot as if its shadow policies were
+// applied too (docs/dataplane.md#shadow): built afresh from the store on
+// each call, never kept, never the one proxies get.
+func (v *View) ShadowSnapshot(ctx context.Context, mesh string) (*policy.MeshSnapshot, error) {
+	var rs []*resource.Resource
+	if err := v.list(ctx, mesh, func(r *resource.Resource) { rs = append(rs, r) }); err != nil {
+		return nil, err
+	}
+	return policy.NewMeshSnapshot(policy.Inputs{Registry: v.cfg.Registry, Mesh: mesh, Zone: v.cfg.Plane.Zone,
+		SystemNamespace: v.cfg.Plane.SystemNamespace, Resources: rs})
 }
 
 func (v *View) newSnapshot(mesh string, in buildInputs) (*policy.MeshSnapshot, error) {

@@ -18,9 +18,13 @@ const (
 	LabelPolicyRole  = "kuma.io/policy-role"
 	LabelKDSSync     = "kuma.io/kds-sync"
 	LabelMesh        = "kuma.io/mesh"
+	// LabelEffect "shadow" keeps a policy out of what proxies get: it
+	// shows only in the shadow view (docs/dataplane.md#shadow), as in Kuma.
+	LabelEffect = "kuma.io/effect"
 
 	OriginGlobal = "global"
 	OriginZone   = "zone"
+	EffectShadow = "shadow"
 )
 
 // Key identifies a resource: (type, mesh, namespace, name). Mesh is empty for

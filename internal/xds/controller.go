@@ -245,11 +245,17 @@ func (c *Controller) generateFor(kind string, id Identity, from renderedFrom) (*
 // ProxyEnvoy) gets from the current inputs, as the controller would (for
 // `_xds`, connected or not). namespace is "" for the system namespace.
 func (c *Controller) Inspect(ctx context.Context, kind, mesh, name, namespace string) (*Resources, error) {
-	s := c.cfg.Sources
-	snap, err := s.Snapshot(ctx, mesh)
+	snap, err := c.cfg.Sources.Snapshot(ctx, mesh)
 	if err != nil {
 		return nil, err
 	}
+	return c.InspectWith(snap, kind, mesh, name, namespace)
+}
+
+// InspectWith is Inspect from another snapshot of the mesh than the
+// current one (the shadow view, docs/dataplane.md#shadow).
+func (c *Controller) InspectWith(snap *policy.MeshSnapshot, kind, mesh, name, namespace string) (*Resources, error) {
+	s := c.cfg.Sources
 	id := Identity{NodeID: NodeID(mesh, name, namespace), Mesh: mesh, Name: name, Namespace: namespace}
 	out, err := c.generateFor(kind, id, renderedFrom{snap: snap, endpoints: s.Endpoints(mesh), mtls: s.MTLS(mesh), faults: NewFaults(snap)})
 	if err == nil && out == nil {
