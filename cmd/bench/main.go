@@ -145,7 +145,25 @@ func figures(n, simZones, proxies int) []figure {
 		{"proxies_acked_ms", fmt.Sprintf("mesh-wide change → all %d proxies of a zone ACKed", proxies), "ms", dpBar(proxies, 1000), true, dpSrc(proxies)},
 		{"proxy_rss_kib", fmt.Sprintf("zone RSS per connected proxy (%d proxies)", proxies), "KiB", dpBar(proxies, 100), true, dpSrc(proxies)},
 		{"proxies_idle_cpu_pct", fmt.Sprintf("zone idle CPU with %d connected proxies", proxies), "%", dpBar(proxies, 1), true, dpSrc(proxies)},
+		{"render_grpc_p99_ms", fmt.Sprintf("one change → a proxy's config and gRPC resources, %d policies, %d outbounds, p99", n, renderServices), "ms", renderBar(n, 5), true, renderSrc(n)},
+		{"render_envoy_p99_ms", fmt.Sprintf("one change → a proxy's config and Envoy resources, %d policies, %d outbounds, p99", n, renderServices), "ms", renderBar(n, 5), true, renderSrc(n)},
+		{"render_envoy_kib", fmt.Sprintf("Envoy resources of a proxy with %d outbounds, encoded", renderServices), "KiB", 1024, true, "data plane"},
 	}
+}
+
+// renderBar and renderSrc: the rendering bars are set at 10,000 policies.
+func renderBar(n int, bar float64) float64 {
+	if n != 10000 {
+		return 0
+	}
+	return bar
+}
+
+func renderSrc(n int) string {
+	if n != 10000 {
+		return ""
+	}
+	return "data plane"
 }
 
 // dpBar and dpSrc: the data plane bars are set at 1,000 proxies.
@@ -250,6 +268,12 @@ func run(runs, simZones, proxies int, skipTen, skipFleet bool, b binariesAndN) e
 					return nil
 				}
 				return dataPlane(b, proxies, r)
+			}},
+			{"rendering", func() error {
+				if proxies < 0 {
+					return nil
+				}
+				return renderScenario(b.n, b.profileDir, r)
 			}},
 		}
 		for _, s := range steps {

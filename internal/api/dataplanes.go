@@ -30,9 +30,10 @@ type XDSState interface {
 	// is not given part of its configuration (docs/dataplane.md#not-enforceable);
 	// none for a Dataplane no agent runs.
 	ConfigWarnings(ctx context.Context, mesh, name, namespace string) ([]string, error)
-	// Programmed is a policy's Programmed condition; false when it
-	// touches no connected proxy (docs/dataplane.md#programmed).
-	Programmed(mesh, policyType, name, namespace string) (policy.Condition, bool)
+	// Programmed is a policy's Programmed condition, with the snapshot
+	// that says which proxies it selects; false when there is nothing to
+	// say (docs/dataplane.md#programmed).
+	Programmed(snap *policy.MeshSnapshot, mesh, policyType, name, namespace string) (policy.Condition, bool)
 }
 
 // XDSQuery is what `_xds` asks for (docs/api.md#xds).

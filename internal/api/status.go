@@ -79,7 +79,7 @@ func (src statusSource) attach(res *resource.Resource) *resource.Resource {
 		conds = append(conds, st.Conditions...)
 	}
 	if src.xds != nil {
-		if c, ok := src.xds.Programmed(src.mesh, res.Type, res.Name, res.Namespace); ok {
+		if c, ok := src.xds.Programmed(src.snap, src.mesh, res.Type, res.Name, res.Namespace); ok {
 			conds = append(conds, c)
 		}
 	}

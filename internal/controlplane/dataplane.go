@@ -221,7 +221,7 @@ func (dp *dataPlane) XDS(ctx context.Context, mesh, name, namespace string, q ap
 	node := xds.NodeID(mesh, name, namespace)
 	conn, _ := dp.xds.Status(node)
 	return xds.View{Node: node, Proxy: kind, Agent: dp.agents.Status(node), Connection: conn, MTLS: dp.meshCA.MTLS(mesh),
-		ConfigDump: raw, Policies: res.Shaped, Dropped: res.Dropped}, nil
+		ConfigDump: raw, Policies: res.Shaped(), Dropped: res.Dropped}, nil
 }
 
 // ShadowView is `_xds?shadow=true`: the configuration as if the policies
@@ -299,8 +299,8 @@ func (dp *dataPlane) ConfigWarnings(ctx context.Context, mesh, name, namespace s
 }
 
 // Programmed is a policy's Programmed condition (api.XDSState).
-func (dp *dataPlane) Programmed(mesh, policyType, name, namespace string) (policy.Condition, bool) {
-	return dp.ctrl.Programmed(mesh, policyType, name, namespace)
+func (dp *dataPlane) Programmed(snap *policy.MeshSnapshot, mesh, policyType, name, namespace string) (policy.Condition, bool) {
+	return dp.ctrl.Programmed(snap, mesh, policyType, name, namespace)
 }
 
 // stopGRPC stops a gRPC server gracefully within timeout.

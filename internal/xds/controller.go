@@ -202,9 +202,19 @@ func (c *Controller) render(ctx context.Context, id Identity, from renderedFrom)
 }
 
 // Programmed is the Programmed condition of a policy of mesh (namespace ""
-// for the system namespace); false when it touches no connected proxy.
-func (c *Controller) Programmed(mesh, policyType, name, namespace string) (policy.Condition, bool) {
-	return c.programmed.condition(mesh, PolicyRef{Type: policyType, Name: name, Namespace: namespace})
+// for the system namespace) in snap; false when there is nothing to say.
+func (c *Controller) Programmed(snap *policy.MeshSnapshot, mesh, policyType, name, namespace string) (policy.Condition, bool) {
+	selected := 0
+	if snap != nil {
+		if dps, err := snap.MatchedDataplanes(policyType, name, namespace); err == nil {
+			for _, d := range dps {
+				if c.cfg.Server.isConnected(NodeID(mesh, d.Name, snap.NormalizeNamespace(d.Namespace))) {
+					selected++
+				}
+			}
+		}
+	}
+	return c.programmed.condition(mesh, PolicyRef{Type: policyType, Name: name, Namespace: namespace}, selected)
 }
 
 // Proxy kinds a Dataplane is rendered for (docs/dataplane.md).

@@ -135,7 +135,7 @@ func TestControllerProgrammed(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go ctrl.Run(ctx)
-	if _, ok := ctrl.Programmed("default", "MeshTimeout", "backend-timeout", ""); ok {
+	if _, ok := ctrl.Programmed(snap, "default", "MeshTimeout", "backend-timeout", ""); ok {
 		t.Fatal("a Programmed condition with no proxy connected")
 	}
 	st := openStream(t, client, "default.web-1")
@@ -143,14 +143,14 @@ func TestControllerProgrammed(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool {
-		_, ok := ctrl.Programmed("default", "MeshTimeout", "backend-timeout", "")
+		_, ok := ctrl.Programmed(snap, "default", "MeshTimeout", "backend-timeout", "")
 		return ok
 	})
-	c, _ := ctrl.Programmed("default", "MeshTimeout", "backend-timeout", "")
+	c, _ := ctrl.Programmed(snap, "default", "MeshTimeout", "backend-timeout", "")
 	if c.Status != "False" || c.Reason != ReasonPartially || !strings.Contains(c.Message, "web-1: MeshTimeout idleTimeout") {
 		t.Errorf("MeshTimeout backend-timeout: %+v", c)
 	}
-	if c, ok := ctrl.Programmed("other", "MeshTimeout", "backend-timeout", ""); ok {
+	if c, ok := ctrl.Programmed(snap, "other", "MeshTimeout", "backend-timeout", ""); ok {
 		t.Errorf("a policy of another mesh: %+v", c)
 	}
 }

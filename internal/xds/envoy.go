@@ -70,7 +70,7 @@ func CASecret(mesh string) string { return "mesh_ca:secret:" + mesh }
 
 // GenerateEnvoy renders in for an Envoy sidecar.
 func GenerateEnvoy(in Input) (*Resources, error) {
-	g := &generator{in: in, out: &Resources{Shaped: map[string]map[string][]string{}}, clusters: map[string]clusterSpec{},
+	g := &generator{in: in, out: &Resources{}, clusters: map[string]clusterSpec{},
 		assignments: in.LoadAssignments, shapes: map[string]*outboundShape{}}
 	if g.assignments == nil {
 		g.assignments = NewLoadAssignments(in.Endpoints, in.Zone)
@@ -90,6 +90,7 @@ func GenerateEnvoy(in Input) (*Resources, error) {
 		return nil, err
 	}
 	e.reportNotRendered()
+	g.out.finishTouched()
 	slices.Sort(g.out.Dropped)
 	g.out.Dropped = slices.Compact(g.out.Dropped)
 	return g.out, nil
@@ -245,7 +246,7 @@ func (e *envoyGen) networkRBAC(addr string, cfg policy.InboundConfig) (*listener
 		}
 	}
 	if p, ok := cfg.Policies["MeshTrafficPermission"]; ok {
-		var names []string
+		var names [][]policy.Origin
 		for _, r := range p.Rules {
 			names = append(names, e.carry(r.Origin)...)
 		}
@@ -361,9 +362,9 @@ func (e *envoyGen) tcpProxy(svc string, policies map[string]policy.OutboundPolic
 // envoyRoutes are an HTTP outbound's routes: its MeshHTTPRoute rules, then
 // the default route, each with the outbound's timeout, retry and hash
 // policies.
-func (e *envoyGen) envoyRoutes(svc string, policies map[string]policy.OutboundPolicy, protocol string) ([]*routev3.Route, []string) {
+func (e *envoyGen) envoyRoutes(svc string, policies map[string]policy.OutboundPolicy, protocol string) ([]*routev3.Route, [][]policy.Origin) {
 	var out []*routev3.Route
-	var shaped []string
+	var shaped [][]policy.Origin
 	if hr, ok := policies["MeshHTTPRoute"]; ok && hr.Conf != nil {
 		var conf struct {
 			Rules []httpRule `json:"rules"`
@@ -469,7 +470,7 @@ func (e *envoyGen) envoyRuleRoutes(svc string, i int, rule httpRule) []*routev3.
 
 // routeTimeouts are MeshTimeout's route timeouts, Kuma's defaults where
 // it is silent (requestTimeout 15 s, streamIdleTimeout 30 m).
-func (e *envoyGen) routeTimeouts(svc string, policies map[string]policy.OutboundPolicy) (timeout, idle *durationpb.Duration, shaped []string) {
+func (e *envoyGen) routeTimeouts(svc string, policies map[string]policy.OutboundPolicy) (timeout, idle *durationpb.Duration, shaped [][]policy.Origin) {
 	timeout, idle = durationpb.New(defaultRequestTimeout), durationpb.New(defaultStreamIdleTimeout)
 	p, ok := policies["MeshTimeout"]
 	if !ok || p.Conf == nil {
@@ -492,7 +493,7 @@ func (e *envoyGen) routeTimeouts(svc string, policies map[string]policy.Outbound
 
 // routeRetry is MeshRetry's retry policy: the grpc section for a gRPC
 // service, else the http section (Kuma's defaults for retryOn).
-func (e *envoyGen) routeRetry(svc string, policies map[string]policy.OutboundPolicy, protocol string) (*routev3.RetryPolicy, []string) {
+func (e *envoyGen) routeRetry(svc string, policies map[string]policy.OutboundPolicy, protocol string) (*routev3.RetryPolicy, [][]policy.Origin) {
 	p, ok := policies["MeshRetry"]
 	if !ok || p.Conf == nil {
 		return nil, nil
@@ -639,11 +640,11 @@ func (e *envoyGen) emitClusters() error {
 }
 
 // clusterShapers are the policies behind an outbound's clusters.
-func clusterShapers(policies map[string]policy.OutboundPolicy) []string {
-	var out []string
+func clusterShapers(policies map[string]policy.OutboundPolicy) [][]policy.Origin {
+	var out [][]policy.Origin
 	for _, typ := range []string{"MeshTimeout", "MeshCircuitBreaker", "MeshLoadBalancingStrategy", "MeshHealthCheck"} {
 		if p, ok := policies[typ]; ok && p.Conf != nil {
-			out = append(out, originNames(p.Origin)...)
+			out = append(out, p.Origin)
 		}
 	}
 	return out

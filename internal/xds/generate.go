@@ -75,8 +75,14 @@ type Input struct {
 // carried (Dropped, docs/dataplane.md#not-enforceable).
 type Resources struct {
 	Listeners, Routes, Clusters, Endpoints []types.Resource
-	Shaped                                 map[string]map[string][]string
 	Dropped                                []string
+	// shaped are the policies behind each resource (Shaped), by type URL
+	// and resource name, as the engine's origin lists: names are made
+	// only when asked for.
+	shaped map[string]map[string][][]policy.Origin
+	// carried are the origin lists of the policies the resources carry,
+	// for Touched.
+	carried [][]policy.Origin
 	// Touched are the policies that shaped the resources or were left out
 	// of them, with what was left out: what the policies' Programmed
 	// condition aggregates (docs/dataplane.md#programmed).
@@ -130,22 +136,42 @@ func (r *Resources) ByType() map[string][]types.Resource {
 	}
 }
 
-// shape records that policies shaped the resource typeURL/name.
-func (r *Resources) shape(typeURL, name string, policies []string) {
-	if len(policies) == 0 {
+// shape records that the policies of lists shaped the resource
+// typeURL/name.
+func (r *Resources) shape(typeURL, name string, lists [][]policy.Origin) {
+	if len(lists) == 0 {
 		return
 	}
-	if r.Shaped[typeURL] == nil {
-		r.Shaped[typeURL] = map[string][]string{}
+	if r.shaped == nil {
+		r.shaped = map[string]map[string][][]policy.Origin{}
 	}
-	all := append(r.Shaped[typeURL][name], policies...)
-	slices.Sort(all)
-	r.Shaped[typeURL][name] = slices.Compact(all)
+	if r.shaped[typeURL] == nil {
+		r.shaped[typeURL] = map[string][][]policy.Origin{}
+	}
+	r.shaped[typeURL][name] = append(r.shaped[typeURL][name], lists...)
+}
+
+// Shaped names the policies behind each resource, by type URL and
+// resource name, sorted.
+func (r *Resources) Shaped() map[string]map[string][]string {
+	out := map[string]map[string][]string{}
+	for typeURL, byName := range r.shaped {
+		out[typeURL] = map[string][]string{}
+		for name, lists := range byName {
+			var names []string
+			for _, l := range lists {
+				names = append(names, originNames(l)...)
+			}
+			slices.Sort(names)
+			out[typeURL][name] = slices.Compact(names)
+		}
+	}
+	return out
 }
 
 // Generate renders in for a proxyless gRPC workload.
 func Generate(in Input) (*Resources, error) {
-	g := &generator{in: in, out: &Resources{Shaped: map[string]map[string][]string{}}, clusters: map[string]clusterSpec{},
+	g := &generator{in: in, out: &Resources{}, clusters: map[string]clusterSpec{},
 		assignments: in.LoadAssignments, shapes: map[string]*outboundShape{}}
 	if g.assignments == nil {
 		g.assignments = NewLoadAssignments(in.Endpoints, in.Zone)
@@ -164,6 +190,7 @@ func Generate(in Input) (*Resources, error) {
 		return nil, err
 	}
 	g.reportNotCarried()
+	g.out.finishTouched()
 	slices.Sort(g.out.Dropped)
 	g.out.Dropped = slices.Compact(g.out.Dropped)
 	return g.out, nil
@@ -261,9 +288,9 @@ func (g *generator) client(svc string) error {
 
 // routes renders the MeshHTTPRoute rules of the outbound to svc, then the
 // default route to svc's cluster.
-func (g *generator) routes(svc string, policies map[string]policy.OutboundPolicy) ([]*routev3.Route, []string) {
+func (g *generator) routes(svc string, policies map[string]policy.OutboundPolicy) ([]*routev3.Route, [][]policy.Origin) {
 	var out []*routev3.Route
-	var shaped []string
+	var shaped [][]policy.Origin
 	if hr, ok := policies["MeshHTTPRoute"]; ok && hr.Conf != nil {
 		var conf struct {
 			Rules []httpRule `json:"rules"`
@@ -516,7 +543,7 @@ func (g *generator) server(i int, inb Inbound) error {
 		}
 		filters = append(filters, rbac)
 		if p, ok := g.in.Config.Inbounds[i].Policies["MeshTrafficPermission"]; ok {
-			var names []string
+			var names [][]policy.Origin
 			for _, r := range p.Rules {
 				names = append(names, g.carry(r.Origin)...)
 			}
@@ -651,13 +678,36 @@ func (g *generator) drop(format string, args ...any) {
 	}
 }
 
-// carry records that the policies of origins shaped the proxy's resources
-// and returns their names.
-func (g *generator) carry(origins []policy.Origin) []string {
-	for _, o := range origins {
-		g.out.touch(refOf(o)).Carried = true
+// carry records that the policies of origins shaped the proxy's
+// resources, for shape.
+func (g *generator) carry(origins []policy.Origin) [][]policy.Origin {
+	g.out.carried = append(g.out.carried, origins)
+	return [][]policy.Origin{origins}
+}
+
+// finishTouched marks the policies left out in part that the resources
+// also carry: the per-policy work is done only for those.
+func (r *Resources) finishTouched() {
+	if len(r.Touched) == 0 {
+		return
 	}
-	return originNames(origins)
+	for _, l := range r.carried {
+		for _, o := range l {
+			if t := r.Touched[refOf(o)]; t != nil {
+				t.Carried = true
+			}
+		}
+	}
+}
+
+// CarriedPolicies calls fn with each policy the resources carry (once or
+// more).
+func (r *Resources) CarriedPolicies(fn func(PolicyRef)) {
+	for _, l := range r.carried {
+		for _, o := range l {
+			fn(refOf(o))
+		}
+	}
 }
 
 // dropAbout records a drop about the policies of origins.
@@ -670,9 +720,11 @@ func (g *generator) dropAbout(origins []policy.Origin, format string, args ...an
 
 func originNames(os []policy.Origin) []string {
 	out := make([]string, 0, len(os))
+	seen := make(map[string]bool, len(os))
 	for _, o := range os {
 		n := o.Type + " " + o.Name
-		if !slices.Contains(out, n) {
+		if !seen[n] {
+			seen[n] = true
 			out = append(out, n)
 		}
 	}

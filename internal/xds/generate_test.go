@@ -187,7 +187,7 @@ func goldenOf(t *testing.T, res *Resources) []byte {
 	for ref, t := range res.Touched {
 		programmed[ref.String()] = t
 	}
-	out, err := json.MarshalIndent(genGolden{ConfigDump: raw, Policies: res.Shaped, Dropped: res.Dropped, Programmed: programmed}, "", "  ")
+	out, err := json.MarshalIndent(genGolden{ConfigDump: raw, Policies: res.Shaped(), Dropped: res.Dropped, Programmed: programmed}, "", "  ")
 	if err != nil {
 		t.Fatal(err)
 	}

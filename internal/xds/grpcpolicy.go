@@ -39,7 +39,7 @@ type outboundShape struct {
 	maxStreamDuration *durationpb.Duration
 	retry             *routev3.RetryPolicy
 	hashPolicies      []*routev3.RouteAction_HashPolicy
-	routePolicies     []string
+	routePolicies     [][]policy.Origin
 	// cluster: the service's clusters.
 	lbPolicy         clusterv3.Cluster_LbPolicy
 	ringHash         *clusterv3.Cluster_RingHashLbConfig
@@ -48,7 +48,7 @@ type outboundShape struct {
 	outlierDetection *clusterv3.OutlierDetection
 	// localityDisabled: every zone's endpoints are equal (priority 0).
 	localityDisabled bool
-	clusterPolicies  []string
+	clusterPolicies  [][]policy.Origin
 }
 
 // shapeOf reads svc's outbound policies once per rendering.

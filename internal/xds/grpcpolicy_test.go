@@ -134,10 +134,10 @@ func TestGRPCPoliciesNameTheirResources(t *testing.T) {
 		"MeshTimeout":        `{"http":{"requestTimeout":"1s"}}`,
 		"MeshCircuitBreaker": `{"connectionLimits":{"maxRequests":3}}`,
 	})
-	if got := res.Shaped["type.googleapis.com/envoy.config.route.v3.RouteConfiguration"]["backend"]; !slices.Equal(got, []string{"MeshTimeout p"}) {
+	if got := res.Shaped()["type.googleapis.com/envoy.config.route.v3.RouteConfiguration"]["backend"]; !slices.Equal(got, []string{"MeshTimeout p"}) {
 		t.Errorf("route shaped by %v", got)
 	}
-	if got := res.Shaped["type.googleapis.com/envoy.config.cluster.v3.Cluster"]["backend"]; !slices.Equal(got, []string{"MeshCircuitBreaker p"}) {
+	if got := res.Shaped()["type.googleapis.com/envoy.config.cluster.v3.Cluster"]["backend"]; !slices.Equal(got, []string{"MeshCircuitBreaker p"}) {
 		t.Errorf("cluster shaped by %v", got)
 	}
 }

@@ -10,11 +10,15 @@ import (
 )
 
 // A policy's Programmed condition (docs/dataplane.md#programmed) says
-// whether the connected proxies it shapes carry it: True when every one
-// carries all of it; False with reason PartiallyProgrammed when some of
-// it is left out somewhere (naming the proxies and fields), NotProgrammed
-// when no proxy carries any of it. A policy that touches no connected
-// proxy has no such condition.
+// whether the connected proxies carry it: True when it selects connected
+// proxies and none is left without part of it; False with reason
+// PartiallyProgrammed when some of it is left out somewhere (naming the
+// proxies and fields), NotProgrammed when no proxy carries any of it. A
+// policy that selects no connected proxy and is left out of none has no
+// such condition. Only what is left out is indexed per proxy (a few
+// entries): a policy carried whole is known by the proxies it selects,
+// so a zone with 10,000 policies and 1,000 proxies keeps no
+// policy × proxy table.
 
 // Programmed condition type and reasons.
 const (
@@ -77,21 +81,25 @@ func (p *programmedIndex) forgetLocked(id Identity) {
 	delete(p.byNode, id.NodeID)
 }
 
-// condition is the Programmed condition of a policy of mesh; false when it
-// touches no connected proxy.
-func (p *programmedIndex) condition(mesh string, ref PolicyRef) (policy.Condition, bool) {
+// condition is the Programmed condition of a policy of mesh that selects
+// selected connected proxies; false when there is nothing to say.
+func (p *programmedIndex) condition(mesh string, ref PolicyRef, selected int) (policy.Condition, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	proxies := p.byPolicy[meshPolicy{mesh, ref}]
 	if len(proxies) == 0 {
-		return policy.Condition{}, false
+		if selected == 0 {
+			return policy.Condition{}, false
+		}
+		return policy.Condition{Type: CondProgrammed, Status: "True", Reason: ReasonProgrammed,
+			Message: fmt.Sprintf("given to the %d connected proxies it selects", selected)}, true
 	}
 	names := make([]string, 0, len(proxies))
 	for n := range proxies {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	carried, partial := 0, 0
+	carried, partial := max(selected-len(proxies), 0), 0
 	var details []string
 	for _, n := range names {
 		t := proxies[n]
@@ -111,13 +119,13 @@ func (p *programmedIndex) condition(mesh string, ref PolicyRef) (policy.Conditio
 	switch {
 	case partial == 0:
 		c.Status, c.Reason = "True", ReasonProgrammed
-		c.Message = fmt.Sprintf("given to %d connected proxies", carried)
+		c.Message = fmt.Sprintf("given to the %d connected proxies it selects", max(selected, carried))
 	case carried == 0:
 		c.Status, c.Reason = "False", ReasonNotProgrammed
 		c.Message = "no connected proxy can carry it: " + strings.Join(details, "; ")
 	default:
 		c.Status, c.Reason = "False", ReasonPartially
-		c.Message = fmt.Sprintf("%d of %d connected proxies carry only part of it: %s", partial, len(names), strings.Join(details, "; "))
+		c.Message = fmt.Sprintf("%d connected proxies carry only part of it: %s", partial, strings.Join(details, "; "))
 	}
 	if n := countDropped(proxies); n > len(details) {
 		c.Message += fmt.Sprintf("; and %d more", n-len(details))

@@ -381,7 +381,7 @@ func (n *nodeState) policiesOf(typeURL string) []string {
 		return nil
 	}
 	var out []string
-	for _, ps := range n.res.Shaped[typeURL] {
+	for _, ps := range n.res.Shaped()[typeURL] {
 		out = append(out, ps...)
 	}
 	sort.Strings(out)
@@ -411,6 +411,14 @@ func (s *Server) Connected() []Identity {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].NodeID < out[j].NodeID })
 	return out
+}
+
+// isConnected says whether a node has an open stream.
+func (s *Server) isConnected(nodeID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.nodes[nodeID]
+	return n != nil && n.streams > 0
 }
 
 // Status is a node's xDS state; ok is false for a node never seen.

@@ -14,6 +14,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/meridian-mesh/meridian/internal/policy"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -58,10 +59,10 @@ func testServer(t *testing.T) (*Server, discoveryv3.AggregatedDiscoveryServiceCl
 }
 
 func listenerResources(names ...string) *Resources {
-	res := &Resources{Shaped: map[string]map[string][]string{}}
+	res := &Resources{}
 	for _, n := range names {
 		res.Listeners = append(res.Listeners, &listenerv3.Listener{Name: n})
-		res.shape(resourcev3.ListenerType, n, []string{"MeshTimeout t-" + n})
+		res.shape(resourcev3.ListenerType, n, [][]policy.Origin{{{Meta: policy.Meta{Type: "MeshTimeout", Name: "t-" + n}}}})
 	}
 	return res
 }
