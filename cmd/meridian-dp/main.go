@@ -44,19 +44,30 @@ type exitCode int
 func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
 func runCommand() *cobra.Command {
-	var cpAddress, dpFile, tokenFile, caFile, dir, proxy, logLevel string
+	var cpAddress, dpFile, tokenFile, caFile, dir, proxy, envoyBinary, logLevel string
 	cmd := &cobra.Command{
-		Use:   "run --cp-address URL --dataplane-file F --dataplane-token-file F [--ca-cert-file F] [--dir D] -- COMMAND [ARGS...]",
-		Short: "join the zone as the workload's Dataplane and run the workload",
+		Use:   "run --cp-address URL --dataplane-file F --dataplane-token-file F [--ca-cert-file F] [--dir D] [--proxy grpc|envoy] -- COMMAND [ARGS...]",
+		Short: "join the zone as the workload's Dataplane and run the workload (grpc) or its Envoy sidecar (envoy)",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return errors.New("give the workload's command after --")
-			}
-			if proxy != "grpc" {
-				return fmt.Errorf("--proxy %q: this agent runs proxyless gRPC workloads (grpc)", proxy)
+			switch proxy {
+			case "grpc":
+				if len(args) == 0 {
+					return errors.New("give the workload's command after --")
+				}
+			case "envoy":
+				// Envoy runs with the bootstrap; arguments after -- are
+				// Envoy's.
+				path, err := exec.LookPath(envoyBinary)
+				if err != nil {
+					return fmt.Errorf("--envoy-binary %q: %w (install Envoy, or run proxyless gRPC workloads with --proxy grpc)", envoyBinary, err)
+				}
+				args = append([]string{path}, args...)
+			default:
+				return fmt.Errorf("--proxy %q: want grpc (proxyless gRPC) or envoy (an Envoy sidecar)", proxy)
 			}
 			logger := hclog.New(&hclog.LoggerOptions{Name: "meridian-dp", Level: hclog.LevelFromString(logLevel), Output: os.Stderr})
-			return run(cmd.Context(), logger, cpAddress, dpFile, tokenFile, caFile, dir, args)
+			return run(cmd.Context(), logger, runConfig{cpAddress: cpAddress, dpFile: dpFile, tokenFile: tokenFile, caFile: caFile,
+				dir: dir, proxy: proxy}, args)
 		},
 	}
 	fs := cmd.Flags()
@@ -65,7 +76,8 @@ func runCommand() *cobra.Command {
 	fs.StringVar(&tokenFile, "dataplane-token-file", "", "the Dataplane token (meridianctl generate dataplane-token) (required)")
 	fs.StringVar(&caFile, "ca-cert-file", "", "CA (PEM) the zone's xDS certificate verifies to; the zone's generated xds-server.crt, or the system roots when empty")
 	fs.StringVar(&dir, "dir", "", "where the bootstrap and certificates go (0700); a fresh temporary directory when empty")
-	fs.StringVar(&proxy, "proxy", "grpc", "the workload's kind: grpc (proxyless gRPC)")
+	fs.StringVar(&proxy, "proxy", "grpc", "the workload's kind: grpc (a proxyless gRPC workload, run with GRPC_XDS_BOOTSTRAP) or envoy (an Envoy sidecar, run with its bootstrap and the agent's SDS)")
+	fs.StringVar(&envoyBinary, "envoy-binary", "envoy", "with --proxy envoy: the Envoy binary (a name looked up in PATH, or a path)")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	for _, f := range []string{"cp-address", "dataplane-file", "dataplane-token-file"} {
 		_ = cmd.MarkFlagRequired(f)
@@ -73,7 +85,13 @@ func runCommand() *cobra.Command {
 	return cmd
 }
 
-func run(ctx context.Context, logger hclog.Logger, cpAddress, dpFile, tokenFile, caFile, dir string, command []string) error {
+// runConfig are run's flags.
+type runConfig struct {
+	cpAddress, dpFile, tokenFile, caFile, dir, proxy string
+}
+
+func run(ctx context.Context, logger hclog.Logger, rc runConfig, command []string) error {
+	cpAddress, dpFile, tokenFile, caFile, dir := rc.cpAddress, rc.dpFile, rc.tokenFile, rc.caFile, rc.dir
 	dataplane, err := os.ReadFile(dpFile)
 	if err != nil {
 		return fmt.Errorf("--dataplane-file: %w", err)
@@ -115,6 +133,18 @@ func run(ctx context.Context, logger hclog.Logger, cpAddress, dpFile, tokenFile,
 		return err
 	}
 	logger.Info("joined the zone", "node", joined.NodeID(), "zone", joined.Zone(), "bootstrap", joined.Bootstrap())
+	if rc.proxy == "envoy" {
+		if err := joined.WriteEnvoyBootstrap(); err != nil {
+			return err
+		}
+		sds, err := joined.ServeSDS(ctx)
+		if err != nil {
+			return err
+		}
+		defer sds.Close()
+		command = append([]string{command[0], "-c", joined.EnvoyBootstrap()}, command[1:]...)
+		logger.Info("running Envoy", "bootstrap", joined.EnvoyBootstrap(), "sds", filepath.Join(dir, agent.SDSSocket))
+	}
 	held := make(chan struct{})
 	go func() {
 		defer close(held)

@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -58,6 +59,8 @@ type Agent struct {
 
 	mu     sync.Mutex
 	joined *dataplanev1.Joined
+	// renewed run after each renewal (the SDS server's update).
+	renewed []func()
 }
 
 // Paths of the files the agent writes under Dir.
@@ -336,6 +339,12 @@ func (a *Agent) renew(ctx context.Context, j *dataplanev1.Joined) (time.Time, er
 	}
 	if err := writeFiles(filepath.Join(a.cfg.Dir, CertsDir), workload); err != nil {
 		return time.Time{}, err
+	}
+	a.mu.Lock()
+	hooks := slices.Clone(a.renewed)
+	a.mu.Unlock()
+	for _, fn := range hooks {
+		fn()
 	}
 	return a.nextRenewal(), nil
 }

@@ -197,7 +197,10 @@ func (dp *dataPlane) Revoke(ctx context.Context, id string) (int, error) {
 func (dp *dataPlane) XDS(ctx context.Context, mesh, name, namespace string, q api.XDSQuery) (any, error) {
 	kind := q.Proxy
 	if kind == "" {
-		kind = xds.ProxyGRPC // the kind meridian-dp runs
+		kind = dp.xds.Kind(xds.NodeID(mesh, name, namespace)) // the kind its proxy connected as
+	}
+	if kind == "" {
+		kind = xds.ProxyGRPC
 	}
 	if q.Shadow {
 		return dp.shadow(ctx, kind, mesh, name, namespace, q.Diff)

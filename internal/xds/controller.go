@@ -61,7 +61,7 @@ type Controller struct {
 }
 
 type renderedFrom struct {
-	id          Identity // who was rendered
+	id          Identity // who was rendered, as which kind of proxy
 	snap        *policy.MeshSnapshot
 	endpoints   map[string][]Endpoint
 	mtls        bool
@@ -151,7 +151,8 @@ func (c *Controller) renderAll(ctx context.Context) {
 		}
 		from.faults = c.faults[mesh]
 		for _, id := range ids {
-			if last, ok := c.last[id.NodeID]; ok && last.snap == from.snap && sameEndpoints(last.endpoints, from.endpoints) && last.mtls == from.mtls {
+			if last, ok := c.last[id.NodeID]; ok && last.snap == from.snap && sameEndpoints(last.endpoints, from.endpoints) && last.mtls == from.mtls &&
+				last.id.Kind == id.Kind {
 				continue
 			}
 			if err := c.render(ctx, id, from); err != nil {
@@ -223,11 +224,15 @@ const (
 	ProxyEnvoy = "envoy"
 )
 
-// generate renders a proxyless gRPC workload's resources from inputs; nil
-// when its Dataplane is not (yet) in the snapshot (an agent that joined a
-// moment ago).
+// generate renders a proxy's resources from inputs, for the kind it
+// connected as; nil when its Dataplane is not (yet) in the snapshot (an
+// agent that joined a moment ago).
 func (c *Controller) generate(id Identity, from renderedFrom) (*Resources, error) {
-	return c.generateFor(ProxyGRPC, id, from)
+	kind := id.Kind
+	if kind == "" {
+		kind = ProxyGRPC
+	}
+	return c.generateFor(kind, id, from)
 }
 
 func (c *Controller) generateFor(kind string, id Identity, from renderedFrom) (*Resources, error) {

@@ -143,8 +143,8 @@ func TestControllerProgrammed(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool {
-		_, ok := ctrl.Programmed(snap, "default", "MeshTimeout", "backend-timeout", "")
-		return ok
+		c, _ := ctrl.Programmed(snap, "default", "MeshTimeout", "backend-timeout", "")
+		return c.Reason == ReasonPartially
 	})
 	c, _ := ctrl.Programmed(snap, "default", "MeshTimeout", "backend-timeout", "")
 	if c.Status != "False" || c.Reason != ReasonPartially || !strings.Contains(c.Message, "web-1: MeshTimeout idleTimeout") {

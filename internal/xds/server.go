@@ -39,6 +39,21 @@ type Identity struct {
 	NodeID                string
 	Mesh, Namespace, Name string
 	TokenID               string
+	// Kind is the kind of proxy (ProxyGRPC, ProxyEnvoy), from the node's
+	// metadata (meridian.io/proxy, which meridian-dp's Envoy bootstrap
+	// sets); a proxyless gRPC client sets none.
+	Kind string
+}
+
+// MetadataProxy is the node metadata key that names the kind of proxy.
+const MetadataProxy = "meridian.io/proxy"
+
+// kindOf is the proxy kind a node's metadata names.
+func kindOf(node *corev3.Node) string {
+	if node.GetMetadata().GetFields()[MetadataProxy].GetStringValue() == ProxyEnvoy {
+		return ProxyEnvoy
+	}
+	return ProxyGRPC
 }
 
 // ErrUnauthenticated is wrapped by an Identify that finds no identity.
@@ -317,6 +332,7 @@ func (s *Server) request(id int64, node *corev3.Node, typeURL, version, nonce, d
 		st.node = nodeID
 		n := s.node(nodeID)
 		n.id = st.id
+		n.id.Kind = kindOf(node)
 		n.streams++
 		if n.streams == 1 {
 			n.since = s.cfg.Now()
@@ -411,6 +427,17 @@ func (s *Server) Connected() []Identity {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].NodeID < out[j].NodeID })
 	return out
+}
+
+// Kind is the kind of proxy a node last connected as ("" for a node never
+// seen).
+func (s *Server) Kind(nodeID string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := s.nodes[nodeID]; n != nil {
+		return n.id.Kind
+	}
+	return ""
 }
 
 // isConnected says whether a node has an open stream.
