@@ -240,3 +240,23 @@ func TestParseDataplaneOutbounds(t *testing.T) {
 		})
 	}
 }
+
+// FuzzParseDataplane: any stored spec parses or fails with an error, and
+// what parses renders for both kinds of proxy without failing.
+func FuzzParseDataplane(f *testing.F) {
+	f.Add(`{"networking":{"address":"10.0.0.1","inbound":[{"port":8080,"tags":{"kuma.io/service":"web","kuma.io/protocol":"http"}}],"outbound":[{"port":1,"tags":{"kuma.io/service":"a"}}],"transparentProxying":{"reachableServices":["b"]}}}`)
+	f.Add(`{"networking":{"inbound":[{"port":-1,"state":"NotReady","health":{"ready":false}}]}}`)
+	f.Add(`{}`)
+	f.Fuzz(func(t *testing.T, spec string) {
+		dp, err := ParseDataplane(&resource.Resource{Type: "Dataplane", Mesh: "default", Name: "web-1", Spec: json.RawMessage(spec)}, "")
+		if err != nil {
+			return
+		}
+		in := Input{Dataplane: dp, Zone: "zone-1", Config: &policy.ConfigResult{}, Endpoints: map[string][]Endpoint{}}
+		for _, render := range []func(Input) (*Resources, error){Generate, GenerateEnvoy} {
+			if _, err := render(in); err != nil {
+				t.Fatalf("%s: %v", spec, err)
+			}
+		}
+	})
+}
