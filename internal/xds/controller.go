@@ -205,6 +205,9 @@ func (c *Controller) render(ctx context.Context, id Identity, from renderedFrom)
 // Programmed is the Programmed condition of a policy of mesh (namespace ""
 // for the system namespace) in snap; false when there is nothing to say.
 func (c *Controller) Programmed(snap *policy.MeshSnapshot, mesh, policyType, name, namespace string) (policy.Condition, bool) {
+	if !c.cfg.Server.anyConnected() && c.programmed.empty() {
+		return policy.Condition{}, false // no proxy: nothing to say, and no selection to compute
+	}
 	selected := 0
 	if snap != nil {
 		if dps, err := snap.MatchedDataplanes(policyType, name, namespace); err == nil {

@@ -63,6 +63,13 @@ func (p *programmedIndex) set(id Identity, touched map[PolicyRef]*Touch) {
 	}
 }
 
+// empty says nothing is left out anywhere.
+func (p *programmedIndex) empty() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.byPolicy) == 0
+}
+
 // forget drops a node that is gone.
 func (p *programmedIndex) forget(id Identity) {
 	p.mu.Lock()

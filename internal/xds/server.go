@@ -86,6 +86,8 @@ type Server struct {
 	live map[*liveStream]struct{}
 	// interned shares equal resources between the nodes' snapshots.
 	interned internTable
+	// nconnected counts the nodes with an open stream.
+	nconnected int
 
 	pushes, acks, nacks *prometheus.CounterVec
 	connected           prometheus.Gauge
@@ -306,6 +308,7 @@ func (s *Server) closed(id int64) {
 		n.streams--
 		if n.streams == 0 {
 			s.connected.Dec()
+			s.nconnected--
 		}
 	}
 }
@@ -337,6 +340,7 @@ func (s *Server) request(id int64, node *corev3.Node, typeURL, version, nonce, d
 		if n.streams == 1 {
 			n.since = s.cfg.Now()
 			s.connected.Inc()
+			s.nconnected++
 			first = true
 		}
 	}
@@ -438,6 +442,13 @@ func (s *Server) Kind(nodeID string) string {
 		return n.id.Kind
 	}
 	return ""
+}
+
+// anyConnected says whether some node has an open stream.
+func (s *Server) anyConnected() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nconnected > 0
 }
 
 // isConnected says whether a node has an open stream.
