@@ -209,15 +209,7 @@ func (dp *dataPlane) XDS(ctx context.Context, mesh, name, namespace string, q ap
 	if err != nil {
 		return nil, err
 	}
-	versions, err := xds.Versions(res)
-	if err != nil {
-		return nil, err
-	}
-	dump, err := xds.ConfigDump(res, versions)
-	if err != nil {
-		return nil, err
-	}
-	raw, err := xds.MarshalJSON(dump)
+	raw, err := dumpJSON(res)
 	if err != nil {
 		return nil, err
 	}

@@ -501,24 +501,8 @@ func (e *envoyGen) routeRetry(svc string, policies map[string]policy.OutboundPol
 	e.about = p.Origin
 	defer func() { e.about = nil }()
 	var c struct {
-		HTTP *struct {
-			NumRetries    *uint32  `json:"numRetries"`
-			PerTryTimeout *string  `json:"perTryTimeout"`
-			RetryOn       []string `json:"retryOn"`
-			BackOff       *struct {
-				BaseInterval *string `json:"baseInterval"`
-				MaxInterval  *string `json:"maxInterval"`
-			} `json:"backOff"`
-		} `json:"http"`
-		GRPC *struct {
-			NumRetries    *uint32  `json:"numRetries"`
-			PerTryTimeout *string  `json:"perTryTimeout"`
-			RetryOn       []string `json:"retryOn"`
-			BackOff       *struct {
-				BaseInterval *string `json:"baseInterval"`
-				MaxInterval  *string `json:"maxInterval"`
-			} `json:"backOff"`
-		} `json:"grpc"`
+		HTTP *retrySection `json:"http"`
+		GRPC *retrySection `json:"grpc"`
 	}
 	if !e.decode("MeshRetry", svc, p.Conf, &c) {
 		return nil, nil
@@ -526,10 +510,7 @@ func (e *envoyGen) routeRetry(svc string, policies map[string]policy.OutboundPol
 	policy := &routev3.RetryPolicy{}
 	var num *uint32
 	var perTry *string
-	var backOff *struct {
-		BaseInterval *string `json:"baseInterval"`
-		MaxInterval  *string `json:"maxInterval"`
-	}
+	var backOff *retryBackOffConf
 	switch {
 	case protocol == "grpc" && c.GRPC != nil:
 		num, perTry, backOff = c.GRPC.NumRetries, c.GRPC.PerTryTimeout, c.GRPC.BackOff
@@ -569,6 +550,19 @@ func (e *envoyGen) routeRetry(svc string, policies map[string]policy.OutboundPol
 		}
 	}
 	return policy, e.carry(p.Origin)
+}
+
+// retrySection is MeshRetry's http or grpc section, as Envoy reads it.
+type retrySection struct {
+	NumRetries    *uint32           `json:"numRetries"`
+	PerTryTimeout *string           `json:"perTryTimeout"`
+	RetryOn       []string          `json:"retryOn"`
+	BackOff       *retryBackOffConf `json:"backOff"`
+}
+
+type retryBackOffConf struct {
+	BaseInterval *string `json:"baseInterval"`
+	MaxInterval  *string `json:"maxInterval"`
 }
 
 // httpRetryOn maps MeshRetry's http conditions to Envoy's: status codes
@@ -771,30 +765,8 @@ var envoyRendered = map[string]bool{
 // reportNotRendered names the policy types the Envoy rendering does not
 // carry.
 func (e *envoyGen) reportNotRendered() {
-	for _, o := range e.in.Config.Outbounds {
-		for typ, p := range o.Policies {
-			if !envoyRendered[typ] {
-				e.dropAbout(p.Origin, "%s on the outbound to %s: not rendered for Envoy", typ, o.Service)
-			}
-		}
-	}
-	for _, in := range e.in.Config.Inbounds {
-		for typ, p := range in.Policies {
-			var origins []policy.Origin
-			for _, r := range p.Rules {
-				origins = append(origins, r.Origin...)
-			}
-			switch {
-			case typ == "MeshTrafficPermission" && !e.in.MTLS:
-				e.dropAbout(origins, "MeshTrafficPermission on inbound %d: not enforced, the mesh has no mTLS", in.Port)
-			case !envoyRendered[typ]:
-				e.dropAbout(origins, "%s on inbound %d: not rendered for Envoy", typ, in.Port)
-			}
-		}
-	}
-	for typ, ap := range e.in.Config.Proxy {
-		e.dropAbout(ap.Origin, "%s (whole proxy): not rendered for Envoy", typ)
-	}
+	e.reportNotGiven(envoyRendered, func(string) bool { return true }, notGiven{
+		outbound: "not rendered for Envoy", inbound: "not rendered for Envoy", proxy: "not rendered for Envoy"})
 }
 
 // envoyCircuitBreaker is MeshCircuitBreaker as Kuma renders it: every

@@ -501,13 +501,26 @@ func (g *generator) reportNotCarried() {
 	if len(g.in.Config.Outbounds) == 0 && len(callable) > 0 {
 		g.drop("outbound policies: none are computed, the Dataplane declares no outbounds (declare the services it calls)")
 	}
+	g.reportNotGiven(carried, func(svc string) bool { return callable[svc] }, notGiven{outbound: "not given to proxyless gRPC clients",
+		inbound: "not given to proxyless gRPC servers", proxy: "not given to proxyless gRPC workloads"})
+}
+
+// notGiven says why a kind of proxy is not given a policy type, on an
+// outbound, an inbound or the whole proxy.
+type notGiven struct{ outbound, inbound, proxy string }
+
+// reportNotGiven names the policy types of the proxy's configuration that
+// given does not hold: on the outbounds to the services outbound accepts,
+// on the inbounds and for the whole proxy. Without mTLS the inbounds'
+// MeshTrafficPermission is not enforced.
+func (g *generator) reportNotGiven(given map[string]bool, outbound func(svc string) bool, why notGiven) {
 	for _, o := range g.in.Config.Outbounds {
-		if !callable[o.Service] {
+		if !outbound(o.Service) {
 			continue
 		}
 		for typ, p := range o.Policies {
-			if !carried[typ] {
-				g.dropAbout(p.Origin, "%s on the outbound to %s: not given to proxyless gRPC clients", typ, o.Service)
+			if !given[typ] {
+				g.dropAbout(p.Origin, "%s on the outbound to %s: %s", typ, o.Service, why.outbound)
 			}
 		}
 	}
@@ -520,13 +533,13 @@ func (g *generator) reportNotCarried() {
 			switch {
 			case typ == "MeshTrafficPermission" && !g.in.MTLS:
 				g.dropAbout(origins, "MeshTrafficPermission on inbound %d: not enforced, the mesh has no mTLS", in.Port)
-			case !carried[typ]:
-				g.dropAbout(origins, "%s on inbound %d: not given to proxyless gRPC servers", typ, in.Port)
+			case !given[typ]:
+				g.dropAbout(origins, "%s on inbound %d: %s", typ, in.Port, why.inbound)
 			}
 		}
 	}
 	for typ, ap := range g.in.Config.Proxy {
-		g.dropAbout(ap.Origin, "%s (whole proxy): not given to proxyless gRPC workloads", typ)
+		g.dropAbout(ap.Origin, "%s (whole proxy): %s", typ, why.proxy)
 	}
 }
 
