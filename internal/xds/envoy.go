@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -70,11 +69,7 @@ func CASecret(mesh string) string { return "mesh_ca:secret:" + mesh }
 
 // GenerateEnvoy renders in for an Envoy sidecar.
 func GenerateEnvoy(in Input) (*Resources, error) {
-	g := &generator{in: in, out: &Resources{}, clusters: map[string]clusterSpec{},
-		assignments: in.LoadAssignments, shapes: map[string]*outboundShape{}}
-	if g.assignments == nil {
-		g.assignments = NewLoadAssignments(in.Endpoints, in.Zone)
-	}
+	g := newGenerator(in)
 	e := &envoyGen{generator: g, lbs: map[string]*envoyLB{}}
 	for i, inb := range in.Dataplane.Inbounds {
 		if err := e.inbound(i, inb); err != nil {
@@ -90,10 +85,7 @@ func GenerateEnvoy(in Input) (*Resources, error) {
 		return nil, err
 	}
 	e.reportNotRendered()
-	g.out.finishTouched()
-	slices.Sort(g.out.Dropped)
-	g.out.Dropped = slices.Compact(g.out.Dropped)
-	return g.out, nil
+	return g.finish(), nil
 }
 
 type envoyGen struct {

@@ -171,11 +171,7 @@ func (r *Resources) Shaped() map[string]map[string][]string {
 
 // Generate renders in for a proxyless gRPC workload.
 func Generate(in Input) (*Resources, error) {
-	g := &generator{in: in, out: &Resources{}, clusters: map[string]clusterSpec{},
-		assignments: in.LoadAssignments, shapes: map[string]*outboundShape{}}
-	if g.assignments == nil {
-		g.assignments = NewLoadAssignments(in.Endpoints, in.Zone)
-	}
+	g := newGenerator(in)
 	for _, svc := range g.callable() {
 		if err := g.client(svc); err != nil {
 			return nil, err
@@ -190,10 +186,25 @@ func Generate(in Input) (*Resources, error) {
 		return nil, err
 	}
 	g.reportNotCarried()
+	return g.finish(), nil
+}
+
+// newGenerator starts a rendering of in.
+func newGenerator(in Input) *generator {
+	g := &generator{in: in, out: &Resources{}, clusters: map[string]clusterSpec{},
+		assignments: in.LoadAssignments, shapes: map[string]*outboundShape{}}
+	if g.assignments == nil {
+		g.assignments = NewLoadAssignments(in.Endpoints, in.Zone)
+	}
+	return g
+}
+
+// finish completes what the rendering recorded and hands it out.
+func (g *generator) finish() *Resources {
 	g.out.finishTouched()
 	slices.Sort(g.out.Dropped)
 	g.out.Dropped = slices.Compact(g.out.Dropped)
-	return g.out, nil
+	return g.out
 }
 
 type generator struct {
