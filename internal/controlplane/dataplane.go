@@ -94,7 +94,8 @@ func (p *process) startDataPlane(ctx context.Context, view *policyview.View) (er
 	}
 	dp.ctrl, err = xds.NewController(xds.ControllerConfig{Server: dp.xds, Zone: cfg.Plane.Zone, Logger: cfg.Logger.Named("xds"),
 		Sources: xds.Sources{Snapshot: view.Snapshot, Changed: view.Changed, Endpoints: endpoints.Of, EndpointsChanged: endpoints.Changed,
-			MTLS: func(mesh string) bool { return dp.meshCA.MTLS(mesh).Enabled }, MTLSChanged: dp.meshCA.Changed}})
+			MTLS: func(mesh string) bool { return dp.meshCA.MTLS(mesh).Enabled }, MTLSChanged: dp.meshCA.Changed,
+			SnapshotGen: view.SnapshotGen, ChangedSince: view.ChangedSince}})
 	if err != nil {
 		return err
 	}

@@ -39,3 +39,9 @@ func (s *MeshSnapshot) Infrastructure(typ string) []*resource.Resource {
 
 // NormalizeNamespace maps the system namespace to "".
 func (s *MeshSnapshot) NormalizeNamespace(ns string) string { return s.normNS(ns) }
+
+// HasPolicies says whether the mesh holds policies of policyType.
+func (s *MeshSnapshot) HasPolicies(policyType string) bool {
+	t := s.types[policyType]
+	return t != nil && len(t.policies) > 0
+}

@@ -110,7 +110,21 @@ type meshState struct {
 	// and a mesh's first status read write them.
 	statusSnap *policy.MeshSnapshot
 	statusGen  uint64
+
+	// changes are the keys of the last changes, by the generation they
+	// made (ChangedSince), oldest first, at most maxChangeLog.
+	changes []changedKey
 }
+
+// changedKey is one change: the generation it made and its key.
+type changedKey struct {
+	gen uint64
+	key resource.Key
+}
+
+// maxChangeLog bounds each mesh's change log: a reader further behind
+// than that is told to start over (ChangedSince's ok is false).
+const maxChangeLog = 4096
 
 // note records that the resource of key is now r (nil: deleted).
 func (m *meshState) note(key resource.Key, r *resource.Resource) {
@@ -278,6 +292,10 @@ func (v *View) apply(ev storage.Event) {
 	}
 	m := meshOf(v.meshes, r.Mesh)
 	m.generation++
+	if len(m.changes) == maxChangeLog {
+		m.changes = append(m.changes[:0], m.changes[maxChangeLog/2:]...)
+	}
+	m.changes = append(m.changes, changedKey{m.generation, r.Key()})
 	v.kickStatuses()
 	close(v.next)
 	v.next = make(chan struct{})
@@ -308,6 +326,36 @@ func (v *View) waitFor(ctx context.Context, rev uint64) error {
 		v.changed.Wait()
 	}
 	return nil
+}
+
+// SnapshotGen is Snapshot with the generation the snapshot reflects (the
+// xDS rendering asks ChangedSince what changed between two).
+func (v *View) SnapshotGen(ctx context.Context, mesh string) (*policy.MeshSnapshot, uint64, error) {
+	return v.latest(ctx, mesh)
+}
+
+// ChangedSince lists the keys of mesh's resources changed after
+// generation from, up to generation to; ok is false when the log no
+// longer reaches back to from (the caller treats everything as changed).
+func (v *View) ChangedSince(mesh string, from, to uint64) (keys []resource.Key, ok bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	m := v.meshes[mesh]
+	if m == nil || from > to {
+		return nil, false
+	}
+	if from == to {
+		return nil, true
+	}
+	if len(m.changes) == 0 || m.changes[0].gen > from+1 {
+		return nil, false
+	}
+	for _, c := range m.changes {
+		if c.gen > from && c.gen <= to {
+			keys = append(keys, c.key)
+		}
+	}
+	return keys, true
 }
 
 // Snapshot returns the current snapshot of mesh, reflecting every write the

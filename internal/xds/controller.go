@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meridian-mesh/meridian/internal/policy"
+	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
 // The controller keeps every connected proxy's resources current: after a
@@ -30,6 +31,12 @@ type Sources struct {
 	// closed at its next change.
 	MTLS        func(mesh string) bool
 	MTLSChanged func() <-chan struct{}
+	// SnapshotGen and ChangedSince, both set or both nil, let the
+	// controller skip proxies a change does not touch: the snapshot with
+	// the generation it reflects, and the keys changed between two
+	// generations (ok false: unknown, every proxy is rendered).
+	SnapshotGen  func(ctx context.Context, mesh string) (*policy.MeshSnapshot, uint64, error)
+	ChangedSince func(mesh string, from, to uint64) (keys []resource.Key, ok bool)
 }
 
 // ControllerConfig wires a Controller.
@@ -58,11 +65,14 @@ type Controller struct {
 	faults      map[string]*Faults
 	// programmed aggregates what the renderings did with each policy.
 	programmed *programmedIndex
+	// renders counts renderings (tests: untouched proxies are skipped).
+	renders int
 }
 
 type renderedFrom struct {
 	id          Identity // who was rendered, as which kind of proxy
 	snap        *policy.MeshSnapshot
+	gen         uint64 // snap's generation (0: unknown)
 	endpoints   map[string][]Endpoint
 	mtls        bool
 	assignments *LoadAssignments // of endpoints; nil renders them per proxy
@@ -139,21 +149,31 @@ func (c *Controller) renderAll(ctx context.Context) {
 		}
 	}
 	for mesh, ids := range byMesh {
-		snap, err := c.cfg.Sources.Snapshot(ctx, mesh)
+		snap, gen, err := c.snapshot(ctx, mesh)
 		if err != nil {
 			c.cfg.Logger.Warn("policy snapshot for xDS", "mesh", mesh, "error", err)
 			continue
 		}
-		from := renderedFrom{snap: snap, endpoints: c.cfg.Sources.Endpoints(mesh), mtls: c.cfg.Sources.MTLS(mesh)}
+		from := renderedFrom{snap: snap, gen: gen, endpoints: c.cfg.Sources.Endpoints(mesh), mtls: c.cfg.Sources.MTLS(mesh)}
+		touched := newTouchedSet(c, mesh, snap, gen)
 		from.assignments = c.sharedAssignments(mesh, from.endpoints)
 		if f := c.faults[mesh]; f == nil || f.snap != snap {
 			c.faults[mesh] = NewFaults(snap)
 		}
 		from.faults = c.faults[mesh]
 		for _, id := range ids {
-			if last, ok := c.last[id.NodeID]; ok && last.snap == from.snap && sameEndpoints(last.endpoints, from.endpoints) && last.mtls == from.mtls &&
+			if last, ok := c.last[id.NodeID]; ok && sameEndpoints(last.endpoints, from.endpoints) && last.mtls == from.mtls &&
 				last.id.Kind == id.Kind {
-				continue
+				if last.snap == from.snap {
+					continue
+				}
+				if !touched.touches(id, last) {
+					// The change is not this proxy's: its resources stand,
+					// and the next change is counted from this snapshot.
+					last.snap, last.gen = from.snap, from.gen
+					c.last[id.NodeID] = last
+					continue
+				}
 			}
 			if err := c.render(ctx, id, from); err != nil {
 				c.cfg.Logger.Warn("rendering a proxy's xDS resources", "node", id.NodeID, "error", err)
@@ -164,6 +184,100 @@ func (c *Controller) renderAll(ctx context.Context) {
 		}
 	}
 }
+
+// snapshot is mesh's current snapshot, with its generation when the
+// sources tell it.
+func (c *Controller) snapshot(ctx context.Context, mesh string) (*policy.MeshSnapshot, uint64, error) {
+	if c.cfg.Sources.SnapshotGen != nil {
+		return c.cfg.Sources.SnapshotGen(ctx, mesh)
+	}
+	snap, err := c.cfg.Sources.Snapshot(ctx, mesh)
+	return snap, 0, err
+}
+
+// touchedSet decides, for one pass over a mesh, which proxies the changes
+// since their last rendering touch (docs/dataplane.md#xds). It is
+// conservative: a change it cannot place touches every proxy.
+//   - a Dataplane touches itself, and every proxy when the mesh has
+//     MeshFaultInjection policies (clients inject their destinations');
+//   - a policy touches the Dataplanes it selects, before and after the
+//     change (MatchedDataplanes); a MeshHTTPRoute or a MeshFaultInjection
+//     touches every proxy (other policies target routes; faults are
+//     injected by the callers);
+//   - anything else (services, gateways, a policy the snapshots do not
+//     know) touches every proxy.
+type touchedSet struct {
+	c       *Controller
+	mesh    string
+	snap    *policy.MeshSnapshot
+	gen     uint64
+	matched map[matchedKey]map[string]bool // nil entry: every proxy
+}
+
+type matchedKey struct {
+	key  resource.Key
+	snap *policy.MeshSnapshot
+}
+
+func newTouchedSet(c *Controller, mesh string, snap *policy.MeshSnapshot, gen uint64) *touchedSet {
+	return &touchedSet{c: c, mesh: mesh, snap: snap, gen: gen, matched: map[matchedKey]map[string]bool{}}
+}
+
+// touches says whether the changes between last's snapshot and this one
+// may change what id gets.
+func (t *touchedSet) touches(id Identity, last renderedFrom) bool {
+	if t.c.cfg.Sources.ChangedSince == nil || last.gen == 0 || t.gen == 0 {
+		return true
+	}
+	keys, ok := t.c.cfg.Sources.ChangedSince(t.mesh, last.gen, t.gen)
+	if !ok {
+		return true
+	}
+	proxy := nsName(id.Namespace, id.Name)
+	for _, k := range keys {
+		if k.Type == "Dataplane" {
+			if nsName(t.snap.NormalizeNamespace(k.Namespace), k.Name) == proxy ||
+				t.snap.HasPolicies("MeshFaultInjection") || last.snap.HasPolicies("MeshFaultInjection") {
+				return true
+			}
+			continue
+		}
+		if k.Type == "MeshHTTPRoute" || k.Type == "MeshFaultInjection" {
+			return true
+		}
+		now, knownNow := t.selected(k, t.snap)
+		before, knownBefore := t.selected(k, last.snap)
+		if (!knownNow && !knownBefore) || now[proxy] || before[proxy] {
+			return true
+		}
+	}
+	return false
+}
+
+// selected are the Dataplanes a policy selects in s (namespace/name);
+// known is false when s does not hold it.
+func (t *touchedSet) selected(k resource.Key, s *policy.MeshSnapshot) (map[string]bool, bool) {
+	mk := matchedKey{k, s}
+	if sel, ok := t.matched[mk]; ok {
+		return sel, sel != nil
+	}
+	dps, err := s.MatchedDataplanes(k.Type, k.Name, k.Namespace)
+	if err != nil {
+		// Not a policy s holds: created or deleted (the other snapshot
+		// says whom it selects), or not a policy at all (when neither
+		// knows it, every proxy is touched).
+		t.matched[mk] = nil
+		return nil, false
+	}
+	sel := make(map[string]bool, len(dps))
+	for _, d := range dps {
+		sel[nsName(s.NormalizeNamespace(d.Namespace), d.Name)] = true
+	}
+	t.matched[mk] = sel
+	return sel, true
+}
+
+func nsName(ns, name string) string { return ns + "/" + name }
 
 // sharedAssignments are mesh's load assignments of endpoints, built again
 // when the endpoints changed.
@@ -193,6 +307,7 @@ func sameEndpoints(a, b map[string][]Endpoint) bool {
 
 // render computes one proxy's resources and hands them to the server.
 func (c *Controller) render(ctx context.Context, id Identity, from renderedFrom) error {
+	c.renders++
 	out, err := c.generate(id, from)
 	if err != nil || out == nil {
 		c.programmed.forget(id)

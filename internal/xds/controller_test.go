@@ -12,6 +12,7 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"github.com/meridian-mesh/meridian/internal/policy"
+	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
 // sources are test inputs the controller renders from, changed by hand.
@@ -152,5 +153,99 @@ func TestControllerProgrammed(t *testing.T) {
 	}
 	if c, ok := ctrl.Programmed(snap, "other", "MeshTimeout", "backend-timeout", ""); ok {
 		t.Errorf("a policy of another mesh: %+v", c)
+	}
+}
+
+// TestControllerSkipsUntouchedProxies: after a change, only the proxies
+// the change may touch are rendered again.
+func TestControllerSkipsUntouchedProxies(t *testing.T) {
+	srv, client := testServer(t)
+	reg := resource.NewDefaultRegistry()
+	decode := func(doc string) *resource.Resource {
+		t.Helper()
+		r, err := reg.Decode([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg.Normalize(r, "kuma-system")
+		return r
+	}
+	dp := func(name, svc string) string {
+		return `{"type":"Dataplane","mesh":"default","name":"` + name + `","networking":{"address":"10.0.0.1","inbound":[{"port":8080,"tags":{"kuma.io/service":"` + svc + `"}}],"outbound":[{"port":9000,"tags":{"kuma.io/service":"db"}}]}}`
+	}
+	timeout := func(name, target, d string) string {
+		return `{"type":"MeshTimeout","mesh":"default","name":"` + name + `","spec":{"targetRef":` + target + `,"to":[{"targetRef":{"kind":"Mesh"},"default":{"http":{"requestTimeout":"` + d + `"}}}]}}`
+	}
+	snap, err := policy.NewMeshSnapshot(policy.Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", SystemNamespace: "kuma-system",
+		Resources: []*resource.Resource{decode(dp("web-1", "web")), decode(dp("api-1", "api")),
+			decode(timeout("web-only", `{"kind":"MeshService","name":"web"}`, "1s"))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	gen := uint64(1)
+	var log []resource.Key // log[i] made generation i+2
+	src := &sources{snap: snap, endpoints: map[string][]Endpoint{"db": {{Address: "10.0.0.9", Port: 9000, Zone: "zone-1", Healthy: true}}}, next: make(chan struct{})}
+	sources := src.Sources()
+	sources.SnapshotGen = func(ctx context.Context, mesh string) (*policy.MeshSnapshot, uint64, error) {
+		s, err := sources.Snapshot(ctx, mesh)
+		mu.Lock()
+		defer mu.Unlock()
+		return s, gen, err
+	}
+	sources.ChangedSince = func(_ string, from, to uint64) ([]resource.Key, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if from < 1 || to > uint64(len(log))+1 {
+			return nil, false
+		}
+		return append([]resource.Key(nil), log[from-1:to-1]...), true
+	}
+	ctrl, err := NewController(ControllerConfig{Server: srv, Sources: sources, Zone: "zone-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Driven by hand, one pass at a time.
+	for _, node := range []string{"default.web-1", "default.api-1"} {
+		st := openStream(t, client, node)
+		if err := st.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: node}, TypeUrl: resourcev3.ListenerType}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, func() bool { return len(srv.Connected()) == 2 })
+	ctx := context.Background()
+	ctrl.renderAll(ctx)
+	if ctrl.renders != 2 {
+		t.Fatalf("%d renderings of two new proxies", ctrl.renders)
+	}
+	change := func(r *resource.Resource) {
+		t.Helper()
+		next, err := policy.NewMeshSnapshot(policy.Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", SystemNamespace: "kuma-system",
+			Previous: src.snap, Changes: &policy.Changes{Put: []*resource.Resource{r}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		gen++
+		log = append(log, r.Key())
+		mu.Unlock()
+		src.change(func() { src.snap = next })
+	}
+	for _, tc := range []struct {
+		name   string
+		res    string
+		render int
+	}{
+		{"a policy of web's touches web-1 alone", timeout("web-only", `{"kind":"MeshService","name":"web"}`, "2s"), 1},
+		{"a new mesh-wide policy touches both", timeout("everyone", `{"kind":"Mesh"}`, "3s"), 2},
+		{"a Dataplane touches itself", dp("api-1", "api2"), 1},
+		{"a service touches every proxy", `{"type":"MeshService","mesh":"default","name":"db","spec":{"selector":{"dataplaneTags":{"kuma.io/service":"db"}},"ports":[{"port":9000,"targetPort":9000,"appProtocol":"http"}]}}`, 2},
+	} {
+		before := ctrl.renders
+		change(decode(tc.res))
+		ctrl.renderAll(ctx)
+		if got := ctrl.renders - before; got != tc.render {
+			t.Errorf("%s: %d renderings, want %d", tc.name, got, tc.render)
+		}
 	}
 }
