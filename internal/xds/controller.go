@@ -211,7 +211,7 @@ type touchedSet struct {
 	mesh    string
 	snap    *policy.MeshSnapshot
 	gen     uint64
-	matched map[matchedKey]map[string]bool // nil entry: every proxy
+	matched map[matchedKey]map[string]bool // a nil entry: the snapshot does not hold the policy
 }
 
 type matchedKey struct {
