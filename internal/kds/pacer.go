@@ -26,8 +26,8 @@ import "time"
 //
 // A burst's tail is not held for the spacing: once no change has joined
 // the pending ones for quietWindow, the writes have stopped and what
-// gathered leaves at once (the last write of 10,000 reached two zones
-// 20-50 ms after it was made when its batch waited out the spacing).
+// gathered leaves at once (waiting out the spacing, the last of 10,000
+// writes reaches two zones 20-50 ms after it is made).
 //
 // Owned by the session's loop goroutine.
 type pacer struct {
