@@ -33,8 +33,8 @@ func (s *Server) registerInspect() {
 }
 
 // DefaultMaxInspectPerCaller bounds the inspect calls one caller has in
-// flight: each may compute and encode a large result (30 concurrent _config
-// calls of one viewer took a zone to 2.1 GB).
+// flight: each may compute and encode a large result (unbounded, 30
+// concurrent _config calls of one viewer take a zone to 2.1 GB).
 const DefaultMaxInspectPerCaller = 4
 
 // limitInspect answers 429 to a caller with MaxInspectPerCaller inspect

@@ -46,7 +46,7 @@ const (
 	// MaxRegexInstructions bounds the compiled program of a regular
 	// expression given to matches(): CEL's cost model counts the strings a
 	// regex reads, not the regex, and a nested repetition of 1 KB compiles
-	// to a program that took 270 ms to run per evaluation.
+	// to a program that runs 270 ms per evaluation.
 	MaxRegexInstructions = 512
 	// MaxEvalTime stops one evaluation that runs longer anyway (it then
 	// fails, and counts as false).

@@ -57,18 +57,18 @@ const (
 	// how late the last change of a burst arrives (BENCHMARKS.md: last write →
 	// zone ≤ 200 ms). The answer time grows with the batch, so on a peer
 	// that needs more than a quarter of its time to apply a burst the
-	// spacing climbs to this bound (250 ms let the last write reach two
-	// zones 100–140 ms after it was made).
+	// spacing climbs to this bound (at 250 ms the last write reaches two
+	// zones 100–140 ms after it is made).
 	maxSpacing = 50 * time.Millisecond
 	// quietWindow: a busy stream with no new change for this long sends
 	// what is pending. A burst's writes reach the watch in commits a few
 	// milliseconds apart (the store's group commit, longer when the
 	// cores are busy). Alternated with the spacing alone
 	// (`go run ./cmd/bench -runs 1 -skip-ten -sim-zones 0`, 2 pairs),
-	// 10 ms took the last write → two zones from 37-47 to 16-20 ms with
-	// the PUT rate kept (3,201-3,372 → 3,627-4,459/s); 5 ms gave 10-19 ms
-	// but cut bursts into more batches (zone-1 commits per 10,000 PUTs
-	// 54-68 → 62-67) and the median PUT rate fell 7% over 5 pairs.
+	// a 10 ms window brings the last write to two zones in 16-20 ms
+	// against 37-47 ms, with the PUT rate kept; a 5 ms one gives 10-19 ms
+	// but cuts bursts into more batches (zone-1 commits 62-67 per 10,000
+	// PUTs against 54-68) and costs 7% of the median PUT rate.
 	quietWindow = 10 * time.Millisecond
 )
 

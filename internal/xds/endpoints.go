@@ -16,8 +16,9 @@ import (
 // every proxy of a zone that calls it. An assignment depends only on the
 // cluster (a service, maybe a subset of its tags), the service's endpoints
 // and the caller's zone, and a mesh's proxies mostly call the same
-// services: rendered per proxy, a thousand proxies of ten services held a
-// million endpoint messages, and a mesh-wide change re-encoded them all.
+// services: rendered per proxy, a thousand proxies of ten services would
+// hold a million endpoint messages, all encoded again at every mesh-wide
+// change.
 //
 // A LoadAssignments is built for one endpoints map and one zone; the
 // assignments it hands out are shared and must not be modified. It is

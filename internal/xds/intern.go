@@ -12,9 +12,9 @@ import (
 
 // internTable keeps one copy of each distinct resource among the snapshots
 // the server holds. Proxies of one service in one mesh mostly get equal
-// listeners, routes and clusters, and each rendering builds its own: a
-// thousand proxies held a thousand copies of each (about 65 KiB per proxy
-// of the zone's heap). Resources are equal when their deterministic
+// listeners, routes and clusters, and each rendering builds its own: kept
+// apart, a thousand proxies hold a thousand copies of each (about 65 KiB
+// per proxy of the zone's heap). Resources are equal when their deterministic
 // encodings are (the digest that versions are computed from anyway), and
 // an entry lives while some node's snapshot holds it (reference counts,
 // taken and released under the server's lock).
