@@ -1,15 +1,10 @@
 package auth
 
 import (
-	"bytes"
 	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
-	"path/filepath"
 	"time"
 )
 
@@ -63,28 +58,23 @@ type DataplaneTokenRequest struct {
 // DataplaneTokens issues and verifies dataplane tokens. Immutable after
 // construction; safe for concurrent use.
 type DataplaneTokens struct {
-	key   ed25519.PrivateKey
-	pub   ed25519.PublicKey
-	clock Clock
-	skew  time.Duration
+	signer
 }
 
 // NewDataplaneTokens builds an issuer/verifier around key.
 func NewDataplaneTokens(key ed25519.PrivateKey, clock Clock) (*DataplaneTokens, error) {
-	if len(key) != ed25519.PrivateKeySize {
-		return nil, fmt.Errorf("dataplane tokens: signing key must be an Ed25519 private key of %d bytes, got %d", ed25519.PrivateKeySize, len(key))
+	s, err := newSigner("dataplane tokens", dataplaneSigningContext, key, clock)
+	if err != nil {
+		return nil, err
 	}
-	if clock == nil {
-		clock = realClock{}
-	}
-	return &DataplaneTokens{key: key, pub: key.Public().(ed25519.PublicKey), clock: clock, skew: DefaultClockSkew}, nil
+	return &DataplaneTokens{s}, nil
 }
 
 // LoadOrCreateDataplaneTokens loads (or creates, 0600) the signing key in dataDir.
 func LoadOrCreateDataplaneTokens(dataDir string, clock Clock) (*DataplaneTokens, error) {
-	key, err := LoadOrCreateSigningKey(filepath.Join(dataDir, DataplaneSigningKeyFileName))
+	key, err := loadKindKey("dataplane tokens", dataDir, DataplaneSigningKeyFileName)
 	if err != nil {
-		return nil, fmt.Errorf("dataplane tokens: %w", err)
+		return nil, err
 	}
 	return NewDataplaneTokens(key, clock)
 }
@@ -94,18 +84,18 @@ func (t *DataplaneTokens) Issue(req DataplaneTokenRequest) (string, DataplaneCla
 	if err := checkDataplaneTokenRequest(req); err != nil {
 		return "", DataplaneClaims{}, err
 	}
-	var id [8]byte
-	if _, err := rand.Read(id[:]); err != nil {
-		return "", DataplaneClaims{}, fmt.Errorf("issue dataplane token: %w", err)
+	id, err := t.newID()
+	if err != nil {
+		return "", DataplaneClaims{}, err
 	}
 	now := t.clock.Now()
 	claims := DataplaneClaims{Version: dataplaneTokenVersion, Mesh: req.Mesh, Name: req.Name, Namespace: req.Namespace,
-		Tags: maps.Clone(req.Tags), IssuedAt: now.Unix(), ExpiresAt: now.Add(req.ValidFor).Unix(), ID: hex.EncodeToString(id[:])}
-	body, err := json.Marshal(claims)
+		Tags: maps.Clone(req.Tags), IssuedAt: now.Unix(), ExpiresAt: now.Add(req.ValidFor).Unix(), ID: id}
+	token, err := t.sign(claims)
 	if err != nil {
-		return "", DataplaneClaims{}, fmt.Errorf("issue dataplane token: %w", err)
+		return "", DataplaneClaims{}, err
 	}
-	return signToken(t.key, dataplaneSigningContext, body), claims, nil
+	return token, claims, nil
 }
 
 func checkDataplaneTokenRequest(req DataplaneTokenRequest) error {
@@ -137,26 +127,18 @@ func checkDataplaneTokenRequest(req DataplaneTokenRequest) error {
 // Verify checks a token's signature and validity window. The error wraps
 // one of the ErrDataplaneToken* errors and never quotes the token.
 func (t *DataplaneTokens) Verify(token string) (DataplaneClaims, error) {
-	body, err := openToken(t.pub, dataplaneSigningContext, token, ErrDataplaneTokenMalformed, ErrDataplaneTokenBadSignature)
-	if err != nil {
+	var c DataplaneClaims
+	if err := t.open(token, &c, ErrDataplaneTokenMalformed, ErrDataplaneTokenBadSignature); err != nil {
 		return DataplaneClaims{}, err
 	}
-	var c DataplaneClaims
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		return DataplaneClaims{}, fmt.Errorf("%w: claims: %v", ErrDataplaneTokenMalformed, err)
-	}
-	now := t.clock.Now()
 	switch {
 	case c.Version != dataplaneTokenVersion:
 		return DataplaneClaims{}, fmt.Errorf("%w: unsupported version %d", ErrDataplaneTokenMalformed, c.Version)
 	case c.Mesh == "" || (c.Name == "" && len(c.Tags) == 0) || c.ExpiresAt == 0 || c.IssuedAt == 0 || c.ID == "":
 		return DataplaneClaims{}, fmt.Errorf("%w: mesh, name or tags, iat, exp and jti are required", ErrDataplaneTokenMalformed)
-	case now.Unix() >= c.ExpiresAt:
-		return DataplaneClaims{}, fmt.Errorf("%w: expired at %s", ErrDataplaneTokenExpired, time.Unix(c.ExpiresAt, 0).UTC().Format(time.RFC3339))
-	case now.Add(t.skew).Unix() < c.IssuedAt:
-		return DataplaneClaims{}, fmt.Errorf("%w: issued at %s", ErrDataplaneTokenNotYetValid, time.Unix(c.IssuedAt, 0).UTC().Format(time.RFC3339))
+	}
+	if err := t.checkWindow(c.IssuedAt, c.ExpiresAt, ErrDataplaneTokenExpired, ErrDataplaneTokenNotYetValid); err != nil {
+		return DataplaneClaims{}, err
 	}
 	return c, nil
 }

@@ -1,11 +1,7 @@
 package auth
 
 import (
-	"bytes"
 	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -85,29 +81,24 @@ type UserTokenRequest struct {
 // UserTokens issues and verifies user tokens. Immutable after construction;
 // safe for concurrent use.
 type UserTokens struct {
-	key   ed25519.PrivateKey
-	pub   ed25519.PublicKey
-	clock Clock
-	skew  time.Duration
+	signer
 }
 
 // NewUserTokens builds an issuer/verifier around key.
 func NewUserTokens(key ed25519.PrivateKey, clock Clock) (*UserTokens, error) {
-	if len(key) != ed25519.PrivateKeySize {
-		return nil, fmt.Errorf("user tokens: signing key must be an Ed25519 private key of %d bytes, got %d", ed25519.PrivateKeySize, len(key))
+	s, err := newSigner("user tokens", userSigningContext, key, clock)
+	if err != nil {
+		return nil, err
 	}
-	if clock == nil {
-		clock = realClock{}
-	}
-	return &UserTokens{key: key, pub: key.Public().(ed25519.PublicKey), clock: clock, skew: DefaultClockSkew}, nil
+	return &UserTokens{s}, nil
 }
 
 // LoadOrCreateUserTokens loads (or creates, 0600) the user token signing key
 // in dataDir.
 func LoadOrCreateUserTokens(dataDir string, clock Clock) (*UserTokens, error) {
-	key, err := LoadOrCreateSigningKey(filepath.Join(dataDir, UserSigningKeyFileName))
+	key, err := loadKindKey("user tokens", dataDir, UserSigningKeyFileName)
 	if err != nil {
-		return nil, fmt.Errorf("user tokens: %w", err)
+		return nil, err
 	}
 	return NewUserTokens(key, clock)
 }
@@ -117,19 +108,18 @@ func (t *UserTokens) Issue(req UserTokenRequest) (string, UserClaims, error) {
 	if err := checkUserTokenRequest(req); err != nil {
 		return "", UserClaims{}, err
 	}
-	var id [8]byte
-	if _, err := rand.Read(id[:]); err != nil {
-		return "", UserClaims{}, fmt.Errorf("issue user token: %w", err)
+	id, err := t.newID()
+	if err != nil {
+		return "", UserClaims{}, err
 	}
 	now := t.clock.Now()
 	claims := UserClaims{Version: userTokenVersion, Name: req.Name, Groups: slices.Clone(req.Groups),
-		Meshes: slices.Clone(req.Meshes), IssuedAt: now.Unix(), ExpiresAt: now.Add(req.ValidFor).Unix(),
-		ID: hex.EncodeToString(id[:])}
-	body, err := json.Marshal(claims)
+		Meshes: slices.Clone(req.Meshes), IssuedAt: now.Unix(), ExpiresAt: now.Add(req.ValidFor).Unix(), ID: id}
+	token, err := t.sign(claims)
 	if err != nil {
-		return "", UserClaims{}, fmt.Errorf("issue user token: %w", err)
+		return "", UserClaims{}, err
 	}
-	return signToken(t.key, userSigningContext, body), claims, nil
+	return token, claims, nil
 }
 
 func checkUserTokenRequest(req UserTokenRequest) error {
@@ -183,26 +173,18 @@ func printableName(s string) bool {
 // Verify checks a token's signature and validity window. The error wraps
 // one of the ErrUserToken* errors and never quotes the token.
 func (t *UserTokens) Verify(token string) (UserClaims, error) {
-	body, err := openToken(t.pub, userSigningContext, token, ErrUserTokenMalformed, ErrUserTokenBadSignature)
-	if err != nil {
+	var c UserClaims
+	if err := t.open(token, &c, ErrUserTokenMalformed, ErrUserTokenBadSignature); err != nil {
 		return UserClaims{}, err
 	}
-	var c UserClaims
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		return UserClaims{}, fmt.Errorf("%w: claims: %v", ErrUserTokenMalformed, err)
-	}
-	now := t.clock.Now()
 	switch {
 	case c.Version != userTokenVersion:
 		return UserClaims{}, fmt.Errorf("%w: unsupported version %d", ErrUserTokenMalformed, c.Version)
 	case c.Name == "" || c.ExpiresAt == 0 || c.IssuedAt == 0 || len(c.Groups) == 0:
 		return UserClaims{}, fmt.Errorf("%w: name, groups, iat and exp are required", ErrUserTokenMalformed)
-	case now.Unix() >= c.ExpiresAt:
-		return UserClaims{}, fmt.Errorf("%w: expired at %s", ErrUserTokenExpired, time.Unix(c.ExpiresAt, 0).UTC().Format(time.RFC3339))
-	case now.Add(t.skew).Unix() < c.IssuedAt:
-		return UserClaims{}, fmt.Errorf("%w: issued at %s", ErrUserTokenNotYetValid, time.Unix(c.IssuedAt, 0).UTC().Format(time.RFC3339))
+	}
+	if err := t.checkWindow(c.IssuedAt, c.ExpiresAt, ErrUserTokenExpired, ErrUserTokenNotYetValid); err != nil {
+		return UserClaims{}, err
 	}
 	return c, nil
 }
