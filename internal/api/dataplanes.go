@@ -1,9 +1,7 @@
 package api
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -70,16 +68,9 @@ type dataplaneTokenRequest struct {
 // {"mesh", "name"?, "namespace"?, "tags"?, "validFor"} → {"token", "id",
 // "expiresAt"}. Admin only (authorize); logged by id, never the token.
 func (s *Server) handleDataplaneToken(w http.ResponseWriter, r *http.Request) {
-	body, err := s.readBody(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	var req dataplaneTokenRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		s.writeError(w, r, badRequest(`want {"mesh": MESH, "name": NAME, "namespace": NS, "tags": {...}, "validFor": "24h"}: %v`, err))
+	if err := s.decodeRequest(r, &req, `{"mesh": MESH, "name": NAME, "namespace": NS, "tags": {...}, "validFor": "24h"}`); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	validFor, err := time.ParseDuration(req.ValidFor)

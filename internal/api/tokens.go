@@ -1,9 +1,8 @@
 package api
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -23,17 +22,10 @@ type userTokenRequest struct {
 // "meshes"?, "validFor"} → {"token", "id", "expiresAt"}. Admin only (authorize). Issuance is
 // logged with the token's id, never the token.
 func (s *Server) handleUserToken(w http.ResponseWriter, r *http.Request) {
-	body, err := s.readBody(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	var req userTokenRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		s.writeError(w, r, badRequest(`want {"name": NAME, "groups": [%q|%q], "meshes": [MESH...], "validFor": "24h"}: %v`,
-			auth.GroupAdmin, auth.GroupViewer, err))
+	if err := s.decodeRequest(r, &req, fmt.Sprintf(`{"name": NAME, "groups": [%q|%q], "meshes": [MESH...], "validFor": "24h"}`,
+		auth.GroupAdmin, auth.GroupViewer)); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	validFor, err := time.ParseDuration(req.ValidFor)
@@ -50,12 +42,8 @@ func (s *Server) handleUserToken(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	by := "-"
-	if p := PrincipalFrom(r.Context()); p != nil {
-		by = p.String()
-	}
 	s.logger.Info("user token issued", "name", claims.Name, "groups", claims.Groups, "meshes", claims.Meshes,
-		"id", claims.ID, "expires", time.Unix(claims.ExpiresAt, 0).UTC(), "by", by)
+		"id", claims.ID, "expires", time.Unix(claims.ExpiresAt, 0).UTC(), "by", principalName(r))
 	s.writeValue(w, r, http.StatusOK, tokenResponse(token, claims.ID, claims.ExpiresAt))
 }
 

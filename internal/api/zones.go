@@ -90,16 +90,9 @@ type tokenRequest struct {
 }
 
 func (s *Server) handleZoneToken(w http.ResponseWriter, r *http.Request) {
-	body, err := s.readBody(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	var req tokenRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		s.writeError(w, r, badRequest(`want {"zone": NAME, "validFor": "24h"}: %v`, err))
+	if err := s.decodeRequest(r, &req, `{"zone": NAME, "validFor": "24h"}`); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	verr := &resource.ValidationError{}
@@ -199,6 +192,21 @@ func (s *Server) handleRetireSigningKey(w http.ResponseWriter, r *http.Request) 
 		return
 	}
 	s.writeValue(w, r, http.StatusOK, map[string]any{"retired": kid, "streamsEnded": ended})
+}
+
+// decodeRequest reads a JSON request body into v, refusing unknown fields; a
+// body that does not decode is a 400 saying what is wanted.
+func (s *Server) decodeRequest(r *http.Request, v any, want string) error {
+	body, err := s.readBody(r)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return badRequest("want %s: %v", want, err)
+	}
+	return nil
 }
 
 func principalName(r *http.Request) string {
