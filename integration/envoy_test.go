@@ -1,7 +1,9 @@
 package integration
 
 import (
+	"bufio"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-mesh/meridian/internal/agent"
 	"github.com/meridian-mesh/meridian/internal/launcher"
 )
 
@@ -85,5 +88,60 @@ func TestEnvoySidecar(t *testing.T) {
 	_, body := z.request("GET", "/meshes/default/dataplanes/web-1/_xds", "")
 	if !strings.Contains(string(body), `"proxy":"envoy"`) {
 		t.Errorf("_xds of an Envoy node: %.300s", body)
+	}
+
+	// A MeshAccessLog with a tcp backend: the zone renders Envoy's file
+	// logger onto the agent's pipe (named by the node's metadata), and the
+	// agent sends what Envoy writes there to the backend. Envoy's part is
+	// played here: one line written to the pipe the dump names.
+	logs, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logs.Close()
+	received := make(chan string, 1)
+	go func() {
+		c, err := logs.Accept()
+		if err != nil {
+			return
+		}
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		received <- line
+	}()
+	apply(t, z, fmt.Sprintf(`type: MeshAccessLog
+mesh: default
+name: to-logstash
+spec:
+  targetRef: {kind: Mesh}
+  to:
+    - targetRef: {kind: Mesh}
+      default:
+        backends:
+          - type: Tcp
+            tcp: {address: %q}
+`, logs.Addr().String()))
+	pipe := filepath.Join(dir, "agent", agent.AccessLogPipe)
+	eventually(t, 10*time.Second, func() error {
+		_, body := z.request("GET", "/meshes/default/dataplanes/web-1/_xds?proxy=envoy", "")
+		if !strings.Contains(string(body), `"path":"`+pipe+`"`) || !strings.Contains(string(body), logs.Addr().String()) {
+			return fmt.Errorf("no access log on the agent's pipe in %.300s", body)
+		}
+		return nil
+	})
+	f, err := os.OpenFile(pipe, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := fmt.Fprintf(f, `{"address":%q,"message":"[2026] web -> backend 200\n"}`+"\n", logs.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case line := <-received:
+		if line != "[2026] web -> backend 200\n" {
+			t.Errorf("the backend got %q", line)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the agent forwarded nothing to the access log backend")
 	}
 }

@@ -142,6 +142,11 @@ func run(ctx context.Context, logger hclog.Logger, rc runConfig, command []strin
 			return err
 		}
 		defer sds.Close()
+		logs, err := agent.ForwardAccessLogs(ctx, dir, logger.Named("access-logs"))
+		if err != nil {
+			return err
+		}
+		defer logs.Close()
 		command = append([]string{command[0], "-c", joined.EnvoyBootstrap()}, command[1:]...)
 		logger.Info("running Envoy", "bootstrap", joined.EnvoyBootstrap(), "sds", filepath.Join(dir, agent.SDSSocket))
 	}

@@ -45,8 +45,9 @@ const (
 	EnvoyBootstrapFile = "envoy.json"
 	// SDSSocket is the agent's SDS server, a unix socket (0600).
 	SDSSocket = "sds.sock"
-	// EnvoyAdminPort is where Envoy's admin listens (loopback), as in Kuma.
-	EnvoyAdminPort = 9901
+	// EnvoyAdminPort is where Envoy's admin listens (loopback), as in Kuma;
+	// the zone's MeshMetric listener scrapes it.
+	EnvoyAdminPort = xds.EnvoyAdminPort
 	adsCluster     = "ads_cluster"
 )
 
@@ -103,9 +104,10 @@ func (j *Joined) WriteEnvoyBootstrap() error {
 	b := &bootstrapv3.Bootstrap{
 		Node: &corev3.Node{Id: j.NodeID(), Cluster: j.info.GetMesh(), Locality: &corev3.Locality{Zone: j.Zone()},
 			Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
-				"meridian.io/dataplane": structpb.NewStringValue(j.info.GetName()),
-				"meridian.io/namespace": structpb.NewStringValue(j.info.GetNamespace()),
-				"meridian.io/proxy":     structpb.NewStringValue(xds.ProxyEnvoy),
+				"meridian.io/dataplane":   structpb.NewStringValue(j.info.GetName()),
+				"meridian.io/namespace":   structpb.NewStringValue(j.info.GetNamespace()),
+				"meridian.io/proxy":       structpb.NewStringValue(xds.ProxyEnvoy),
+				xds.MetadataAccessLogPipe: structpb.NewStringValue(filepath.Join(a.cfg.Dir, AccessLogPipe)),
 			}}},
 		StaticResources: &bootstrapv3.Bootstrap_StaticResources{Clusters: []*clusterv3.Cluster{ads, sds}},
 		DynamicResources: &bootstrapv3.Bootstrap_DynamicResources{

@@ -163,7 +163,7 @@ func (c *Controller) renderAll(ctx context.Context) {
 		from.faults = c.faults[mesh]
 		for _, id := range ids {
 			if last, ok := c.last[id.NodeID]; ok && sameEndpoints(last.endpoints, from.endpoints) && last.mtls == from.mtls &&
-				last.id.Kind == id.Kind {
+				last.id.Kind == id.Kind && last.id.AccessLogPipe == id.AccessLogPipe {
 				if last.snap == from.snap {
 					continue
 				}
@@ -367,7 +367,7 @@ func (c *Controller) generateFor(kind string, id Identity, from renderedFrom) (*
 		return nil, err
 	}
 	in := Input{Dataplane: dp, Zone: c.cfg.Zone, Config: cfg, Endpoints: from.endpoints, MTLS: from.mtls,
-		LoadAssignments: from.assignments, Faults: from.faults}
+		LoadAssignments: from.assignments, Faults: from.faults, AccessLogPipe: id.AccessLogPipe}
 	if kind == ProxyEnvoy {
 		return GenerateEnvoy(in)
 	}
@@ -390,6 +390,12 @@ func (c *Controller) Inspect(ctx context.Context, kind, mesh, name, namespace st
 func (c *Controller) InspectWith(snap *policy.MeshSnapshot, kind, mesh, name, namespace string) (*Resources, error) {
 	s := c.cfg.Sources
 	id := Identity{NodeID: NodeID(mesh, name, namespace), Mesh: mesh, Name: name, Namespace: namespace}
+	if c.cfg.Server != nil {
+		if last, ok := c.cfg.Server.lastIdentity(id.NodeID); ok {
+			// What the node's metadata told the zone (its access log pipe).
+			id.AccessLogPipe = last.AccessLogPipe
+		}
+	}
 	out, err := c.generateFor(kind, id, renderedFrom{snap: snap, endpoints: s.Endpoints(mesh), mtls: s.MTLS(mesh), faults: NewFaults(snap)})
 	if err == nil && out == nil {
 		err = fmt.Errorf("%w: Dataplane %s in mesh %s", policy.ErrNotFound, name, mesh)

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/meridian-mesh/meridian/internal/policy"
+	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
 // Rendering a Dataplane for an Envoy sidecar (docs/dataplane.md#envoy),
@@ -70,7 +71,8 @@ func CASecret(mesh string) string { return "mesh_ca:secret:" + mesh }
 // GenerateEnvoy renders in for an Envoy sidecar.
 func GenerateEnvoy(in Input) (*Resources, error) {
 	g := newGenerator(in)
-	e := &envoyGen{generator: g, lbs: map[string]*envoyLB{}}
+	e := &envoyGen{generator: g, lbs: map[string]*envoyLB{}, collectors: map[string]*clusterv3.Cluster{},
+		collectorShapers: map[string][][]policy.Origin{}}
 	for i, inb := range in.Dataplane.Inbounds {
 		if err := e.inbound(i, inb); err != nil {
 			return nil, err
@@ -81,16 +83,31 @@ func GenerateEnvoy(in Input) (*Resources, error) {
 			return nil, err
 		}
 	}
+	if err := e.metrics(); err != nil {
+		return nil, err
+	}
 	if err := e.emitClusters(); err != nil {
 		return nil, err
 	}
+	e.emitCollectors()
 	e.reportNotRendered()
+	if err := e.patch(); err != nil {
+		return nil, err
+	}
 	return g.finish(), nil
 }
 
 type envoyGen struct {
 	*generator
 	lbs map[string]*envoyLB // by service, read once
+	// collectors are the clusters of observability backends (access
+	// logs, tracing), by name, with the policies behind each.
+	collectors       map[string]*clusterv3.Cluster
+	collectorShapers map[string][][]policy.Origin
+	// patched are the resources MeshProxyPatch changed (envoypatch.go).
+	patched []patchedResource
+	// traced says an HTTP connection manager was given MeshTrace.
+	traced bool
 }
 
 // envoyLB is what a service's MeshLoadBalancingStrategy gives Envoy.
@@ -143,7 +160,7 @@ func (e *envoyGen) sdsContext() *tlsv3.CommonTlsContext {
 }
 
 func typed(name string, m proto.Message) (*listenerv3.Filter, error) {
-	a, err := anypb.New(m)
+	a, err := anyOf(m)
 	if err != nil {
 		return nil, err
 	}
@@ -169,22 +186,41 @@ func (e *envoyGen) inbound(i int, inb Inbound) error {
 		filters = append(filters, f)
 	}
 	protocol := inb.Tags["kuma.io/protocol"]
-	if isHTTP(protocol) {
+	http := isHTTP(protocol)
+	limit, err := e.inboundRateLimit(cfg, name, http)
+	if err != nil {
+		return err
+	}
+	if limit.network != nil {
+		// As Kuma: the connection limiter is first in the chain.
+		filters = append([]*listenerv3.Filter{limit.network}, filters...)
+	}
+	logs, err := e.inboundAccessLogs(cfg, inb, name, http)
+	if err != nil {
+		return err
+	}
+	if http {
 		httpFilters, err := e.inboundFaults(cfg)
 		if err != nil {
 			return err
 		}
+		routes := []*routev3.Route{{
+			Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+			Action: &routev3.Route_Route{Route: &routev3.RouteAction{
+				ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: local}, Timeout: durationpb.New(0)}},
+		}}
+		if limit.route != nil {
+			httpFilters = append(httpFilters, httpLocalRateLimitFilter())
+			withRouteRateLimit(routes, limit.route)
+		}
 		f, err := typed("envoy.filters.network.http_connection_manager", &hcmv3.HttpConnectionManager{
 			StatPrefix: "localhost_" + strconv.Itoa(inb.Port),
 			RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
-				Name: "inbound:" + svc,
-				VirtualHosts: []*routev3.VirtualHost{{Name: svc, Domains: []string{"*"}, Routes: []*routev3.Route{{
-					Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
-					Action: &routev3.Route_Route{Route: &routev3.RouteAction{
-						ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: local}, Timeout: durationpb.New(0)}},
-				}}}},
+				Name: "inbound:" + svc, VirtualHosts: []*routev3.VirtualHost{{Name: svc, Domains: []string{"*"}, Routes: routes}},
 			}},
 			HttpFilters: append(httpFilters, routerFilter()),
+			AccessLog:   logs,
+			Tracing:     e.tracing(name, "INBOUND", ""),
 		})
 		if err != nil {
 			return err
@@ -192,7 +228,7 @@ func (e *envoyGen) inbound(i int, inb Inbound) error {
 		filters = append(filters, f)
 	} else {
 		f, err := typed("envoy.filters.network.tcp_proxy", &tcpproxyv3.TcpProxy{StatPrefix: "localhost_" + strconv.Itoa(inb.Port),
-			ClusterSpecifier: &tcpproxyv3.TcpProxy_Cluster{Cluster: local}})
+			ClusterSpecifier: &tcpproxyv3.TcpProxy_Cluster{Cluster: local}, AccessLog: logs})
 		if err != nil {
 			return err
 		}
@@ -200,7 +236,7 @@ func (e *envoyGen) inbound(i int, inb Inbound) error {
 	}
 	chain := &listenerv3.FilterChain{Filters: filters}
 	if e.in.MTLS {
-		ts, err := anypb.New(&tlsv3.DownstreamTlsContext{CommonTlsContext: e.sdsContext(), RequireClientCertificate: wrapperspb.Bool(true)})
+		ts, err := anyOf(&tlsv3.DownstreamTlsContext{CommonTlsContext: e.sdsContext(), RequireClientCertificate: wrapperspb.Bool(true)})
 		if err != nil {
 			return err
 		}
@@ -281,20 +317,34 @@ func (e *envoyGen) outbound(o policy.OutboundConfig) error {
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(o.Port))
 	protocol := e.protocol(svc)
+	listener := "outbound:" + addr
 	var filter *listenerv3.Filter
-	var err error
-	if isHTTP(protocol) {
+	_, hasTCPRoute := o.Policies["MeshTCPRoute"]
+	_, hasHTTPRoute := o.Policies["MeshHTTPRoute"]
+	// As Kuma: a MeshTCPRoute routes an HTTP service's traffic when no
+	// MeshHTTPRoute does, as TCP.
+	http := isHTTP(protocol) && (!hasTCPRoute || hasHTTPRoute)
+	logs, logShapers, err := e.outboundAccessLogs(svc, o.Policies, http)
+	if err != nil {
+		return err
+	}
+	e.out.shape(resourcev3.ListenerType, listener, logShapers)
+	if http {
 		routes, shaped := e.envoyRoutes(svc, o.Policies, protocol)
-		e.out.shape(resourcev3.ListenerType, "outbound:"+addr, shaped)
+		e.out.shape(resourcev3.ListenerType, listener, shaped)
 		filter, err = typed("envoy.filters.network.http_connection_manager", &hcmv3.HttpConnectionManager{
 			StatPrefix: svc,
 			RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
 				Name: "outbound:" + svc, VirtualHosts: []*routev3.VirtualHost{{Name: svc, Domains: []string{"*"}, Routes: routes}},
 			}},
 			HttpFilters: []*hcmv3.HttpFilter{routerFilter()},
+			AccessLog:   logs,
+			Tracing:     e.tracing(listener, "OUTBOUND", svc),
 		})
 	} else {
-		filter, err = typed("envoy.filters.network.tcp_proxy", e.tcpProxy(svc, o.Policies))
+		tp := e.tcpProxy(svc, o.Policies, listener)
+		tp.AccessLog = logs
+		filter, err = typed("envoy.filters.network.tcp_proxy", tp)
 	}
 	if err != nil {
 		return err
@@ -308,9 +358,13 @@ func (e *envoyGen) outbound(o policy.OutboundConfig) error {
 
 // tcpProxy is a TCP outbound: its cluster, MeshTimeout's idleTimeout and
 // MeshRetry's tcp.maxConnectAttempt.
-func (e *envoyGen) tcpProxy(svc string, policies map[string]policy.OutboundPolicy) *tcpproxyv3.TcpProxy {
-	tp := &tcpproxyv3.TcpProxy{StatPrefix: svc, ClusterSpecifier: &tcpproxyv3.TcpProxy_Cluster{Cluster: e.cluster(svc, nil)},
-		IdleTimeout: durationpb.New(defaultIdleTimeout)}
+func (e *envoyGen) tcpProxy(svc string, policies map[string]policy.OutboundPolicy, listener string) *tcpproxyv3.TcpProxy {
+	tp := &tcpproxyv3.TcpProxy{StatPrefix: svc, IdleTimeout: durationpb.New(defaultIdleTimeout)}
+	if cluster, weighted := e.tcpRoute(svc, policies, listener); weighted != nil {
+		tp.ClusterSpecifier = &tcpproxyv3.TcpProxy_WeightedClusters{WeightedClusters: weighted}
+	} else {
+		tp.ClusterSpecifier = &tcpproxyv3.TcpProxy_Cluster{Cluster: cluster}
+	}
 	if p, ok := policies["MeshTimeout"]; ok && p.Conf != nil {
 		var c meshTimeoutConf
 		e.about = p.Origin
@@ -325,7 +379,7 @@ func (e *envoyGen) tcpProxy(svc string, policies map[string]policy.OutboundPolic
 	}
 	// What only HTTP traffic has.
 	for _, typ := range []string{"MeshHTTPRoute", "MeshFaultInjection"} {
-		if p, ok := policies[typ]; ok && p.Conf != nil {
+		if p, ok := policies[typ]; ok && p.Conf != nil && !isHTTP(e.protocol(svc)) {
 			e.dropAbout(p.Origin, "%s on the outbound to %s: %s speaks tcp (kuma.io/protocol)", typ, svc, svc)
 		}
 	}
@@ -379,6 +433,9 @@ func (e *envoyGen) envoyRoutes(svc string, policies map[string]policy.OutboundPo
 	hash := e.lbOf(svc).hash
 	for _, r := range out {
 		a := r.GetRoute()
+		if a == nil {
+			continue // a redirect
+		}
 		a.Timeout, a.IdleTimeout, a.RetryPolicy, a.HashPolicy = timeout, idle, retry, hash
 	}
 	shaped = append(shaped, tShaped...)
@@ -393,33 +450,7 @@ func (e *envoyGen) envoyRuleRoutes(svc string, i int, rule httpRule) []*routev3.
 	if !ok {
 		return nil
 	}
-	var headersToAdd []*corev3.HeaderValueOption
-	var headersToRemove []string
-	for j, f := range rule.Default.Filters {
-		var filter struct {
-			Type                  string `json:"type"`
-			RequestHeaderModifier *struct {
-				Set    []struct{ Name, Value string } `json:"set"`
-				Add    []struct{ Name, Value string } `json:"add"`
-				Remove []string                       `json:"remove"`
-			} `json:"requestHeaderModifier"`
-		}
-		b, _ := json.Marshal(f)
-		if json.Unmarshal(b, &filter) != nil || filter.Type != "RequestHeaderModifier" || filter.RequestHeaderModifier == nil {
-			e.drop("MeshHTTPRoute rules[%d].default.filters[%d] (%s) of %s: not rendered for Envoy", i, j, filter.Type, svc)
-			continue
-		}
-		m := filter.RequestHeaderModifier
-		for _, h := range m.Set {
-			headersToAdd = append(headersToAdd, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: h.Name, Value: h.Value},
-				AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD})
-		}
-		for _, h := range m.Add {
-			headersToAdd = append(headersToAdd, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: h.Name, Value: h.Value},
-				AppendAction: corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD})
-		}
-		headersToRemove = append(headersToRemove, m.Remove...)
-	}
+	rf := e.routeFilters(svc, i, rule)
 	var out []*routev3.Route
 	for _, m := range rule.Matches {
 		match := &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}}
@@ -454,8 +485,9 @@ func (e *envoyGen) envoyRuleRoutes(svc string, i int, rule httpRule) []*routev3.
 			match.QueryParameters = append(match.QueryParameters, &routev3.QueryParameterMatcher{Name: qp.Name,
 				QueryParameterMatchSpecifier: &routev3.QueryParameterMatcher_StringMatch{StringMatch: sm}})
 		}
-		out = append(out, &routev3.Route{Match: match, Action: &routev3.Route_Route{Route: proto.Clone(action).(*routev3.RouteAction)},
-			RequestHeadersToAdd: headersToAdd, RequestHeadersToRemove: headersToRemove})
+		r := &routev3.Route{Match: match, Action: &routev3.Route_Route{Route: proto.Clone(action).(*routev3.RouteAction)}}
+		rf.apply(r, m.Path)
+		out = append(out, r)
 	}
 	return out
 }
@@ -607,7 +639,7 @@ func (e *envoyGen) emitClusters() error {
 		}
 		e.healthCheck(c, spec.service, policies)
 		if e.in.MTLS {
-			ts, err := anypb.New(e.upstreamTLS(spec.service))
+			ts, err := anyOf(e.upstreamTLS(spec.service))
 			if err != nil {
 				return err
 			}
@@ -690,7 +722,7 @@ func (e *envoyGen) clusterTimeouts(c *clusterv3.Cluster, svc string, policies ma
 		opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
 			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}}}}
 	}
-	a, err := anypb.New(opts)
+	a, err := anyOf(opts)
 	if err != nil {
 		return err
 	}
@@ -751,7 +783,10 @@ func (e *envoyGen) healthCheck(c *clusterv3.Cluster, svc string, policies map[st
 var envoyRendered = map[string]bool{
 	"MeshTrafficPermission": true, "MeshHTTPRoute": true, "MeshTimeout": true, "MeshRetry": true,
 	"MeshCircuitBreaker": true, "MeshLoadBalancingStrategy": true, "MeshFaultInjection": true, "MeshHealthCheck": true,
-	"MeshTCPRoute": false,
+	"MeshTCPRoute": true, "MeshAccessLog": true, "MeshRateLimit": true,
+	// Proxy-wide: given where they apply (envoyobserve.go, envoymetric.go,
+	// envoypatch.go); what they cannot carry is named there.
+	"MeshTrace": true, "MeshMetric": true, "MeshProxyPatch": true,
 }
 
 // reportNotRendered names the policy types the Envoy rendering does not
@@ -759,6 +794,9 @@ var envoyRendered = map[string]bool{
 func (e *envoyGen) reportNotRendered() {
 	e.reportNotGiven(envoyRendered, func(string) bool { return true }, notGiven{
 		outbound: "not rendered for Envoy", inbound: "not rendered for Envoy", proxy: "not rendered for Envoy"})
+	if ap, ok := e.in.Config.Proxy["MeshTrace"]; ok && !e.traced {
+		e.dropAbout(ap.Origin, "MeshTrace (whole proxy): nothing traced: no backend, or no HTTP listener")
+	}
 }
 
 // envoyCircuitBreaker is MeshCircuitBreaker as Kuma renders it: every
@@ -1011,4 +1049,43 @@ func headerMatchers(in []struct {
 		out = append(out, hm)
 	}
 	return out
+}
+
+// tcpRoute is where a TCP outbound sends its connections: the
+// MeshTCPRoute's backends by weight (its one rule), else the service.
+func (e *envoyGen) tcpRoute(svc string, policies map[string]policy.OutboundPolicy, listener string) (string, *tcpproxyv3.TcpProxy_WeightedCluster) {
+	p, ok := policies["MeshTCPRoute"]
+	if !ok || p.Conf == nil {
+		return e.cluster(svc, nil), nil
+	}
+	var conf struct {
+		Rules []httpRule `json:"rules"`
+	}
+	e.about = p.Origin
+	defer func() { e.about = nil }()
+	if !e.decode("MeshTCPRoute", svc, p.Conf, &conf) || len(conf.Rules) == 0 {
+		return e.cluster(svc, nil), nil
+	}
+	var weighted []*tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight
+	for j, ref := range conf.Rules[0].Default.BackendRefs {
+		if ref.Kind != resource.KindMeshService && ref.Kind != resource.KindMeshServiceSubset {
+			e.drop("MeshTCPRoute rules[0].default.backendRefs[%d] of %s: kind %s has no endpoints the zone serves", j, svc, ref.Kind)
+			continue
+		}
+		w := uint32(1)
+		if ref.Weight != nil {
+			w = *ref.Weight
+		}
+		if w > 0 {
+			weighted = append(weighted, &tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight{Name: e.cluster(ref.Name, ref.Tags), Weight: w})
+		}
+	}
+	e.out.shape(resourcev3.ListenerType, listener, e.carry(p.Origin))
+	switch len(weighted) {
+	case 0:
+		return e.cluster(svc, nil), nil
+	case 1:
+		return weighted[0].Name, nil
+	}
+	return "", &tcpproxyv3.TcpProxy_WeightedCluster{Clusters: weighted}
 }

@@ -68,6 +68,10 @@ type Input struct {
 	// seen from Zone (rendered once for many proxies); nil renders them
 	// for this proxy alone.
 	LoadAssignments *LoadAssignments
+	// AccessLogPipe is where an Envoy sidecar's agent reads access log
+	// lines for tcp backends (node metadata meridian.io/access-log-pipe);
+	// "" when it reads none.
+	AccessLogPipe string
 }
 
 // Resources are a proxy's resources by type, with the policies that shaped
@@ -272,7 +276,7 @@ func (g *generator) client(svc string) error {
 		}},
 		HttpFilters: append(faults, routerFilter()),
 	}
-	api, err := anypb.New(manager)
+	api, err := anyOf(manager)
 	if err != nil {
 		return err
 	}
@@ -550,7 +554,9 @@ func (g *generator) reportNotGiven(given map[string]bool, outbound func(svc stri
 		}
 	}
 	for typ, ap := range g.in.Config.Proxy {
-		g.dropAbout(ap.Origin, "%s (whole proxy): %s", typ, why.proxy)
+		if !given[typ] {
+			g.dropAbout(ap.Origin, "%s (whole proxy): %s", typ, why.proxy)
+		}
 	}
 }
 
@@ -589,7 +595,7 @@ func (g *generator) server(i int, inb Inbound) error {
 		}},
 		HttpFilters: filters,
 	}
-	typed, err := anypb.New(manager)
+	typed, err := anyOf(manager)
 	if err != nil {
 		return err
 	}
@@ -624,7 +630,7 @@ func rbacFilter(f policy.RBACFilter) (*hcmv3.HttpFilter, error) {
 			return nil, fmt.Errorf("rbac shadow_rules: %w", err)
 		}
 	}
-	typed, err := anypb.New(cfg)
+	typed, err := anyOf(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -640,7 +646,7 @@ func jsonToProto(v any, m proto.Message) error {
 }
 
 func routerFilter() *hcmv3.HttpFilter {
-	typed, _ := anypb.New(&routerv3.Router{})
+	typed, _ := anyOf(&routerv3.Router{})
 	return &hcmv3.HttpFilter{Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: typed}}
 }
 
@@ -676,13 +682,13 @@ func upstreamTLS(mesh, svc string) *corev3.TransportSocket {
 	ctx.GetValidationContext().MatchSubjectAltNames = []*matcherv3.StringMatcher{{
 		MatchPattern: &matcherv3.StringMatcher_Exact{Exact: "spiffe://" + mesh + "/" + svc},
 	}}
-	typed, _ := anypb.New(&tlsv3.UpstreamTlsContext{CommonTlsContext: ctx})
+	typed, _ := anyOf(&tlsv3.UpstreamTlsContext{CommonTlsContext: ctx})
 	return &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: typed}}
 }
 
 // downstreamTLS: the server requires a client certificate of the mesh.
 func downstreamTLS() *corev3.TransportSocket {
-	typed, _ := anypb.New(&tlsv3.DownstreamTlsContext{
+	typed, _ := anyOf(&tlsv3.DownstreamTlsContext{
 		CommonTlsContext:         certificateContext(),
 		RequireClientCertificate: wrapperspb.Bool(true),
 	})
@@ -753,4 +759,14 @@ func originNames(os []policy.Origin) []string {
 		}
 	}
 	return out
+}
+
+// anyOf packs m deterministically: equal resources encode (and version)
+// equally, even with maps inside (a JSON log format's fields).
+func anyOf(m proto.Message) (*anypb.Any, error) {
+	a := &anypb.Any{}
+	if err := anypb.MarshalFrom(a, m, proto.MarshalOptions{Deterministic: true}); err != nil {
+		return nil, err
+	}
+	return a, nil
 }

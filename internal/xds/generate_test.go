@@ -35,6 +35,8 @@ type genCase struct {
 		Tags    map[string]string `json:"tags"`
 	} `json:"endpoints"`
 	Resources []json.RawMessage `json:"resources"`
+	// AccessLogPipe is the agent's access log pipe (node metadata).
+	AccessLogPipe string `json:"accessLogPipe"`
 }
 
 // genGolden is what a case renders: the config dump, the policies behind
@@ -103,7 +105,8 @@ func loadGenCase(t *testing.T, path string) Input {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Input{Dataplane: dp, Zone: gc.Zone, Config: cfg, MTLS: gc.MTLS, Endpoints: gc.endpoints(), Faults: NewFaults(snap)}
+	return Input{Dataplane: dp, Zone: gc.Zone, Config: cfg, MTLS: gc.MTLS, Endpoints: gc.endpoints(), Faults: NewFaults(snap),
+		AccessLogPipe: gc.AccessLogPipe}
 }
 
 func (gc *genCase) endpoints() map[string][]Endpoint {

@@ -16,7 +16,6 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -532,7 +531,7 @@ func (g *generator) faultsFromConf(of string, conf json.RawMessage, origin []pol
 		if fault.Abort == nil && fault.Delay == nil {
 			continue
 		}
-		typed, err := anypb.New(fault)
+		typed, err := anyOf(fault)
 		if err != nil {
 			return nil, err
 		}

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,10 +45,29 @@ type Identity struct {
 	// metadata (meridian.io/proxy, which meridian-dp's Envoy bootstrap
 	// sets); a proxyless gRPC client sets none.
 	Kind string
+	// AccessLogPipe is where the proxy's agent reads access log lines for
+	// tcp backends (node metadata meridian.io/access-log-pipe); "" for
+	// none or a value that is not a clean absolute path.
+	AccessLogPipe string
 }
 
 // MetadataProxy is the node metadata key that names the kind of proxy.
 const MetadataProxy = "meridian.io/proxy"
+
+// MetadataAccessLogPipe is the node metadata key naming the agent's
+// access log pipe.
+const MetadataAccessLogPipe = "meridian.io/access-log-pipe"
+
+// accessLogPipeOf is the access log pipe a node's metadata names, when it
+// is a clean absolute path of at most 1 KiB (it is written into the
+// proxy's own listeners only).
+func accessLogPipeOf(node *corev3.Node) string {
+	p := node.GetMetadata().GetFields()[MetadataAccessLogPipe].GetStringValue()
+	if p == "" || len(p) > 1024 || !path.IsAbs(p) || path.Clean(p) != p || strings.ContainsAny(p, "\x00\n") {
+		return ""
+	}
+	return p
+}
 
 // kindOf is the proxy kind a node's metadata names.
 func kindOf(node *corev3.Node) string {
@@ -336,6 +357,7 @@ func (s *Server) request(id int64, node *corev3.Node, typeURL, version, nonce, d
 		n := s.node(nodeID)
 		n.id = st.id
 		n.id.Kind = kindOf(node)
+		n.id.AccessLogPipe = accessLogPipeOf(node)
 		n.streams++
 		if n.streams == 1 {
 			n.since = s.cfg.Now()
@@ -442,6 +464,17 @@ func (s *Server) Kind(nodeID string) string {
 		return n.id.Kind
 	}
 	return ""
+}
+
+// lastIdentity is the identity a node last connected with (ok false for
+// a node never seen).
+func (s *Server) lastIdentity(nodeID string) (Identity, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := s.nodes[nodeID]; n != nil && n.id.NodeID != "" {
+		return n.id, true
+	}
+	return Identity{}, false
 }
 
 // anyConnected says whether some node has an open stream.

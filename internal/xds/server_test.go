@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // testServer serves xDS on loopback; a stream's identity is the node id
@@ -396,5 +397,23 @@ func TestEqualResourcesAreShared(t *testing.T) {
 	s.Forget("m.web-1")
 	if n := len(s.interned.entries); n != 0 {
 		t.Fatalf("%d interned resources with no node, want 0", n)
+	}
+}
+
+func TestAccessLogPipeOfNodeMetadata(t *testing.T) {
+	for _, tc := range []struct {
+		pipe, want string
+	}{
+		{"/run/dp/access-logs.pipe", "/run/dp/access-logs.pipe"},
+		{"relative/pipe", ""},
+		{"/run/../etc/passwd", ""},
+		{"/run/dp/\npipe", ""},
+		{"/" + strings.Repeat("a", 1100), ""},
+		{"", ""},
+	} {
+		node := &corev3.Node{Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{MetadataAccessLogPipe: structpb.NewStringValue(tc.pipe)}}}
+		if got := accessLogPipeOf(node); got != tc.want {
+			t.Errorf("%q: got %q, want %q", tc.pipe, got, tc.want)
+		}
 	}
 }
