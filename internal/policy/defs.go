@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 )
 
 // defTable shares equal contribution and entry definitions between parsed
@@ -26,7 +27,12 @@ type defTable struct {
 	entries  map[entryKey]*entryDef
 	// seed keys specSum, the same for every snapshot that shares the table.
 	seed maphash.Seed
+	// uids numbers the policies parsed by the snapshots sharing the table.
+	uids atomic.Uint64
 }
+
+// nextUID is a new policyDef.uid.
+func (t *defTable) nextUID() uint64 { return t.uids.Add(1) }
 
 // specSum fingerprints a policy's spec (64 bits of maphash under a seed
 // of the process's choosing): a later build tells a resource whose spec

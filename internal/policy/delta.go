@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 
 	"github.com/meridian-mesh/meridian/internal/condition"
 	"github.com/meridian-mesh/meridian/internal/resource"
@@ -222,6 +223,7 @@ func (d *delta) build() *MeshSnapshot {
 		multis: prev.multis, multiByName: prev.multiByName, gateways: prev.gateways,
 		routes: prev.routes, routeByName: prev.routeByName, infra: prev.infra,
 		reg: prev.reg, shapes: prev.shapes, refs: prev.refs, defs: prev.defs, parses: parseTable{m: d.parses},
+		toMemo: &sync.Map{}, prevToMemo: prev.toMemo,
 	}
 	b := &builder{s: s, own: new(buildMark), reg: prev.reg, zone: prev.zone, sysNS: prev.sysNS, prev: d.parses,
 		prevSnap: prev, prevTypes: prev.types, share: true}

@@ -429,3 +429,70 @@ func awaitCollected(t *testing.T, collected <-chan struct{}, held *MeshSnapshot,
 	}
 	t.Fatal(msg)
 }
+
+// TestOutboundResultsCarry: a snapshot built from changes reuses the
+// outbound results its predecessor computed where the change does not
+// reach (the same ResultID, the same answer as a fresh build), computes
+// the reached outbound again, and never carries a result that evaluated
+// a `when` expression (it spent its snapshot's budget).
+func TestOutboundResultsCarry(t *testing.T) {
+	reg := resource.NewDefaultRegistry()
+	timeout := func(name, svc, d, when string) *resource.Resource {
+		w := ""
+		if when != "" {
+			w = fmt.Sprintf(`,"when":{"default":%q}`, when)
+		}
+		return res("MeshTimeout", name, fmt.Sprintf(`{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"MeshService","name":%q},"default":{"idleTimeout":%q}%s}]}`, svc, d, w))
+	}
+	build := func(prev *MeshSnapshot, rs []*resource.Resource, ch *Changes) *MeshSnapshot {
+		t.Helper()
+		s, err := NewMeshSnapshot(Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", SystemNamespace: "kuma-system", Resources: rs, Previous: prev, Changes: ch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	ids := func(s *MeshSnapshot) []uint64 {
+		t.Helper()
+		cfg, err := s.Config("dp", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := make([]uint64, len(cfg.Outbounds))
+		for i, o := range cfg.Outbounds {
+			out[i] = o.Policies["MeshTimeout"].ResultID()
+		}
+		return out
+	}
+	rs := []*resource.Resource{benchDataplane("dp", 3, 0), timeout("a", "svc-0", "1s", ""), timeout("b", "svc-1", "2s", ""),
+		timeout("c", "svc-2", "3s", `true`)}
+	first := build(nil, rs, nil)
+	before := ids(first)
+	changed := timeout("b", "svc-1", "5s", "")
+	next := build(first, nil, &Changes{Put: []*resource.Resource{changed}})
+	after := ids(next)
+	switch {
+	case before[0] == 0 || after[0] != before[0]:
+		t.Errorf("svc-0's result was not carried: %d then %d", before[0], after[0])
+	case after[1] == before[1]:
+		t.Error("svc-1's result was carried across a change that reaches it")
+	case before[2] == 0 || after[2] == before[2]:
+		t.Errorf("a result with a `when` expression was carried (or none computed): %d then %d", before[2], after[2])
+	}
+	fresh := build(nil, []*resource.Resource{benchDataplane("dp", 3, 0), timeout("a", "svc-0", "1s", ""), changed,
+		timeout("c", "svc-2", "3s", `true`)}, nil)
+	want, _ := fresh.Config("dp", "")
+	got, _ := next.Config("dp", "")
+	if a, b := mustJSON(t, want), mustJSON(t, got); a != b {
+		t.Errorf("carried results differ from a fresh build:\n%s", firstDiff(a, b))
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

@@ -52,6 +52,10 @@ type policy struct {
 // top-level targetRef, implicit scope, sort key. Never written once parsed.
 type policyDef struct {
 	desc *resource.TypeDescriptor
+	// uid identifies this parse of the resource across the snapshots that
+	// share it (defTable.nextUID): the memo of outbound confs a snapshot
+	// hands to the next is keyed by it (views.go).
+	uid uint64
 
 	role string
 	// display is res.DisplayName(), read by every comparison of a sort (a
@@ -208,7 +212,7 @@ func finishContribution(c *contribution, shapes *shapeTable) {
 }
 
 func (b *builder) parseDecoded(r *resource.Resource, d *resource.TypeDescriptor, dec *decodedPolicy) *policy {
-	p := &policy{owner: b.own, policyDef: &policyDef{desc: d, role: dec.role, display: r.DisplayName(),
+	p := &policy{owner: b.own, policyDef: &policyDef{desc: d, uid: b.s.defs.nextUID(), role: dec.role, display: r.DisplayName(),
 		mesh: r.Mesh, resName: r.Name, resNS: r.Namespace, labels: r.Labels, specSum: b.s.defs.specSum(r.Spec)}}
 	p.origin, p.zone = b.originOf(r)
 	p.ownNS = b.ownNamespace(r)

@@ -100,14 +100,23 @@ type MeshSnapshot struct {
 	// Memos shared by every query: a type's from-rules depend only on the
 	// list of entries that apply, and an outbound's conf only on its entry
 	// lists, so Dataplanes selected by the same entries share one
-	// computation. They are filled lazily and concurrently (sync.Map), never
-	// change a result, and die with the snapshot.
+	// computation. They are filled lazily and concurrently (sync.Map) and never
+	// change a result; they die with the snapshot, but toMemo, which the next
+	// snapshot reads (prevToMemo).
 	fromMemo sync.Map // type + entry signature → *fromResult
 	// explainMemo holds the explanations asked for (explainKey →
 	// *Explanation).
 	explainMemo sync.Map
 	explained   atomic.Int64 // explanations memoized
-	toMemo      sync.Map     // type + signature of the Mesh entries → *sync.Map of outbound signature → *OutboundPolicy
+	// toMemo: type + stable signature of the Mesh entries → *sync.Map of
+	// outbound signature → *outboundResult. Its keys name policies by
+	// parse (policyDef.uid), not by position, so the next snapshot can
+	// reuse what this one computed (prevToMemo): after one policy changes,
+	// the outbounds it does not reach keep their result, origins included.
+	toMemo *sync.Map
+	// prevToMemo is the previous snapshot's toMemo (not the snapshot:
+	// only its outbound results stay alive, one generation back).
+	prevToMemo *sync.Map
 
 	// statuses of every policy (docs/policy.md#status), computed on first use.
 	statusOnce sync.Once
@@ -296,6 +305,10 @@ type typeIndex struct {
 	// sources[i] is the previous snapshot's policy policies[i] was cloned
 	// from (nil when parsed afresh); only while building (finishType).
 	sources []*policy
+
+	// toIdx indexes to by target (views.go), made on first use.
+	toOnce sync.Once
+	toIdx  *toIndex
 }
 
 type meshService struct {
@@ -395,11 +408,12 @@ func build(in Inputs, sysNS string, prevParses *parseMap, kept []keptParse) (*Me
 		externals: map[nsName]*resource.Resource{}, extByName: map[string][]*resource.Resource{},
 		multis: map[nsName]*resource.Resource{}, multiByName: map[string][]*resource.Resource{},
 		gateways: map[string]*gateway{}, routes: map[nsName]*policy{}, routeByName: map[string][]*policy{},
-		reg: in.Registry, parses: parseTable{m: newParseMap(len(in.Resources))},
+		reg: in.Registry, parses: parseTable{m: newParseMap(len(in.Resources))}, toMemo: &sync.Map{},
 	}
 	b := &builder{s: s, own: new(buildMark), reg: in.Registry, zone: in.Zone, sysNS: sysNS}
 	if p := in.Previous; p != nil && p.reg == in.Registry && p.sysNS == sysNS && p.zone == in.Zone {
 		b.prev, b.prevSnap, b.prevTypes, s.shapes, s.refs, s.defs = prevParses, p, p.types, p.shapes, p.refs, p.defs
+		s.prevToMemo = p.toMemo
 	} else {
 		s.shapes, s.refs, s.defs = newShapeTable(), newRefTable(), newDefTable()
 	}

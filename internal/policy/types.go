@@ -141,7 +141,14 @@ type OutboundPolicy struct {
 	Origin []Origin        `json:"origin"`
 	Routes []RouteConf     `json:"routes,omitempty"`
 	lazy   lazyOrigin
+	result uint64
 }
+
+// ResultID identifies the computation p comes from: values with the same
+// non-zero id, from this snapshot or the ones built from it, have equal
+// confs, origins and routes. The xDS rendering reuses what it rendered
+// from an id it has seen; 0 says nothing.
+func (p OutboundPolicy) ResultID() uint64 { return p.result }
 
 // InboundPolicy is one policy type's rules on an inbound.
 type InboundPolicy struct {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
@@ -114,17 +115,16 @@ func (s *MeshSnapshot) toView(t *typeIndex, dp *dataplane, matched []bool, lazy 
 		return nil, nil
 	}
 	common, specific, routed := s.outboundEntries(t, dp, matched)
-	memo := s.outboundMemo(t.desc.Name + "\x00" + sigOf(common))
+	memoKey := t.desc.Name + "\x00" + stableSigOf(common)
+	memo := s.outboundMemo(memoKey)
 	out := make([]*OutboundPolicy, n)
 	rendered := map[*outboundResult]*OutboundPolicy{}
 	var warns []string
 	for i := range n {
-		key := sigOf(specific[i]) + routed[i].sig()
-		v, ok := memo.Load(key)
-		if !ok {
-			v, _ = memo.LoadOrStore(key, outboundPolicy(s.mergerOf(t), common, specific[i], routed[i]))
-		}
-		r := v.(*outboundResult)
+		key := stableSigOf(specific[i]) + routed[i].sig()
+		r := s.outboundResultOf(memo, memoKey, key, func() *outboundResult {
+			return outboundPolicy(s.mergerOf(t), common, specific[i], routed[i])
+		})
 		op, ok := rendered[r]
 		if !ok {
 			op = r.render(lazy)
@@ -135,6 +135,27 @@ func (s *MeshSnapshot) toView(t *typeIndex, dp *dataplane, matched []bool, lazy 
 	}
 	slices.Sort(warns)
 	return out, slices.Compact(warns)
+}
+
+// outboundResultOf is the memoized result of key in memo (the memo of
+// memoKey), else the previous snapshot's when it may be carried, else
+// compute's.
+func (s *MeshSnapshot) outboundResultOf(memo *sync.Map, memoKey, key string, compute func() *outboundResult) *outboundResult {
+	if v, ok := memo.Load(key); ok {
+		return v.(*outboundResult)
+	}
+	if s.prevToMemo != nil {
+		if pm, ok := s.prevToMemo.Load(memoKey); ok {
+			if v, ok := pm.(*sync.Map).Load(key); ok && v.(*outboundResult).carry {
+				v, _ = memo.LoadOrStore(key, v)
+				return v.(*outboundResult)
+			}
+		}
+	}
+	r := compute()
+	r.id = s.defs.nextUID()
+	v, _ := memo.LoadOrStore(key, r)
+	return v.(*outboundResult)
 }
 
 // outboundResult is a memoized outbound computation. It keeps the blocks
@@ -148,6 +169,29 @@ type outboundResult struct {
 	blocks []*contribution
 	routes []routeResult
 	warns  []string
+	// carry says the next snapshot may reuse the result: it depends on
+	// its entries only (no `when` expression, which spends this
+	// snapshot's budget).
+	carry bool
+	// id identifies the result (OutboundPolicy.ResultID).
+	id uint64
+
+	// origins are the origins of blocks and of each route's, written on
+	// first use and shared by every result rendered from it.
+	originsOnce  sync.Once
+	origins      []Origin
+	routeOrigins [][]Origin
+}
+
+// originLists writes the result's origins once.
+func (r *outboundResult) originLists() ([]Origin, [][]Origin) {
+	r.originsOnce.Do(func() {
+		r.origins = originsOf(r.blocks)
+		for _, rr := range r.routes {
+			r.routeOrigins = append(r.routeOrigins, originsOf(rr.blocks))
+		}
+	})
+	return r.origins, r.routeOrigins
 }
 
 // routeResult is the conf of one route's traffic on an outbound.
@@ -163,18 +207,19 @@ func (r *outboundResult) render(lazy bool) *OutboundPolicy {
 	if !r.has {
 		return nil
 	}
-	op := &OutboundPolicy{Conf: r.conf}
+	op := &OutboundPolicy{Conf: r.conf, result: r.id}
+	var routeOrigins [][]Origin
 	if lazy {
 		op.lazy = lazyOrigin{set: true, blocks: r.blocks}
 	} else {
-		op.Origin = originsOf(r.blocks)
+		op.Origin, routeOrigins = r.originLists()
 	}
-	for _, rr := range r.routes {
+	for i, rr := range r.routes {
 		rc := RouteConf{Route: rr.route.meta(), Conf: rr.conf}
 		if lazy {
 			rc.lazy = lazyOrigin{set: true, blocks: rr.blocks}
 		} else {
-			rc.Origin = originsOf(rr.blocks)
+			rc.Origin = routeOrigins[i]
 		}
 		op.Routes = append(op.Routes, rc)
 	}
@@ -192,7 +237,8 @@ func (s *MeshSnapshot) outboundEntries(t *typeIndex, dp *dataplane, matched []bo
 	var common []*entry
 	specific := make([][]*entry, n)
 	routed := make([]routeEntries, n)
-	for _, e := range t.to {
+	idx := t.toEntryIndex()
+	for _, e := range idx.other {
 		if !matched[e.pol.idx] {
 			continue
 		}
@@ -213,11 +259,82 @@ func (s *MeshSnapshot) outboundEntries(t *typeIndex, dp *dataplane, matched []bo
 			s.addRouteEntry(routed, r, e, dp)
 		}
 	}
+	// The entries naming one service, the common shape, by outbound: no
+	// walk over every entry of the type.
+	for i, o := range dp.outbounds {
+		list := idx.byService[o.service]
+		if len(list) == 0 {
+			continue
+		}
+		mine := make([]*entry, 0, len(list))
+		for j := range list {
+			if ie := &list[j]; matched[ie.pol] && ie.matches(o) {
+				mine = append(mine, ie.e)
+			}
+		}
+		specific[i] = mergeByPos(specific[i], mine)
+	}
 	return common, specific, routed
 }
 
+// toIndex splits a type's to-entries: those whose target is exactly one
+// service match (by that service, in position order) and the others
+// (in position order), which outboundEntries walks.
+type toIndex struct {
+	byService map[string][]indexedEntry
+	other     []*entry
+}
+
+// indexedEntry is an entry with what outboundEntries reads of it, in one
+// array: its policy's index and its service match (less the service,
+// the index's key).
+type indexedEntry struct {
+	e        *entry
+	pol      int32
+	port     int32
+	ns, zone string
+}
+
+func (ie *indexedEntry) matches(o *outbound) bool {
+	return svcMatch{service: o.service, ns: ie.ns, zone: ie.zone, port: int(ie.port)}.matches(o)
+}
+
+// toEntryIndex is t's toIndex, made on first use: a type index is never
+// written once its snapshot is published.
+func (t *typeIndex) toEntryIndex() *toIndex {
+	t.toOnce.Do(func() {
+		one := func(e *entry) bool {
+			tg := e.target
+			return e.pol.top.Kind != resource.KindMeshHTTPRoute && tg != nil && !tg.all && len(tg.services) == 1 &&
+				len(tg.backends) == 0 && len(tg.routes) == 0
+		}
+		// Counted first, so that each list is allocated once.
+		counts := map[string]int{}
+		for _, e := range t.to {
+			if one(e) {
+				counts[e.target.services[0].service]++
+			}
+		}
+		idx := &toIndex{byService: make(map[string][]indexedEntry, len(counts))}
+		for _, e := range t.to {
+			if !one(e) {
+				idx.other = append(idx.other, e)
+				continue
+			}
+			m := &e.target.services[0]
+			list := idx.byService[m.service]
+			if list == nil {
+				list = make([]indexedEntry, 0, counts[m.service])
+			}
+			idx.byService[m.service] = append(list, indexedEntry{e: e, pol: int32(e.pol.idx), port: int32(m.port), ns: m.ns, zone: m.zone})
+		}
+		t.toIdx = idx
+	})
+	return t.toIdx
+}
+
 // outboundMemo returns the memo of outbound confs computed with the Mesh
-// entries identified by key.
+// entries identified by key (type and stable signature).
 func (s *MeshSnapshot) outboundMemo(key string) *sync.Map {
 	if v, ok := s.toMemo.Load(key); ok {
 		return v.(*sync.Map)
@@ -250,7 +367,7 @@ func (r *routeEntries) sig() string {
 	}
 	s := ""
 	for i, route := range r.routes {
-		s += "|" + route.resNS + "/" + route.resName + ":" + sigOf(r.entries[i])
+		s += "|" + strconv.FormatUint(route.uid, 36) + ":" + stableSigOf(r.entries[i])
 	}
 	return s
 }
@@ -296,7 +413,21 @@ func outboundPolicy(m merger, common, specific []*entry, routed routeEntries) *o
 		}
 	}
 	res.has = res.conf != nil || len(res.routes) > 0
+	res.carry = !anyWhen(common) && !anyWhen(specific)
+	for _, es := range routed.entries {
+		res.carry = res.carry && !anyWhen(es)
+	}
 	return res
+}
+
+// anyWhen says some entry's block has a `when` expression.
+func anyWhen(es []*entry) bool {
+	for _, e := range es {
+		if e.c.when != nil || (e.o != nil && e.o.when != nil) {
+			return true
+		}
+	}
+	return false
 }
 
 // foldEntries runs both passes of docs/policy.md#defaults-and-overrides over entries given in apply
@@ -343,6 +474,21 @@ func mergeByPos(a, b []*entry) []*entry {
 	}
 	out = append(out, a[i:]...)
 	return append(out, b[j:]...)
+}
+
+// stableSigOf identifies an entry list of one type by its policies'
+// parses and entry indexes: the same in every snapshot that holds those
+// versions of the policies, in the same order.
+func stableSigOf(es []*entry) string {
+	if len(es) == 0 {
+		return ""
+	}
+	buf := make([]byte, 0, 4*len(es))
+	for _, e := range es {
+		buf = binary.AppendUvarint(buf, e.pol.uid)
+		buf = binary.AppendUvarint(buf, uint64(e.index))
+	}
+	return string(buf)
 }
 
 // sigOf identifies an entry list by positions (entries of one type).
