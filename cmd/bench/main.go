@@ -145,8 +145,10 @@ func figures(n, simZones, proxies int) []figure {
 		{"proxies_acked_ms", fmt.Sprintf("mesh-wide change → all %d proxies of a zone ACKed", proxies), "ms", dpBar(proxies, 1000), true, dpSrc(proxies)},
 		{"proxy_rss_kib", fmt.Sprintf("zone RSS per connected proxy (%d proxies)", proxies), "KiB", dpBar(proxies, 100), true, dpSrc(proxies)},
 		{"proxies_idle_cpu_pct", fmt.Sprintf("zone idle CPU with %d connected proxies", proxies), "%", dpBar(proxies, 1), true, dpSrc(proxies)},
-		{"render_grpc_p99_ms", fmt.Sprintf("one change → a proxy's config and gRPC resources, %d policies, %d outbounds, p99", n, renderServices), "ms", renderBar(n, 5), true, renderSrc(n)},
-		{"render_envoy_p99_ms", fmt.Sprintf("one change → a proxy's config and Envoy resources, %d policies, %d outbounds, p99", n, renderServices), "ms", renderBar(n, 5), true, renderSrc(n)},
+		{"render_full_grpc_p99_ms", fmt.Sprintf("a proxy's config and gRPC resources rendered whole, %d policies, %d outbounds, p99", n, renderServices), "ms", renderBar(n, 5), true, renderSrc(n)},
+		{"render_full_envoy_p99_ms", fmt.Sprintf("a proxy's config and Envoy resources rendered whole, %d policies, %d outbounds, p99", n, renderServices), "ms", renderBar(n, 5), true, renderSrc(n)},
+		{"render_grpc_p99_ms", fmt.Sprintf("one change → a proxy's config and gRPC resources, from its last, %d policies, %d outbounds, p99", n, renderServices), "ms", renderBar(n, 1), true, renderSrc(n)},
+		{"render_envoy_p99_ms", fmt.Sprintf("one change → a proxy's config and Envoy resources, from its last, %d policies, %d outbounds, p99", n, renderServices), "ms", renderBar(n, 1), true, renderSrc(n)},
 		{"render_envoy_kib", fmt.Sprintf("Envoy resources of a proxy with %d outbounds, encoded", renderServices), "KiB", 1024, true, "data plane"},
 	}
 }

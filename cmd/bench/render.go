@@ -28,19 +28,36 @@ const (
 	renderRounds   = 60
 )
 
-func renderScenario(n int, profileDir string, r results) error {
+// renderFixture is the rendering scenario's mesh: its snapshot, web-1 and
+// the endpoints of every service.
+type renderFixture struct {
+	reg         *resource.Registry
+	plane       planeid.Plane
+	snap        *policy.MeshSnapshot
+	dp          *xds.Dataplane
+	endpoints   map[string][]xds.Endpoint
+	assignments *xds.LoadAssignments
+}
+
+// renderTimeout is MeshTimeout t-i, on service svc-(i mod renderServices).
+func renderTimeout(i int, requestTimeout string) string {
+	return fmt.Sprintf(`{"type":"MeshTimeout","mesh":"default","name":"t-%d","spec":{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"MeshService","name":"svc-%d"},"default":{"http":{"requestTimeout":%q}}}]}}`,
+		i, i%renderServices, requestTimeout)
+}
+
+func newRenderFixture(n int) (*renderFixture, error) {
 	reg := resource.NewDefaultRegistry()
 	p, err := planeid.NewZone("zone-1", planeid.EnvUniversal, "", false)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	f := &renderFixture{reg: reg, plane: p, endpoints: map[string][]xds.Endpoint{}}
 	var rs []*resource.Resource
 	add := func(doc string) error {
-		res, err := reg.Decode([]byte(doc))
+		res, err := f.decode(doc)
 		if err != nil {
 			return err
 		}
-		reg.Normalize(res, p.SystemNamespace)
 		if err := reg.Validate(res, p); err != nil {
 			return fmt.Errorf("%s: %w", res.Key(), err)
 		}
@@ -48,95 +65,143 @@ func renderScenario(n int, profileDir string, r results) error {
 		return nil
 	}
 	outbounds := ""
-	endpoints := map[string][]xds.Endpoint{}
 	for i := range renderServices {
 		svc := fmt.Sprintf("svc-%d", i)
 		outbounds += fmt.Sprintf(`{"port":%d,"tags":{"kuma.io/service":%q}},`, 20000+i, svc)
 		if err := add(fmt.Sprintf(`{"type":"Dataplane","mesh":"default","name":"%s-1","networking":{"address":"10.0.%d.%d","inbound":[{"port":8080,"tags":{"kuma.io/service":%q,"kuma.io/protocol":"http"}}]}}`,
 			svc, i/250, i%250+1, svc)); err != nil {
-			return err
+			return nil, err
 		}
-		endpoints[svc] = []xds.Endpoint{{Address: fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), Port: 8080, Zone: "zone-1", Healthy: true,
+		f.endpoints[svc] = []xds.Endpoint{{Address: fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), Port: 8080, Zone: "zone-1", Healthy: true,
 			Tags: map[string]string{"kuma.io/service": svc, "kuma.io/protocol": "http"}}}
 	}
 	if err := add(`{"type":"Dataplane","mesh":"default","name":"web-1","networking":{"address":"10.1.0.1","inbound":[{"port":8080,"tags":{"kuma.io/service":"web","kuma.io/protocol":"http"}}],"outbound":[` +
 		outbounds[:len(outbounds)-1] + `]}}`); err != nil {
-		return err
-	}
-	timeout := func(i int, requestTimeout string) string {
-		return fmt.Sprintf(`{"type":"MeshTimeout","mesh":"default","name":"t-%d","spec":{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"MeshService","name":"svc-%d"},"default":{"http":{"requestTimeout":%q}}}]}}`,
-			i, i%renderServices, requestTimeout)
+		return nil, err
 	}
 	for i := range n {
-		if err := add(timeout(i, fmt.Sprintf("%ds", 1+i%30))); err != nil {
-			return err
+		if err := add(renderTimeout(i, fmt.Sprintf("%ds", 1+i%30))); err != nil {
+			return nil, err
 		}
 	}
-	snap, err := policy.NewMeshSnapshot(policy.Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", SystemNamespace: p.SystemNamespace, Resources: rs})
+	if f.snap, err = policy.NewMeshSnapshot(policy.Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", SystemNamespace: p.SystemNamespace, Resources: rs}); err != nil {
+		return nil, err
+	}
+	if f.dp, err = xds.ParseDataplane(f.snap.Dataplane("web-1", ""), ""); err != nil {
+		return nil, err
+	}
+	f.assignments = xds.NewLoadAssignments(f.endpoints, "zone-1")
+	return f, nil
+}
+
+func (f *renderFixture) decode(doc string) (*resource.Resource, error) {
+	res, err := f.reg.Decode([]byte(doc))
+	if err != nil {
+		return nil, err
+	}
+	f.reg.Normalize(res, f.plane.SystemNamespace)
+	return res, nil
+}
+
+// change rebuilds the snapshot from one policy's change.
+func (f *renderFixture) change(round int) error {
+	changed, err := f.decode(renderTimeout(round, fmt.Sprintf("%dms", 100+round)))
 	if err != nil {
 		return err
 	}
-	dp, err := xds.ParseDataplane(snap.Dataplane("web-1", ""), "")
+	next, err := policy.NewMeshSnapshot(policy.Inputs{Registry: f.reg, Mesh: "default", Zone: "zone-1", SystemNamespace: f.plane.SystemNamespace,
+		Previous: f.snap, Changes: &policy.Changes{Put: []*resource.Resource{changed}}})
 	if err != nil {
 		return err
 	}
-	assignments := xds.NewLoadAssignments(endpoints, "zone-1")
+	f.snap = next
+	return nil
+}
+
+// render renders web-1 from the current snapshot for kind: its _config,
+// then the resources and their versions, as the zone's controller does
+// (from prev, its last rendering, when set; digests made as the server
+// makes them before the versions).
+func (f *renderFixture) render(kind string, prev *xds.Resources) (*xds.Resources, error) {
+	cfg, err := f.snap.Config("web-1", "")
+	if err != nil {
+		return nil, err
+	}
+	in := xds.Input{Dataplane: f.dp, Zone: "zone-1", Config: cfg, Endpoints: f.endpoints, LoadAssignments: f.assignments, MTLS: true, Previous: prev}
+	var res *xds.Resources
+	if kind == xds.ProxyEnvoy {
+		res, err = xds.GenerateEnvoy(in)
+	} else {
+		res, err = xds.Generate(in)
+	}
+	if err != nil {
+		return nil, err
+	}
+	_, err = xds.Versions(res)
+	return res, err
+}
+
+// renderScenario times, per kind of proxy, web-1's rendering after one
+// policy change: from its last rendering (what the zone does for a
+// connected proxy) and whole (a proxy that connects).
+func renderScenario(n int, profileDir string, r results) error {
+	f, err := newRenderFixture(n)
+	if err != nil {
+		return err
+	}
 	if profileDir != "" {
-		f, err := os.Create(filepath.Join(profileDir, "render.pprof"))
+		pf, err := os.Create(filepath.Join(profileDir, "render.pprof"))
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
 			return err
 		}
 		defer pprof.StopCPUProfile()
 	}
-	var grpcTimes, envoyTimes []time.Duration
+	kinds := []string{xds.ProxyGRPC, xds.ProxyEnvoy}
+	last := map[string]*xds.Resources{}
+	for _, kind := range kinds {
+		if last[kind], err = f.render(kind, nil); err != nil {
+			return err
+		}
+	}
+	times := map[string][]time.Duration{}
 	var envoyBytes int
 	for round := range renderRounds {
 		// One policy changes; the snapshot is rebuilt from the change.
-		changed, err := reg.Decode([]byte(timeout(round, fmt.Sprintf("%dms", 100+round))))
-		if err != nil {
+		if err := f.change(round); err != nil {
 			return err
 		}
-		reg.Normalize(changed, p.SystemNamespace)
-		next, err := policy.NewMeshSnapshot(policy.Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", SystemNamespace: p.SystemNamespace,
-			Previous: snap, Changes: &policy.Changes{Put: []*resource.Resource{changed}}})
-		if err != nil {
-			return err
-		}
-		snap = next
-		for _, kind := range []string{xds.ProxyGRPC, xds.ProxyEnvoy} {
-			start := time.Now()
-			cfg, err := snap.Config("web-1", "")
-			if err != nil {
-				return err
-			}
-			in := xds.Input{Dataplane: dp, Zone: "zone-1", Config: cfg, Endpoints: endpoints, LoadAssignments: assignments, MTLS: true}
-			var res *xds.Resources
-			if kind == xds.ProxyEnvoy {
-				res, err = xds.GenerateEnvoy(in)
-			} else {
-				res, err = xds.Generate(in)
-			}
-			if err != nil {
-				return err
-			}
-			if _, err := xds.Versions(res); err != nil {
-				return err
-			}
-			took := time.Since(start)
-			if kind == xds.ProxyEnvoy {
-				envoyTimes = append(envoyTimes, took)
-				envoyBytes = encodedSize(res)
-			} else {
-				grpcTimes = append(grpcTimes, took)
+		for _, kind := range kinds {
+			for _, whole := range []bool{false, true} {
+				prev := last[kind]
+				if whole {
+					prev = nil
+				}
+				start := time.Now()
+				res, err := f.render(kind, prev)
+				if err != nil {
+					return err
+				}
+				took := time.Since(start)
+				name := kind
+				if whole {
+					name = "full_" + kind
+				} else {
+					last[kind] = res
+				}
+				times[name] = append(times[name], took)
+				if kind == xds.ProxyEnvoy {
+					envoyBytes = encodedSize(res)
+				}
 			}
 		}
 	}
-	r["render_grpc_p99_ms"] = msOf(percentileOf(grpcTimes, 99))
-	r["render_envoy_p99_ms"] = msOf(percentileOf(envoyTimes, 99))
+	for name, ts := range times {
+		r["render_"+name+"_p99_ms"] = msOf(percentileOf(ts, 99))
+	}
 	r["render_envoy_kib"] = float64(envoyBytes) / 1024
 	return nil
 }

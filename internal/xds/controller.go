@@ -308,7 +308,7 @@ func sameEndpoints(a, b map[string][]Endpoint) bool {
 // render computes one proxy's resources and hands them to the server.
 func (c *Controller) render(ctx context.Context, id Identity, from renderedFrom) error {
 	c.renders++
-	out, err := c.generate(id, from)
+	out, err := c.generate(id, from, c.cfg.Server.current(id.NodeID))
 	if err != nil || out == nil {
 		c.programmed.forget(id)
 		return err
@@ -345,15 +345,17 @@ const (
 // generate renders a proxy's resources from inputs, for the kind it
 // connected as; nil when its Dataplane is not (yet) in the snapshot (an
 // agent that joined a moment ago).
-func (c *Controller) generate(id Identity, from renderedFrom) (*Resources, error) {
+func (c *Controller) generate(id Identity, from renderedFrom, prev *Resources) (*Resources, error) {
 	kind := id.Kind
 	if kind == "" {
 		kind = ProxyGRPC
 	}
-	return c.generateFor(kind, id, from)
+	return c.generateFor(kind, id, from, prev)
 }
 
-func (c *Controller) generateFor(kind string, id Identity, from renderedFrom) (*Resources, error) {
+// generateFor renders id's proxy as kind; prev, when set, is its previous
+// rendering, whose unchanged parts are reused (fragment.go).
+func (c *Controller) generateFor(kind string, id Identity, from renderedFrom, prev *Resources) (*Resources, error) {
 	res := from.snap.Dataplane(id.Name, id.Namespace)
 	if res == nil {
 		return nil, nil
@@ -367,7 +369,7 @@ func (c *Controller) generateFor(kind string, id Identity, from renderedFrom) (*
 		return nil, err
 	}
 	in := Input{Dataplane: dp, Zone: c.cfg.Zone, Config: cfg, Endpoints: from.endpoints, MTLS: from.mtls,
-		LoadAssignments: from.assignments, Faults: from.faults, AccessLogPipe: id.AccessLogPipe}
+		LoadAssignments: from.assignments, Faults: from.faults, AccessLogPipe: id.AccessLogPipe, Previous: prev}
 	if kind == ProxyEnvoy {
 		return GenerateEnvoy(in)
 	}
@@ -396,7 +398,7 @@ func (c *Controller) InspectWith(snap *policy.MeshSnapshot, kind, mesh, name, na
 			id.AccessLogPipe = last.AccessLogPipe
 		}
 	}
-	out, err := c.generateFor(kind, id, renderedFrom{snap: snap, endpoints: s.Endpoints(mesh), mtls: s.MTLS(mesh), faults: NewFaults(snap)})
+	out, err := c.generateFor(kind, id, renderedFrom{snap: snap, endpoints: s.Endpoints(mesh), mtls: s.MTLS(mesh), faults: NewFaults(snap)}, nil)
 	if err == nil && out == nil {
 		err = fmt.Errorf("%w: Dataplane %s in mesh %s", policy.ErrNotFound, name, mesh)
 	}

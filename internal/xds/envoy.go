@@ -73,13 +73,21 @@ func GenerateEnvoy(in Input) (*Resources, error) {
 	g := newGenerator(in)
 	e := &envoyGen{generator: g, lbs: map[string]*envoyLB{}, collectors: map[string]*clusterv3.Cluster{},
 		collectorShapers: map[string][][]policy.Origin{}}
+	if _, patched := in.Config.Proxy["MeshProxyPatch"]; !patched {
+		// Patches apply to finished resources: a patched proxy renders whole.
+		g.startFragments(ProxyEnvoy)
+	}
 	for i, inb := range in.Dataplane.Inbounds {
 		if err := e.inbound(i, inb); err != nil {
 			return nil, err
 		}
 	}
 	for _, o := range in.Config.Outbounds {
-		if err := e.outbound(o); err != nil {
+		key := ""
+		if pk, ok := e.policiesKey(o.Service); ok && o.Service != "" {
+			key = "o|" + strconv.Itoa(o.Port) + "|" + o.Service + "|" + e.protocol(o.Service) + "|" + pk
+		}
+		if err := e.inFragment("outbound:"+strconv.Itoa(o.Port), key, func() error { return e.outbound(o) }); err != nil {
 			return nil, err
 		}
 	}
@@ -278,7 +286,7 @@ func (e *envoyGen) networkRBAC(addr string, cfg policy.InboundConfig) (*listener
 		for _, r := range p.Rules {
 			names = append(names, e.carry(r.Origin)...)
 		}
-		e.out.shape(resourcev3.ListenerType, "inbound:"+addr, names)
+		e.shape(resourcev3.ListenerType, "inbound:"+addr, names)
 	}
 	return typed("envoy.filters.network.rbac", rbac)
 }
@@ -328,10 +336,10 @@ func (e *envoyGen) outbound(o policy.OutboundConfig) error {
 	if err != nil {
 		return err
 	}
-	e.out.shape(resourcev3.ListenerType, listener, logShapers)
+	e.shape(resourcev3.ListenerType, listener, logShapers)
 	if http {
 		routes, shaped := e.envoyRoutes(svc, o.Policies, protocol)
-		e.out.shape(resourcev3.ListenerType, listener, shaped)
+		e.shape(resourcev3.ListenerType, listener, shaped)
 		filter, err = typed("envoy.filters.network.http_connection_manager", &hcmv3.HttpConnectionManager{
 			StatPrefix: svc,
 			RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
@@ -621,39 +629,51 @@ func (e *envoyGen) emitClusters() error {
 	sort.Strings(names)
 	for _, name := range names {
 		spec := e.clusters[name]
-		policies := e.outboundPolicies(spec.service)
-		c := &clusterv3.Cluster{
-			Name:                 name,
-			ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-			EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: name},
-			ConnectTimeout:       durationpb.New(defaultConnectTimeout),
+		key := e.clusterKey(name, spec)
+		if key != "" {
+			key += "|" + e.protocol(spec.service)
 		}
-		if err := e.clusterTimeouts(c, spec.service, policies); err != nil {
+		if err := e.inFragment("cluster:"+name, key, func() error { return e.emitCluster(name, spec) }); err != nil {
 			return err
 		}
-		e.envoyCircuitBreaker(c, spec.service, policies)
-		lb := e.lbOf(spec.service)
-		c.LbPolicy = lb.policy
-		if lb.config != nil {
-			lb.config(c)
-		}
-		e.healthCheck(c, spec.service, policies)
-		if e.in.MTLS {
-			ts, err := anyOf(e.upstreamTLS(spec.service))
-			if err != nil {
-				return err
-			}
-			c.TransportSocket = &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: ts}}
-		}
-		e.out.shape(resourcev3.ClusterType, name, clusterShapers(policies))
-		e.out.Clusters = append(e.out.Clusters, c)
-		a, err := e.assignments.get(name, spec, lb.locality)
+	}
+	return nil
+}
+
+// emitCluster renders cluster name and its endpoints.
+func (e *envoyGen) emitCluster(name string, spec clusterSpec) error {
+	policies := e.outboundPolicies(spec.service)
+	c := &clusterv3.Cluster{
+		Name:                 name,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: name},
+		ConnectTimeout:       durationpb.New(defaultConnectTimeout),
+	}
+	if err := e.clusterTimeouts(c, spec.service, policies); err != nil {
+		return err
+	}
+	e.envoyCircuitBreaker(c, spec.service, policies)
+	lb := e.lbOf(spec.service)
+	c.LbPolicy = lb.policy
+	if lb.config != nil {
+		lb.config(c)
+	}
+	e.healthCheck(c, spec.service, policies)
+	if e.in.MTLS {
+		ts, err := anyOf(e.upstreamTLS(spec.service))
 		if err != nil {
 			return err
 		}
-		e.out.Endpoints = append(e.out.Endpoints, a.cla)
-		e.out.digest(resourcev3.EndpointType, name, a.digest)
+		c.TransportSocket = &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: ts}}
 	}
+	e.shape(resourcev3.ClusterType, name, clusterShapers(policies))
+	e.out.Clusters = append(e.out.Clusters, c)
+	a, err := e.assignments.get(name, spec, lb.locality)
+	if err != nil {
+		return err
+	}
+	e.out.Endpoints = append(e.out.Endpoints, a.cla)
+	e.out.digest(resourcev3.EndpointType, name, a.digest)
 	return nil
 }
 
@@ -1080,7 +1100,7 @@ func (e *envoyGen) tcpRoute(svc string, policies map[string]policy.OutboundPolic
 			weighted = append(weighted, &tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight{Name: e.cluster(ref.Name, ref.Tags), Weight: w})
 		}
 	}
-	e.out.shape(resourcev3.ListenerType, listener, e.carry(p.Origin))
+	e.shape(resourcev3.ListenerType, listener, e.carry(p.Origin))
 	switch len(weighted) {
 	case 0:
 		return e.cluster(svc, nil), nil

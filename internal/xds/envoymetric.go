@@ -125,7 +125,7 @@ func (e *envoyGen) prometheusListener(clientID *string, port int, path, query st
 		Name: name, Address: socketAddress(e.in.Dataplane.Address, port), TrafficDirection: corev3.TrafficDirection_INBOUND,
 		FilterChains: []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{hcm}}},
 	})
-	e.out.shape(resourcev3.ListenerType, name, e.carry(e.about))
+	e.shape(resourcev3.ListenerType, name, e.carry(e.about))
 	e.collectors[name] = &clusterv3.Cluster{
 		Name: name, ConnectTimeout: durationpb.New(defaultConnectTimeout), ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
 		LoadAssignment: &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpointv3.LocalityLbEndpoints{{

@@ -146,7 +146,7 @@ func (e *envoyGen) inboundAccessLogs(cfg policy.InboundConfig, inb Inbound, list
 			return nil, err
 		}
 		if len(logs) > 0 {
-			e.out.shape(resourcev3.ListenerType, listener, e.carry(r.Origin))
+			e.shape(resourcev3.ListenerType, listener, e.carry(r.Origin))
 		}
 		out = append(out, logs...)
 	}
@@ -314,6 +314,9 @@ func (e *envoyGen) collector(name, endpoint string, http2 bool) (string, bool) {
 		return "", false
 	}
 	name = "system_" + name
+	if e.rec != nil {
+		e.rec.escapes = true // the collector is emitted apart from the fragment
+	}
 	if e.about != nil {
 		e.collectorShapers[name] = append(e.collectorShapers[name], e.about)
 	}
@@ -368,7 +371,7 @@ func (e *envoyGen) emitCollectors() {
 	sort.Strings(names)
 	for _, n := range names {
 		e.out.Clusters = append(e.out.Clusters, e.collectors[n])
-		e.out.shape(resourcev3.ClusterType, n, e.collectorShapers[n])
+		e.shape(resourcev3.ClusterType, n, e.collectorShapers[n])
 	}
 }
 
@@ -443,7 +446,7 @@ func (e *envoyGen) tracing(listener, direction, destination string) *hcmv3.HttpC
 	}
 	t.Provider = provider
 	e.traced = true
-	e.out.shape(resourcev3.ListenerType, listener, e.carry(ap.Origin))
+	e.shape(resourcev3.ListenerType, listener, e.carry(ap.Origin))
 	return t
 }
 

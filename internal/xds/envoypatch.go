@@ -111,7 +111,7 @@ func (e *envoyGen) patch() error {
 	if applied {
 		lists := e.carry(ap.Origin)
 		for _, r := range e.patched {
-			e.out.shape(r.typeURL, r.name, lists)
+			e.shape(r.typeURL, r.name, lists)
 		}
 	}
 	return nil

@@ -92,7 +92,7 @@ func (e *envoyGen) inboundRateLimit(cfg policy.InboundConfig, listener string, h
 					return out, err
 				}
 				out.network = f
-				e.out.shape(resourcev3.ListenerType, listener, e.carry(r.Origin))
+				e.shape(resourcev3.ListenerType, listener, e.carry(r.Origin))
 			}
 		}
 		h := c.Local.HTTP
@@ -138,7 +138,7 @@ func (e *envoyGen) inboundRateLimit(cfg policy.InboundConfig, listener string, h
 			return out, err
 		}
 		out.route = a
-		e.out.shape(resourcev3.ListenerType, listener, e.carry(r.Origin))
+		e.shape(resourcev3.ListenerType, listener, e.carry(r.Origin))
 	}
 	return out, nil
 }

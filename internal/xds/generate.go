@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -68,6 +69,11 @@ type Input struct {
 	// seen from Zone (rendered once for many proxies); nil renders them
 	// for this proxy alone.
 	LoadAssignments *LoadAssignments
+	// Previous, when set, is the proxy's previous rendering (of the same
+	// kind), whose parts are reused where their inputs did not change
+	// (fragment.go). Its digests must be complete (the server's Set does
+	// that).
+	Previous *Resources
 	// AccessLogPipe is where an Envoy sidecar's agent reads access log
 	// lines for tcp backends (node metadata meridian.io/access-log-pipe);
 	// "" when it reads none.
@@ -94,6 +100,10 @@ type Resources struct {
 	// digests are the encodings' digests of resources known to be shared
 	// (by type URL and name), so that versions do not encode them again.
 	digests map[string]map[string][sha256.Size]byte
+	// fragments let the next rendering of the proxy reuse this one's
+	// parts (fragment.go); reused counts the previous one's it reused.
+	fragments *fragmentState
+	reused    int
 }
 
 // PolicyRef names a policy: its type, name and namespace ("" for the
@@ -141,6 +151,15 @@ func (r *Resources) ByType() map[string][]types.Resource {
 }
 
 // shape records that the policies of lists shaped the resource
+// typeURL/name, in the fragment being rendered too.
+func (g *generator) shape(typeURL, name string, lists [][]policy.Origin) {
+	if g.rec != nil && len(lists) > 0 {
+		g.rec.shapes = append(g.rec.shapes, fragmentShape{typeURL, name, lists})
+	}
+	g.out.shape(typeURL, name, lists)
+}
+
+// shape records that the policies of lists shaped the resource
 // typeURL/name.
 func (r *Resources) shape(typeURL, name string, lists [][]policy.Origin) {
 	if len(lists) == 0 {
@@ -176,8 +195,9 @@ func (r *Resources) Shaped() map[string]map[string][]string {
 // Generate renders in for a proxyless gRPC workload.
 func Generate(in Input) (*Resources, error) {
 	g := newGenerator(in)
+	g.startFragments(ProxyGRPC)
 	for _, svc := range g.callable() {
-		if err := g.client(svc); err != nil {
+		if err := g.inFragment("client:"+svc, g.clientKey(svc), func() error { return g.client(svc) }); err != nil {
 			return nil, err
 		}
 	}
@@ -221,6 +241,12 @@ type generator struct {
 	shapes map[string]*outboundShape
 	// about are the policies the drops being recorded are about.
 	about []policy.Origin
+	// prev is the previous rendering whose fragments may be reused, and
+	// prevIndex its resources by type and name (fragment.go); rec is the
+	// fragment being rendered.
+	prev      *Resources
+	prevIndex map[fragmentResource]types.Resource
+	rec       *fragment
 }
 
 // clusterSpec is one upstream cluster: a service's endpoints, or the
@@ -297,7 +323,7 @@ func (g *generator) client(svc string) error {
 		Name:         svc,
 		VirtualHosts: []*routev3.VirtualHost{{Name: svc, Domains: []string{"*"}, Routes: routes}},
 	})
-	g.out.shape(resourcev3.RouteType, svc, shaped)
+	g.shape(resourcev3.RouteType, svc, shaped)
 	return nil
 }
 
@@ -444,6 +470,9 @@ func (g *generator) cluster(svc string, tags map[string]string) string {
 		name = svc + "|" + strings.Join(parts, ",")
 	}
 	g.clusters[name] = clusterSpec{service: svc, tags: tags}
+	if g.rec != nil {
+		g.rec.clusters = append(g.rec.clusters, fragmentCluster{name, clusterSpec{service: svc, tags: tags}})
+	}
 	return name
 }
 
@@ -457,27 +486,62 @@ func (g *generator) emitClusters() error {
 	sort.Strings(names)
 	for _, name := range names {
 		spec := g.clusters[name]
-		c := &clusterv3.Cluster{
-			Name:                 name,
-			ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-			EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: name},
-			LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
-		}
-		if g.in.MTLS {
-			c.TransportSocket = upstreamTLS(g.in.Dataplane.Mesh, spec.service)
-		}
-		shape := g.shapeOf(spec.service)
-		shape.shapeCluster(c)
-		g.out.shape(resourcev3.ClusterType, name, shape.clusterPolicies)
-		g.out.Clusters = append(g.out.Clusters, c)
-		a, err := g.assignments.get(name, spec, !shape.localityDisabled)
-		if err != nil {
+		if err := g.inFragment("cluster:"+name, g.clusterKey(name, spec), func() error { return g.emitCluster(name, spec) }); err != nil {
 			return err
 		}
-		g.out.Endpoints = append(g.out.Endpoints, a.cla)
-		g.out.digest(resourcev3.EndpointType, name, a.digest)
 	}
 	return nil
+}
+
+// emitCluster renders cluster name and its endpoints.
+func (g *generator) emitCluster(name string, spec clusterSpec) error {
+	c := &clusterv3.Cluster{
+		Name:                 name,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: name},
+		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
+	}
+	if g.in.MTLS {
+		c.TransportSocket = upstreamTLS(g.in.Dataplane.Mesh, spec.service)
+	}
+	shape := g.shapeOf(spec.service)
+	shape.shapeCluster(c)
+	g.shape(resourcev3.ClusterType, name, shape.clusterPolicies)
+	g.out.Clusters = append(g.out.Clusters, c)
+	a, err := g.assignments.get(name, spec, !shape.localityDisabled)
+	if err != nil {
+		return err
+	}
+	g.out.Endpoints = append(g.out.Endpoints, a.cla)
+	g.out.digest(resourcev3.EndpointType, name, a.digest)
+	return nil
+}
+
+// clientKey sums up what a gRPC client's listener and routes for svc are
+// rendered from; "" when it cannot be told.
+func (g *generator) clientKey(svc string) string {
+	pk, ok := g.policiesKey(svc)
+	if !ok {
+		return ""
+	}
+	key := "c|" + svc + "|" + pk
+	if g.in.Faults != nil {
+		conf, origin, differ := g.in.Faults.For(svc, g.clientTags())
+		key += "|" + string(conf) + "|" + strconv.FormatBool(differ)
+		for _, o := range origin {
+			key += "|" + refOf(o).String()
+		}
+	}
+	return key
+}
+
+// clusterKey sums up what cluster name (spec) is rendered from.
+func (g *generator) clusterKey(name string, spec clusterSpec) string {
+	pk, ok := g.policiesKey(spec.service)
+	if !ok {
+		return ""
+	}
+	return "k|" + name + "|" + spec.service + "|" + tagKey(spec.tags) + "|" + pk
 }
 
 // digest records the encoding's digest of a shared resource.
@@ -577,7 +641,7 @@ func (g *generator) server(i int, inb Inbound) error {
 			for _, r := range p.Rules {
 				names = append(names, g.carry(r.Origin)...)
 			}
-			g.out.shape(resourcev3.ListenerType, name, names)
+			g.shape(resourcev3.ListenerType, name, names)
 		}
 	}
 	filters = append(filters, routerFilter())
@@ -698,7 +762,14 @@ func downstreamTLS() *corev3.TransportSocket {
 // drop records what the proxy is not given, about the policies g.about
 // (none for a note about the proxy itself).
 func (g *generator) drop(format string, args ...any) {
-	text := fmt.Sprintf(format, args...)
+	g.dropText(fmt.Sprintf(format, args...))
+}
+
+// dropText records a drop's text (drop).
+func (g *generator) dropText(text string) {
+	if g.rec != nil {
+		g.rec.drops = append(g.rec.drops, fragmentDrop{text: text, about: g.about})
+	}
 	g.out.Dropped = append(g.out.Dropped, text)
 	for _, o := range g.about {
 		t := g.out.touch(refOf(o))
@@ -711,6 +782,9 @@ func (g *generator) drop(format string, args ...any) {
 // carry records that the policies of origins shaped the proxy's
 // resources, for shape.
 func (g *generator) carry(origins []policy.Origin) [][]policy.Origin {
+	if g.rec != nil {
+		g.rec.carried = append(g.rec.carried, origins)
+	}
 	g.out.carried = append(g.out.carried, origins)
 	return [][]policy.Origin{origins}
 }

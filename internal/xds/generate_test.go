@@ -84,6 +84,27 @@ func TestGenerateGolden(t *testing.T) {
 				if !maps.Equal(va, vb) {
 					t.Fatalf("versions %v, with shared assignments %v", va, vb)
 				}
+				// Rendered again from the same input with the first
+				// rendering as the previous one: every part is reused, and
+				// the result is the same.
+				if err := digestAll(again); err != nil {
+					t.Fatal(err)
+				}
+				reused := shared
+				reused.Previous = again
+				third, err := kind.render(reused)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if third.fragments != nil && len(again.fragments.byID) > 0 && third.reused == 0 {
+					t.Error("nothing of the previous rendering was reused")
+				}
+				if a, b := goldenOf(t, res), goldenOf(t, third); string(a) != string(b) {
+					t.Fatalf("rendered again from the previous rendering, it differs:\n%s", firstDifference(string(a), string(b)))
+				}
+				if vc, _ := Versions(third); !maps.Equal(va, vc) {
+					t.Fatalf("versions %v, reused %v", va, vc)
+				}
 				compareFile(t, filepath.Join(dir, kind.file), goldenOf(t, res))
 			})
 		}
@@ -262,4 +283,15 @@ func FuzzParseDataplane(f *testing.F) {
 			}
 		}
 	})
+}
+
+// firstDifference shows where two texts part.
+func firstDifference(a, b string) string {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			lo := max(0, i-200)
+			return "want …" + a[lo:min(len(a), i+200)] + "\ngot  …" + b[lo:min(len(b), i+200)]
+		}
+	}
+	return "one is a prefix of the other"
 }

@@ -496,7 +496,7 @@ func (g *generator) faultFilters(svc string) ([]*hcmv3.HttpFilter, error) {
 	}
 	out, err := g.faultsFromConf(svc, conf, origin)
 	if len(out) > 0 {
-		g.out.shape(resourcev3.ListenerType, svc, g.carry(origin))
+		g.shape(resourcev3.ListenerType, svc, g.carry(origin))
 	}
 	return out, err
 }

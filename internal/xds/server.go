@@ -466,6 +466,17 @@ func (s *Server) Kind(nodeID string) string {
 	return ""
 }
 
+// current is the node's current rendering (nil: none). It is not written
+// once set; a rendering from it reads it without the lock.
+func (s *Server) current(nodeID string) *Resources {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := s.nodes[nodeID]; n != nil {
+		return n.res
+	}
+	return nil
+}
+
 // lastIdentity is the identity a node last connected with (ok false for
 // a node never seen).
 func (s *Server) lastIdentity(nodeID string) (Identity, bool) {
@@ -517,9 +528,6 @@ func (s *Server) Status(nodeID string) (NodeStatus, bool) {
 // server keeps res, whose resources it replaces by equal ones other nodes
 // hold (internTable): neither may change afterwards.
 func (s *Server) Set(ctx context.Context, nodeID string, res *Resources) error {
-	if err := digestAll(res); err != nil {
-		return err
-	}
 	versions, err := Versions(res)
 	if err != nil {
 		return err
@@ -603,42 +611,36 @@ func (s *Server) sentVersion(nodeID, typeURL string) string {
 	return ""
 }
 
-// Versions are the versions of res by type URL: hashes of the resources,
-// so that the same resources always have the same version.
+// Versions are the versions of res by type URL: hashes of the resources'
+// digests, so that the same resources always have the same version. It
+// completes res's digests first (an encoding of each resource that has
+// none): call it before res is shared.
 func Versions(res *Resources) (map[string]string, error) {
+	if err := digestAll(res); err != nil {
+		return nil, err
+	}
 	out := map[string]string{}
 	for typeURL, items := range res.ByType() {
-		v, err := versionOf(items, res.digests[typeURL])
-		if err != nil {
-			return nil, err
-		}
-		out[typeURL] = v
+		out[typeURL] = versionOf(items, res.digests[typeURL])
 	}
 	return out, nil
 }
 
-// versionOf hashes resources (sorted by name, each by the digest of its
-// deterministic encoding; known holds digests already computed).
-func versionOf(items []types.Resource, known map[string][sha256.Size]byte) (string, error) {
-	sorted := append([]types.Resource(nil), items...)
-	sort.Slice(sorted, func(i, j int) bool { return cachev3.GetResourceName(sorted[i]) < cachev3.GetResourceName(sorted[j]) })
+// versionOf hashes resources, sorted by name, each by its digest.
+func versionOf(items []types.Resource, digests map[string][sha256.Size]byte) string {
+	names := make([]string, len(items))
+	for i, r := range items {
+		names[i] = cachev3.GetResourceName(r)
+	}
+	sort.Strings(names)
 	h := sha256.New()
-	opts := proto.MarshalOptions{Deterministic: true}
-	for _, r := range sorted {
-		name := cachev3.GetResourceName(r)
-		d, ok := known[name]
-		if !ok {
-			b, err := opts.Marshal(r)
-			if err != nil {
-				return "", fmt.Errorf("encode %s: %w", name, err)
-			}
-			d = sha256.Sum256(b)
-		}
+	for _, name := range names {
+		d := digests[name]
 		h.Write([]byte(name))
 		h.Write([]byte{0})
 		h.Write(d[:])
 	}
-	return hex.EncodeToString(h.Sum(nil))[:16], nil
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // shortType is a type URL's last part (Listener, Cluster...).

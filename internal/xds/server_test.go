@@ -260,20 +260,28 @@ func TestServerEndsStreams(t *testing.T) {
 }
 
 // TestVersionsAreContentHashes: the same resources in any order have the
-// same version; a change of one byte changes it.
+// same version; a change of one byte changes it; a digest known in
+// advance stands for encoding the resource.
 func TestVersionsAreContentHashes(t *testing.T) {
-	a := []types.Resource{&listenerv3.Listener{Name: "a"}, &listenerv3.Listener{Name: "b"}}
-	b := []types.Resource{&listenerv3.Listener{Name: "b"}, &listenerv3.Listener{Name: "a"}}
-	c := []types.Resource{&listenerv3.Listener{Name: "a"}, &listenerv3.Listener{Name: "b", StatPrefix: "x"}}
-	va, _ := versionOf(a, nil)
-	vb, _ := versionOf(b, nil)
-	vc, _ := versionOf(c, nil)
+	version := func(res *Resources) string {
+		t.Helper()
+		v, err := Versions(res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v[resourcev3.ListenerType]
+	}
+	a := &Resources{Listeners: []types.Resource{&listenerv3.Listener{Name: "a"}, &listenerv3.Listener{Name: "b"}}}
+	b := &Resources{Listeners: []types.Resource{&listenerv3.Listener{Name: "b"}, &listenerv3.Listener{Name: "a"}}}
+	c := &Resources{Listeners: []types.Resource{&listenerv3.Listener{Name: "a"}, &listenerv3.Listener{Name: "b", StatPrefix: "x"}}}
+	va, vb, vc := version(a), version(b), version(c)
 	if va != vb || va == vc {
 		t.Fatalf("versions %s %s %s", va, vb, vc)
 	}
-	// A digest known in advance stands for encoding the resource.
-	enc, _ := proto.MarshalOptions{Deterministic: true}.Marshal(c[1])
-	if vk, _ := versionOf(c, map[string][sha256.Size]byte{"b": sha256.Sum256(enc)}); vk != vc {
+	enc, _ := proto.MarshalOptions{Deterministic: true}.Marshal(c.Listeners[1])
+	known := &Resources{Listeners: []types.Resource{&listenerv3.Listener{Name: "a"}, &listenerv3.Listener{Name: "b"}}}
+	known.digest(resourcev3.ListenerType, "b", sha256.Sum256(enc))
+	if vk := version(known); vk != vc {
 		t.Fatalf("version with a known digest %s, computed %s", vk, vc)
 	}
 }

@@ -1,0 +1,132 @@
+package xds
+
+import (
+	"fmt"
+	"maps"
+	"testing"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	"github.com/meridian-mesh/meridian/internal/plane"
+	"github.com/meridian-mesh/meridian/internal/policy"
+	"github.com/meridian-mesh/meridian/internal/resource"
+)
+
+// TestRenderingAfterAChangeReusesTheRest: a proxy calling three services
+// is rendered, one service's MeshTimeout changes, and the proxy is
+// rendered again from its previous rendering. The result is what a fresh
+// rendering gives, and the parts the change does not reach are the
+// previous rendering's own (not rendered again), for both kinds of proxy.
+func TestRenderingAfterAChangeReusesTheRest(t *testing.T) {
+	reg := resource.NewDefaultRegistry()
+	p, err := plane.NewZone("zone-1", plane.EnvUniversal, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decode := func(doc string) *resource.Resource {
+		r, err := reg.Decode([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg.Normalize(r, p.SystemNamespace)
+		if err := reg.Validate(r, p); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	timeout := func(svc, d string) *resource.Resource {
+		return decode(fmt.Sprintf(`{"type":"MeshTimeout","mesh":"default","name":"t-%s","spec":{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"MeshService","name":%q},"default":{"connectionTimeout":%q,"http":{"requestTimeout":%q}}}]}}`, svc, svc, d, d))
+	}
+	rs := []*resource.Resource{
+		decode(`{"type":"Dataplane","mesh":"default","name":"web-1","networking":{"address":"10.0.0.1","inbound":[{"port":8080,"tags":{"kuma.io/service":"web","kuma.io/protocol":"http"}}],"outbound":[{"port":10001,"tags":{"kuma.io/service":"a"}},{"port":10002,"tags":{"kuma.io/service":"b"}},{"port":10003,"tags":{"kuma.io/service":"c"}}]}}`),
+		decode(`{"type":"MeshRetry","mesh":"default","name":"retry","spec":{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"Mesh"},"default":{"grpc":{"numRetries":2},"http":{"numRetries":2}}}]}}`),
+		timeout("a", "1s"), timeout("b", "2s"),
+	}
+	endpoints := map[string][]Endpoint{}
+	for i, svc := range []string{"a", "b", "c"} {
+		endpoints[svc] = []Endpoint{{Address: fmt.Sprintf("10.0.1.%d", i+1), Port: 9090, Zone: "zone-1", Healthy: true,
+			Tags: map[string]string{"kuma.io/service": svc, "kuma.io/protocol": "http"}}}
+	}
+	snap, err := policy.NewMeshSnapshot(policy.Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", SystemNamespace: p.SystemNamespace, Resources: rs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := policy.NewMeshSnapshot(policy.Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", SystemNamespace: p.SystemNamespace,
+		Previous: snap, Changes: &policy.Changes{Put: []*resource.Resource{timeout("b", "5s")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	assignments := NewLoadAssignments(endpoints, "zone-1")
+	input := func(s *policy.MeshSnapshot, prev *Resources) Input {
+		dp, err := ParseDataplane(s.Dataplane("web-1", ""), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := s.Config("web-1", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Input{Dataplane: dp, Zone: "zone-1", Config: cfg, Endpoints: endpoints, MTLS: true, LoadAssignments: assignments, Previous: prev}
+	}
+	for _, kind := range []struct {
+		name   string
+		render func(Input) (*Resources, error)
+		// unchanged and changed are resources the change does not and
+		// does reach.
+		unchanged, changed []fragmentResource
+	}{
+		{ProxyGRPC, Generate,
+			[]fragmentResource{{resourcev3.ListenerType, "a"}, {resourcev3.RouteType, "c"}, {resourcev3.ClusterType, "a"}},
+			[]fragmentResource{{resourcev3.RouteType, "b"}}},
+		{ProxyEnvoy, GenerateEnvoy,
+			[]fragmentResource{{resourcev3.ListenerType, "outbound:127.0.0.1:10001"}, {resourcev3.ClusterType, "c"}},
+			[]fragmentResource{{resourcev3.ListenerType, "outbound:127.0.0.1:10002"}, {resourcev3.ClusterType, "b"}}},
+	} {
+		t.Run(kind.name, func(t *testing.T) {
+			first, err := kind.render(input(snap, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := digestAll(first); err != nil {
+				t.Fatal(err)
+			}
+			reused, err := kind.render(input(next, first))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fresh, err := kind.render(input(next, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a, b := goldenOf(t, fresh), goldenOf(t, reused); string(a) != string(b) {
+				t.Fatalf("rendered from the previous rendering, it differs from a fresh one:\n%s", firstDifference(string(a), string(b)))
+			}
+			vf, _ := Versions(fresh)
+			vr, _ := Versions(reused)
+			if !maps.Equal(vf, vr) {
+				t.Fatalf("versions: fresh %v, reused %v", vf, vr)
+			}
+			for _, r := range kind.unchanged {
+				if find(first, r) == nil || find(first, r) != find(reused, r) {
+					t.Errorf("%s %s was rendered again", r.typeURL, r.name)
+				}
+			}
+			for _, r := range kind.changed {
+				if find(first, r) == find(reused, r) {
+					t.Errorf("%s %s was not rendered again", r.typeURL, r.name)
+				}
+			}
+		})
+	}
+}
+
+func find(res *Resources, r fragmentResource) types.Resource {
+	for _, x := range res.ByType()[r.typeURL] {
+		if cachev3.GetResourceName(x) == r.name {
+			return x
+		}
+	}
+	return nil
+}
