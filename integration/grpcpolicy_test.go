@@ -163,6 +163,47 @@ spec:
 `)
 		flakyClient.waitCall(flakyClient.mark(), "error Unavailable", 30*time.Second)
 	})
+
+	t.Run("Programmed reported to the global", func(t *testing.T) {
+		// A global MeshHealthCheck no gRPC client can carry: zone-1, whose
+		// connected proxies leave it out, reports its Programmed condition
+		// with the policy's status, and the global shows it under the
+		// zone.
+		apply(t, c.global, `type: MeshHealthCheck
+mesh: default
+name: global-health
+spec:
+  targetRef: {kind: MeshService, name: client}
+  to:
+    - targetRef: {kind: MeshService, name: slow}
+      default: {interval: 10s, timeout: 2s, unhealthyThreshold: 3, healthyThreshold: 1}
+`)
+		eventually(t, 30*time.Second, func() error {
+			_, body := c.global.request("GET", "/meshes/default/meshhealthchecks/global-health", "")
+			var got struct {
+				Status struct {
+					Zones []struct {
+						Zone       string                                           `json:"zone"`
+						Conditions []struct{ Type, Status, Reason, Message string } `json:"conditions"`
+					} `json:"zones"`
+				} `json:"status"`
+			}
+			if err := json.Unmarshal(body, &got); err != nil {
+				return err
+			}
+			for _, z := range got.Status.Zones {
+				for _, cond := range z.Conditions {
+					// Partially: flaky-client, of the same service, is
+					// selected but calls no slow.
+					if z.Zone == "zone-1" && cond.Type == "Programmed" && cond.Status == "False" && cond.Reason == "PartiallyProgrammed" &&
+						strings.Contains(cond.Message, "slow-client: MeshHealthCheck on the outbound to slow") {
+						return nil
+					}
+				}
+			}
+			return fmt.Errorf("no Programmed condition from zone-1 in %s", body)
+		})
+	})
 }
 
 // deleteOn deletes path on n; it must have existed.

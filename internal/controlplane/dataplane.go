@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -49,7 +51,7 @@ type dataPlane struct {
 
 // startDataPlane starts the zone's data plane and points the API at it;
 // everything stops with ctx.
-func (p *process) startDataPlane(ctx context.Context, view *policyview.View) (err error) {
+func (p *process) startDataPlane(ctx context.Context, view *policyview.View, programmed *atomic.Pointer[xds.Controller]) (err error) {
 	cfg := p.cfg
 	dp := &dataPlane{view: view}
 	if dp.tokens, err = auth.LoadOrCreateDataplaneTokens(cfg.DataDir, nil); err != nil {
@@ -95,11 +97,13 @@ func (p *process) startDataPlane(ctx context.Context, view *policyview.View) (er
 	dp.ctrl, err = xds.NewController(xds.ControllerConfig{Server: dp.xds, Zone: cfg.Plane.Zone, Logger: cfg.Logger.Named("xds"),
 		Sources: xds.Sources{Snapshot: view.Snapshot, Changed: view.Changed, Endpoints: endpoints.Of, EndpointsChanged: endpoints.Changed,
 			MTLS: func(mesh string) bool { return dp.meshCA.MTLS(mesh).Enabled }, MTLSChanged: dp.meshCA.Changed,
-			SnapshotGen: view.SnapshotGen, ChangedSince: view.ChangedSince}})
+			SnapshotGen: view.SnapshotGen, ChangedSince: view.ChangedSince},
+		ProgrammedChanged: view.DecorationsChanged})
 	if err != nil {
 		return err
 	}
 	dp.xds.OnConnect(func(string) { dp.ctrl.Kick() })
+	programmed.Store(dp.ctrl)
 	gs, ln, err := p.newXDSServer(serverTLS, clientCA.Cert)
 	if err != nil {
 		return err
@@ -122,6 +126,23 @@ func (p *process) startDataPlane(ctx context.Context, view *policyview.View) (er
 	})
 	cfg.Logger.Info("xds listening", "address", ln.Addr().String(), "cert", serverTLS.CertFile, "generated_cert", serverTLS.Generated)
 	return nil
+}
+
+// reportProgrammed adds to a global policy's status in the report to the
+// global its Programmed condition when some connected proxy leaves part of
+// it out (docs/dataplane.md#programmed); ctrl is set once the data plane
+// runs.
+func reportProgrammed(ctrl *atomic.Pointer[xds.Controller]) func(*policy.MeshSnapshot, *policy.GlobalPolicyStatus) {
+	return func(snap *policy.MeshSnapshot, st *policy.GlobalPolicyStatus) {
+		c := ctrl.Load()
+		if c == nil {
+			return
+		}
+		if cond, ok := c.ProgrammedProblem(snap, st.Mesh, st.Type, st.LocalName, st.LocalNamespace); ok {
+			// The list's conditions are the snapshot's: never written.
+			st.Conditions = append(slices.Clip(st.Conditions), cond)
+		}
+	}
 }
 
 // newXDSServer binds the xDS address: TLS with the zone's xDS certificate;

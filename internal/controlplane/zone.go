@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -18,6 +19,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/auth"
 	"github.com/meridian-mesh/meridian/internal/kds"
 	"github.com/meridian-mesh/meridian/internal/policyview"
+	"github.com/meridian-mesh/meridian/internal/xds"
 	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
 )
 
@@ -25,7 +27,9 @@ import (
 // KDS client, and points the API at them.
 func (p *process) startZone(ctx context.Context) error {
 	cfg := p.cfg
-	view, err := policyview.New(policyview.Config{Registry: p.reg, Store: p.store, Plane: cfg.Plane, Logger: cfg.Logger.Named("policy")})
+	var programmed atomic.Pointer[xds.Controller] // the data plane's, once it runs
+	view, err := policyview.New(policyview.Config{Registry: p.reg, Store: p.store, Plane: cfg.Plane, Logger: cfg.Logger.Named("policy"),
+		Decorate: reportProgrammed(&programmed)})
 	if err != nil {
 		return err
 	}
@@ -40,7 +44,7 @@ func (p *process) startZone(ctx context.Context) error {
 	}
 	p.run(ctx, view.Run)
 	if cfg.XDSAddress != "" {
-		if err := p.startDataPlane(ctx, view); err != nil {
+		if err := p.startDataPlane(ctx, view, &programmed); err != nil {
 			return err
 		}
 	}

@@ -423,6 +423,11 @@ func (s *MeshSnapshot) legacyStatuses(t *typeIndex, byName map[nsName]*PolicySta
 type GlobalPolicyStatus struct {
 	Type, Mesh, Name string
 	Conditions       []Condition
+	// LocalName and LocalNamespace are the zone's own name and namespace
+	// ("" for the system namespace) of the policy Name names on the
+	// global, for what the zone adds to the report (a data plane's
+	// Programmed condition).
+	LocalName, LocalNamespace string
 }
 
 // GlobalPolicyStatuses lists the status of every global-origin policy of
@@ -437,7 +442,8 @@ func (s *MeshSnapshot) GlobalPolicyStatuses() []GlobalPolicyStatus {
 				continue
 			}
 			if st := all[name][nsName{s.normNS(p.resNS), p.resName}]; st != nil {
-				out = append(out, GlobalPolicyStatus{Type: name, Mesh: s.mesh, Name: p.display, Conditions: st.Conditions})
+				out = append(out, GlobalPolicyStatus{Type: name, Mesh: s.mesh, Name: p.display, Conditions: st.Conditions,
+					LocalName: p.resName, LocalNamespace: s.normNS(p.resNS)})
 			}
 		}
 	}

@@ -42,6 +42,10 @@ type Config struct {
 	Store    Store
 	Plane    plane.Plane
 	Logger   hclog.Logger
+	// Decorate, when set, adds to a status of the report to the global
+	// what is known beside the engine (a data plane's Programmed
+	// condition); call DecorationsChanged when its answers change.
+	Decorate func(snap *policy.MeshSnapshot, st *policy.GlobalPolicyStatus)
 }
 
 // View is safe for concurrent use.
@@ -65,6 +69,9 @@ type View struct {
 	// changes hold a recompute back while they keep coming (settle): a
 	// client polling a stale status must not.
 	statusKick, statusWake chan struct{}
+	// decorations counts DecorationsChanged calls: a report is made again
+	// when they moved, even with the same statuses.
+	decorations uint64
 	// reporting is set by RunStatusReports: every mesh's statuses are then
 	// kept current and reported, read or not.
 	reporting bool
@@ -569,6 +576,27 @@ func (v *View) storeStatus(mesh string, snap *policy.MeshSnapshot, gen uint64) {
 
 func (v *View) kickStatuses() { wake(v.statusKick) }
 
+// DecorationsChanged says Config.Decorate's answers may have changed: the
+// report to the global is made again (after the usual settling).
+func (v *View) DecorationsChanged() {
+	v.mu.Lock()
+	v.decorations++
+	v.mu.Unlock()
+	wake(v.statusKick)
+}
+
+// reportList is a mesh's part of the report: the global policies'
+// statuses, decorated.
+func (v *View) reportList(snap *policy.MeshSnapshot) []policy.GlobalPolicyStatus {
+	list := snap.GlobalPolicyStatuses()
+	if v.cfg.Decorate != nil {
+		for i := range list {
+			v.cfg.Decorate(snap, &list[i])
+		}
+	}
+	return list
+}
+
 // wake signals c without blocking (a signal already pending suffices).
 func wake(c chan struct{}) {
 	select {
@@ -603,8 +631,8 @@ const StatusReportMaxDelay = 5 * time.Second
 // background (for reads and for the report), so a change costs one
 // computation however many consumers there are. It runs until ctx ends.
 func (v *View) runStatuses(ctx context.Context) {
-	var took time.Duration          // the last recompute's duration
-	reported := map[string]uint64{} // mesh → statusGen of its last report
+	var took time.Duration              // the last recompute's duration
+	reported := map[string]reportedAt{} // mesh → what its last report was made from
 	byMesh := map[string]reportMesh{}
 	for {
 		select {
@@ -656,7 +684,7 @@ func (v *View) settle(ctx context.Context, took time.Duration) bool {
 // recomputeStatuses brings every mesh whose statuses are wanted (read once,
 // or reported) up to date, then publishes the report when reporting and a
 // mesh's statuses changed. It reports false when ctx ended.
-func (v *View) recomputeStatuses(ctx context.Context, reported map[string]uint64, byMesh map[string]reportMesh) bool {
+func (v *View) recomputeStatuses(ctx context.Context, reported map[string]reportedAt, byMesh map[string]reportMesh) bool {
 	changed, refreshed := false, false
 	for _, mesh := range v.meshNames() {
 		v.mu.Lock()
@@ -686,13 +714,14 @@ func (v *View) recomputeStatuses(ctx context.Context, reported map[string]uint64
 			continue
 		}
 		v.mu.Lock()
-		snap, gen := m.statusSnap, m.statusGen
+		snap, gen, decorations := m.statusSnap, m.statusGen, v.decorations
 		v.mu.Unlock()
-		if g, ok := reported[mesh]; ok && g == gen {
+		at := reportedAt{gen, decorations}
+		if r, ok := reported[mesh]; ok && r == at {
 			continue
 		}
-		reported[mesh] = gen
-		sum := statusSum(v.sumSeed, snap.GlobalPolicyStatuses())
+		reported[mesh] = at
+		sum := statusSum(v.sumSeed, v.reportList(snap))
 		prev, had := byMesh[mesh]
 		// The newest snapshot, even when its statuses are the same: the
 		// report must not keep an older one alive.
@@ -710,6 +739,10 @@ func (v *View) recomputeStatuses(ctx context.Context, reported map[string]uint64
 	}
 	return true
 }
+
+// reportedAt is what a mesh's report was made from: its statuses'
+// generation and the decorations' count.
+type reportedAt struct{ gen, decorations uint64 }
 
 // reportMesh is one mesh's part of the status report: the snapshot whose
 // statuses it is, and their fingerprint, which tells a new report from
@@ -773,7 +806,7 @@ func (v *View) GlobalPolicyStatuses() ([]policy.GlobalPolicyStatus, <-chan struc
 	}
 	var all []policy.GlobalPolicyStatus
 	for _, part := range parts {
-		if list := part.snap.GlobalPolicyStatuses(); all == nil {
+		if list := v.reportList(part.snap); all == nil {
 			all = list // the one mesh's list as it is, in the common case
 		} else {
 			all = append(all, list...)

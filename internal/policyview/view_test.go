@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"runtime"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -278,6 +279,46 @@ func TestReportOnlyWhenStatusesChange(t *testing.T) {
 	}
 }
 
+// TestDecorationsChangeTheReport: what a decorator adds (a data plane's
+// Programmed condition) is in the report, and when its answers change
+// (DecorationsChanged) a new report is published though no status did.
+func TestDecorationsChangeTheReport(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	programmed := ""
+	decorate := func(_ *policy.MeshSnapshot, st *policy.GlobalPolicyStatus) {
+		mu.Lock()
+		defer mu.Unlock()
+		if programmed != "" && st.LocalName != "" {
+			st.Conditions = append(slices.Clip(st.Conditions), policy.Condition{Type: "Programmed", Status: "False", Reason: programmed})
+		}
+	}
+	_, v, _ := startViewWith(ctx, t, decorate, dataplane("web-1", "web"), global("g1", "1h"))
+	go func() { _ = v.RunStatusReports(ctx) }()
+	waitUntil(t, "first report", func() bool { r, _ := v.GlobalPolicyStatuses(); return len(r) == 1 })
+	first, changed := v.GlobalPolicyStatuses()
+	for _, c := range first[0].Conditions {
+		if c.Type == "Programmed" {
+			t.Fatalf("a Programmed condition before the decorator gave one: %+v", first[0])
+		}
+	}
+	mu.Lock()
+	programmed = "PartiallyProgrammed"
+	mu.Unlock()
+	v.DecorationsChanged()
+	select {
+	case <-changed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no new report after the decorations changed")
+	}
+	r, _ := v.GlobalPolicyStatuses()
+	last := r[0].Conditions[len(r[0].Conditions)-1]
+	if last.Type != "Programmed" || last.Reason != "PartiallyProgrammed" {
+		t.Fatalf("report %+v lacks the decorator's condition", r[0])
+	}
+}
+
 // TestPollingDoesNotHoldStatusesBack: a client polling a stale status as
 // fast as it can does not count as a stream of changes; the statuses follow
 // a change within StatusDebounce and a rebuild.
@@ -318,6 +359,13 @@ func global(name, idle string) *resource.Resource {
 // done yields Run's result.
 func startView(ctx context.Context, t *testing.T, rs ...*resource.Resource) (*boltstore.Store, *policyview.View, <-chan error) {
 	t.Helper()
+	return startViewWith(ctx, t, nil, rs...)
+}
+
+// startViewWith is startView with a report decorator.
+func startViewWith(ctx context.Context, t *testing.T, decorate func(*policy.MeshSnapshot, *policy.GlobalPolicyStatus),
+	rs ...*resource.Resource) (*boltstore.Store, *policyview.View, <-chan error) {
+	t.Helper()
 	store, err := boltstore.Open(boltstore.Config{Path: filepath.Join(t.TempDir(), "db")})
 	if err != nil {
 		t.Fatal(err)
@@ -328,7 +376,7 @@ func startView(ctx context.Context, t *testing.T, rs ...*resource.Resource) (*bo
 			t.Fatal(err)
 		}
 	}
-	v, err := policyview.New(policyview.Config{Registry: resource.NewDefaultRegistry(), Store: store, Plane: testZone})
+	v, err := policyview.New(policyview.Config{Registry: resource.NewDefaultRegistry(), Store: store, Plane: testZone, Decorate: decorate})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,6 +49,9 @@ type ControllerConfig struct {
 	// Settle is how long changes settle before proxies are rendered;
 	// 0 means 2 ms (a burst of writes costs one rendering).
 	Settle time.Duration
+	// ProgrammedChanged, when set, is called after a pass that changed
+	// what some proxy leaves out (ProgrammedProblem's answers).
+	ProgrammedChanged func()
 }
 
 // Controller renders connected proxies' resources. Run it once.
@@ -65,6 +68,9 @@ type Controller struct {
 	faults      map[string]*Faults
 	// programmed aggregates what the renderings did with each policy.
 	programmed *programmedIndex
+	// reportedVersion is the programmed index's version ProgrammedChanged
+	// was last called for.
+	reportedVersion uint64
 	// renders counts renderings (tests: untouched proxies are skipped).
 	renders int
 }
@@ -182,6 +188,10 @@ func (c *Controller) renderAll(ctx context.Context) {
 			from.id = id
 			c.last[id.NodeID] = from
 		}
+	}
+	if v := c.programmed.versionNow(); v != c.reportedVersion && c.cfg.ProgrammedChanged != nil {
+		c.reportedVersion = v
+		c.cfg.ProgrammedChanged()
 	}
 }
 
@@ -315,6 +325,21 @@ func (c *Controller) render(ctx context.Context, id Identity, from renderedFrom)
 	}
 	c.programmed.set(id, out.Touched)
 	return c.cfg.Server.Set(ctx, id.NodeID, out)
+}
+
+// ProgrammedProblem is the policy's Programmed condition when it is
+// False: what a zone reports to the global (docs/dataplane.md#programmed).
+// Only policies some proxy leaves part of out are looked at, so a report of
+// 100,000 policies costs a lookup each.
+func (c *Controller) ProgrammedProblem(snap *policy.MeshSnapshot, mesh, policyType, name, namespace string) (policy.Condition, bool) {
+	if !c.programmed.has(mesh, PolicyRef{Type: policyType, Name: name, Namespace: namespace}) {
+		return policy.Condition{}, false
+	}
+	cond, ok := c.Programmed(snap, mesh, policyType, name, namespace)
+	if !ok || cond.Status != "False" {
+		return policy.Condition{}, false
+	}
+	return cond, true
 }
 
 // Programmed is the Programmed condition of a policy of mesh (namespace ""

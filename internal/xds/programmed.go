@@ -41,6 +41,8 @@ type programmedIndex struct {
 	mu       sync.Mutex
 	byPolicy map[meshPolicy]map[string]*Touch // proxy (namespace/name) → touch
 	byNode   map[string][]meshPolicy          // node id → its policies
+	// version moves whenever the index changes.
+	version uint64
 }
 
 func newProgrammedIndex() *programmedIndex {
@@ -52,6 +54,9 @@ func (p *programmedIndex) set(id Identity, touched map[PolicyRef]*Touch) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.forgetLocked(id)
+	if len(touched) > 0 {
+		p.version++
+	}
 	proxy := proxyName(id)
 	for ref, t := range touched {
 		k := meshPolicy{id.Mesh, ref}
@@ -61,6 +66,20 @@ func (p *programmedIndex) set(id Identity, touched map[PolicyRef]*Touch) {
 		p.byPolicy[k][proxy] = t
 		p.byNode[id.NodeID] = append(p.byNode[id.NodeID], k)
 	}
+}
+
+// versionNow is the index's version.
+func (p *programmedIndex) versionNow() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.version
+}
+
+// has says some proxy left part of the policy out.
+func (p *programmedIndex) has(mesh string, ref PolicyRef) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.byPolicy[meshPolicy{mesh, ref}]) > 0
 }
 
 // empty says nothing is left out anywhere.
@@ -78,6 +97,9 @@ func (p *programmedIndex) forget(id Identity) {
 }
 
 func (p *programmedIndex) forgetLocked(id Identity) {
+	if len(p.byNode[id.NodeID]) > 0 {
+		p.version++
+	}
 	proxy := proxyName(id)
 	for _, k := range p.byNode[id.NodeID] {
 		delete(p.byPolicy[k], proxy)
