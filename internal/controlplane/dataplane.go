@@ -165,9 +165,11 @@ func (p *process) newXDSServer(serverTLS *auth.ServerTLS, clientCA *x509.Certifi
 		grpc.ConnectionTimeout(10*time.Second),
 		// A zone holds two connections per proxy (its agent's and its
 		// xDS client's) whose inbound messages are small (requests,
-		// ACKs, CSRs): 8 KiB read buffers instead of 32 spare a
-		// thousand proxies 48 MiB (BENCHMARKS.md).
-		grpc.ReadBufferSize(8<<10),
+		// ACKs, CSRs). No read buffer: the TLS connection under the
+		// framer buffers its records already, and a buffer of grpc-go's
+		// own (32 KiB by default) per connection cost a thousand proxies
+		// 64 MiB (BENCHMARKS.md).
+		grpc.ReadBufferSize(0),
 		// Proxies joining and acknowledging are work: the memory
 		// trimmer hands the garbage back once they are quiet.
 		grpc.StatsHandler(p.trimmer.GRPCStats()),
