@@ -415,7 +415,7 @@ func checkRBAC(t *testing.T, f RBACFilter, client map[string]string, want any, f
 	}
 	ids := map[string]bool{}
 	for k, v := range client {
-		ids[identity("default", k, v)] = true
+		ids[IdentityOf("default", k, v)] = true
 	}
 	allowed := rbacAllows(f.Rules, rbacPolicy, ids)
 	shadow := rbacAllows(f.ShadowRules, rbacShadowPolicy, ids)

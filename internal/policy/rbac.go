@@ -122,7 +122,7 @@ func principalOf(mesh string, ms []Matcher) Principal {
 	}
 	ids := make([]Principal, len(ms))
 	for i, m := range ms {
-		id := Principal{Authenticated: &Authenticated{PrincipalName: StringMatcher{Exact: identity(mesh, m.Key, m.Value)}}}
+		id := Principal{Authenticated: &Authenticated{PrincipalName: StringMatcher{Exact: IdentityOf(mesh, m.Key, m.Value)}}}
 		if m.Not {
 			inner := id
 			id = Principal{NotID: &inner}
@@ -132,10 +132,11 @@ func principalOf(mesh string, ms []Matcher) Principal {
 	return Principal{AndIDs: &PrincipalSet{IDs: ids}}
 }
 
-// identity is the URI SAN a client certificate carries for a tag
+// IdentityOf is the URI SAN a client certificate carries for a tag
 // (docs/policy.md#rbac): spiffe://<mesh>/<service> for kuma.io/service,
-// kuma://<key>/<value> for any other tag.
-func identity(mesh, key, value string) string {
+// kuma://<key>/<value> for any other tag. What matches a from-rule's
+// clients on a proxy matches these.
+func IdentityOf(mesh, key, value string) string {
 	if key == resource.ServiceTag {
 		return "spiffe://" + mesh + "/" + value
 	}

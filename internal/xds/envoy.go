@@ -291,9 +291,9 @@ func (e *envoyGen) networkRBAC(addr string, cfg policy.InboundConfig) (*listener
 	return typed("envoy.filters.network.rbac", rbac)
 }
 
-// inboundFaults are the inbound's MeshFaultInjection filters: the rule
-// every client matches (a rule for some clients only needs Envoy's
-// matchers, not rendered: named).
+// inboundFaults are the inbound's MeshFaultInjection filters, rule by
+// rule: a rule for some clients only applies to the clients whose
+// certificate carries its identities (forClients).
 func (e *envoyGen) inboundFaults(cfg policy.InboundConfig) ([]*hcmv3.HttpFilter, error) {
 	p, ok := cfg.Policies["MeshFaultInjection"]
 	if !ok {
@@ -302,15 +302,21 @@ func (e *envoyGen) inboundFaults(cfg policy.InboundConfig) ([]*hcmv3.HttpFilter,
 	var out []*hcmv3.HttpFilter
 	for _, r := range p.Rules {
 		e.about = r.Origin
-		if len(r.Matchers) > 0 {
-			e.drop("MeshFaultInjection for some clients of inbound %d: per-client faults are not rendered for Envoy", cfg.Port)
+		if len(r.Matchers) > 0 && !e.in.MTLS {
+			e.drop("MeshFaultInjection for some clients of inbound %d: not rendered, the mesh has no mTLS to tell clients apart", cfg.Port)
 			continue
 		}
 		filters, err := e.faultsFromConf(fmt.Sprintf("inbound %d", cfg.Port), r.Conf, r.Origin)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, filters...)
+		for _, f := range filters {
+			wrapped, err := e.forClients(f, r)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, wrapped)
+		}
 	}
 	e.about = nil
 	return out, nil
