@@ -3,8 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"os"
@@ -19,7 +17,7 @@ import (
 	sotwclient "github.com/envoyproxy/go-control-plane/pkg/client/sotw/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/meridian-mesh/meridian/internal/agent"
 	"github.com/meridian-mesh/meridian/internal/launcher"
@@ -35,8 +33,9 @@ import (
 //     new decision;
 //   - proxies: N simulated proxies join zone-1 in this process, each with
 //     meridian-dp's own agent code (a Join session, its keys and
-//     certificates) and go-control-plane's ADS client on an mTLS stream of
-//     its own; one mesh-wide MeshTrafficPermission change on the global
+//     certificates, its xDS relay) and go-control-plane's ADS client
+//     through that relay, so each proxy holds one connection to the zone,
+//     as a meridian-dp does; one mesh-wide MeshTrafficPermission change on the global
 //     changes every proxy's server listener, timed until all N have
 //     acknowledged it; zone-1's RSS per connected proxy and its idle CPU
 //     with them connected.
@@ -241,6 +240,7 @@ type simProxy struct {
 	node   string
 	conn   *grpc.ClientConn
 	agent  *agent.Agent
+	relay  *agent.Relay
 	ads    sotwclient.ADSClient
 	mu     sync.Mutex
 	ackAt  time.Time // when the last response was acknowledged
@@ -296,6 +296,7 @@ func manyProxies(e *env, g, z *plane, n int, profileDir string, r results) error
 	defer func() {
 		for _, p := range proxies {
 			p.conn.Close()
+			p.relay.Close()
 			p.agent.Close()
 		}
 	}()
@@ -374,23 +375,24 @@ func joinSimProxy(ctx context.Context, e *env, z *plane, i int, token string, ca
 		return nil, err
 	}
 	go j.Hold(ctx)
-	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, agent.XDSDir, "cert.pem"), filepath.Join(dir, agent.XDSDir, "key.pem"))
+	// The workload's side: its xDS stream through the agent's relay, as
+	// meridian-dp's bootstrap has it.
+	relay, err := j.ServeRelay()
 	if err != nil {
 		a.Close()
 		return nil, err
 	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(caPEM)
-	conn, err := grpc.NewClient(z.xds, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
-		Certificates: []tls.Certificate{pair}, RootCAs: roots, MinVersion: tls.VersionTLS12})))
+	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, agent.RelaySocket), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
+		relay.Close()
 		a.Close()
 		return nil, err
 	}
-	p := &simProxy{node: j.NodeID(), conn: conn, agent: a}
+	p := &simProxy{node: j.NodeID(), conn: conn, agent: a, relay: relay}
 	p.ads = sotwclient.NewADSClient(ctx, &corev3.Node{Id: j.NodeID()}, resourcev3.ListenerType)
 	if err := p.ads.InitConnect(conn); err != nil {
 		conn.Close()
+		relay.Close()
 		a.Close()
 		return nil, err
 	}

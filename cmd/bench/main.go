@@ -265,17 +265,19 @@ func run(runs, simZones, proxies int, skipTen, skipFleet bool, b binariesAndN) e
 				}
 				return simulated(b, simZones, r)
 			}},
-			{"data plane", func() error {
-				if proxies < 0 {
-					return nil
-				}
-				return dataPlane(b, proxies, r)
-			}},
+			// Rendering runs in this process: before the data plane
+			// scenario, whose thousand simulated proxies live here too.
 			{"rendering", func() error {
 				if proxies < 0 {
 					return nil
 				}
 				return renderScenario(b.n, b.profileDir, r)
+			}},
+			{"data plane", func() error {
+				if proxies < 0 {
+					return nil
+				}
+				return dataPlane(b, proxies, r)
 			}},
 		}
 		for _, s := range steps {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"time"
@@ -149,6 +150,9 @@ func renderScenario(n int, profileDir string, r results) error {
 	if err != nil {
 		return err
 	}
+	// What the scenarios before left in this process (a thousand
+	// simulated proxies) is not the rendering's to collect.
+	runtime.GC()
 	if profileDir != "" {
 		pf, err := os.Create(filepath.Join(profileDir, "render.pprof"))
 		if err != nil {

@@ -133,6 +133,11 @@ func run(ctx context.Context, logger hclog.Logger, rc runConfig, command []strin
 		return err
 	}
 	logger.Info("joined the zone", "node", joined.NodeID(), "zone", joined.Zone(), "bootstrap", joined.Bootstrap())
+	relay, err := joined.ServeRelay()
+	if err != nil {
+		return err
+	}
+	defer relay.Close()
 	if rc.proxy == "envoy" {
 		if err := joined.WriteEnvoyBootstrap(); err != nil {
 			return err

@@ -1,9 +1,10 @@
 // Package agent is meridian-dp (docs/dataplane.md#joining): the agent a
 // workload runs beside it. It joins the zone with a Dataplane token,
 // registers the workload's Dataplane, makes the workload's keys (they never
-// leave the machine) and has their certificates signed, writes the gRPC
-// xDS bootstrap, runs the workload with it, renews the certificates at two
-// thirds of their life, and rejoins a zone that restarted.
+// leave the machine) and has their certificates signed, relays the
+// workload's xDS streams over its own connection (relay.go), writes the
+// gRPC xDS bootstrap, runs the workload with it, renews the certificates
+// at two thirds of their life, and rejoins a zone that restarted.
 package agent
 
 import (
@@ -50,15 +51,24 @@ type Config struct {
 	Logger  hclog.Logger
 }
 
-// Agent holds a joined Dataplane.
+// Agent holds a joined Dataplane. It keeps one connection to the zone:
+// its own calls and, relayed (relay.go), its workload's xDS streams. The
+// connection presents the xDS client certificate this agent had signed,
+// which identifies the relayed streams; the first join, before there is
+// one, is made on a connection without it, replaced once it is signed.
 type Agent struct {
 	cfg    Config
-	conn   *grpc.ClientConn
-	client dataplanev1.AgentServiceClient
+	tls    *tls.Config
 	target string
 
 	mu     sync.Mutex
-	joined *dataplanev1.Joined
+	conn   *grpc.ClientConn
+	client dataplanev1.AgentServiceClient
+	// xdsCert is the xDS client certificate this agent had signed (nil
+	// before the first); withCert says conn was made to present it.
+	xdsCert  *tls.Certificate
+	withCert bool
+	joined   *dataplanev1.Joined
 	// renewed run after each renewal (the SDS server's update).
 	renewed []func()
 }
@@ -109,23 +119,61 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.CACert != nil && !roots.AppendCertsFromPEM(cfg.CACert) {
 		return nil, &Error{What: "--ca-cert-file", Err: errors.New("holds no PEM certificate")}
 	}
-	tlsCfg := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
-	conn, err := grpc.NewClient(host, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
-		grpc.WithPerRPCCredentials(bearer(strings.TrimSpace(cfg.Token))))
-	if err != nil {
-		return nil, &Error{What: "connect to the zone", Where: host, Err: err}
-	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, &Error{What: "--dir", Where: cfg.Dir, Err: err}
 	}
 	if err := os.Chmod(cfg.Dir, 0o700); err != nil {
 		return nil, &Error{What: "--dir", Where: cfg.Dir, Err: err}
 	}
-	return &Agent{cfg: cfg, conn: conn, client: dataplanev1.NewAgentServiceClient(conn), target: host}, nil
+	a := &Agent{cfg: cfg, target: host}
+	a.tls = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12, GetClientCertificate: a.clientCertificate}
+	if err := a.dial(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// clientCertificate is the xDS client certificate this agent had signed,
+// none before the first.
+func (a *Agent) clientCertificate(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.xdsCert == nil {
+		return &tls.Certificate{}, nil
+	}
+	return a.xdsCert, nil
+}
+
+// dial replaces the connection to the zone (the old one is closed): it
+// presents the xDS client certificate when there is one.
+func (a *Agent) dial() error {
+	conn, err := grpc.NewClient(a.target, grpc.WithTransportCredentials(credentials.NewTLS(a.tls)),
+		grpc.WithPerRPCCredentials(bearer(strings.TrimSpace(a.cfg.Token))))
+	if err != nil {
+		return &Error{What: "connect to the zone", Where: a.target, Err: err}
+	}
+	a.mu.Lock()
+	old := a.conn
+	a.conn, a.client, a.withCert = conn, dataplanev1.NewAgentServiceClient(conn), a.xdsCert != nil
+	a.mu.Unlock()
+	if old != nil {
+		_ = old.Close()
+	}
+	return nil
+}
+
+// current is the connection and its agent client.
+func (a *Agent) current() (*grpc.ClientConn, dataplanev1.AgentServiceClient) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.conn, a.client
 }
 
 // Close releases the connection.
-func (a *Agent) Close() error { return a.conn.Close() }
+func (a *Agent) Close() error {
+	conn, _ := a.current()
+	return conn.Close()
+}
 
 // bearer sends the Dataplane token on every call (over TLS only).
 type bearer string
@@ -144,7 +192,8 @@ type session struct {
 // join registers the Dataplane; the returned session holds it.
 func (a *Agent) join(ctx context.Context) (*session, *dataplanev1.Joined, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	stream, err := a.client.Join(ctx, &dataplanev1.JoinRequest{Dataplane: a.cfg.Dataplane, Version: a.cfg.Version})
+	_, client := a.current()
+	stream, err := client.Join(ctx, &dataplanev1.JoinRequest{Dataplane: a.cfg.Dataplane, Version: a.cfg.Version})
 	if err == nil {
 		var first *dataplanev1.JoinResponse
 		if first, err = stream.Recv(); err == nil {
@@ -195,11 +244,38 @@ func (a *Agent) Join(ctx context.Context) (*Joined, error) {
 		sess.cancel()
 		return nil, err
 	}
+	if sess, j, err = a.presentCertificate(ctx, sess, j); err != nil {
+		return nil, err
+	}
 	if err := a.writeBootstrap(j); err != nil {
 		sess.cancel()
 		return nil, err
 	}
 	return &Joined{agent: a, sess: sess, info: j}, nil
+}
+
+// presentCertificate moves the session to a connection that presents the
+// xDS client certificate, when the current one does not: the zone hands
+// the Dataplane to the newer session and ends the first.
+func (a *Agent) presentCertificate(ctx context.Context, sess *session, j *dataplanev1.Joined) (*session, *dataplanev1.Joined, error) {
+	a.mu.Lock()
+	done := a.withCert
+	a.mu.Unlock()
+	if done {
+		return sess, j, nil
+	}
+	sess.cancel()
+	if err := a.dial(); err != nil {
+		return nil, nil, err
+	}
+	sess, j, err := a.join(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	a.mu.Lock()
+	a.joined = j
+	a.mu.Unlock()
+	return sess, j, nil
 }
 
 // Joined is a joined Dataplane.
@@ -218,30 +294,38 @@ func (j *Joined) Bootstrap() string { return filepath.Join(j.agent.cfg.Dir, Boot
 
 // Hold keeps the Dataplane registered until ctx ends: it renews the
 // certificates at two thirds of their life (or when the zone asks), and
-// rejoins when the session breaks (a zone that restarted).
+// rejoins when the session breaks (a zone that restarted). A zone that no
+// longer accepts the xDS client certificate (its data was replaced) is
+// joined again without it, and a new one is signed.
 func (j *Joined) Hold(ctx context.Context) {
 	a := j.agent
 	sess := j.sess
 	renewAt := a.nextRenewal()
-	events := make(chan *dataplanev1.JoinResponse)
-	broken := make(chan error, 1)
+	type event struct {
+		s   *session
+		ev  *dataplanev1.JoinResponse
+		err error
+	}
+	events := make(chan event)
 	recv := func(s *session) {
 		for {
 			ev, err := s.stream.Recv()
-			if err != nil {
-				broken <- err
+			select {
+			case events <- event{s, ev, err}:
+			case <-ctx.Done():
 				return
 			}
-			select {
-			case events <- ev:
-			case <-ctx.Done():
+			if err != nil {
 				return
 			}
 		}
 	}
 	go recv(sess)
-	defer func() { sess.cancel() }()
-	backoff := 100 * time.Millisecond
+	defer func() {
+		if sess != nil {
+			sess.cancel()
+		}
+	}()
 	for {
 		timer := time.NewTimer(time.Until(renewAt))
 		select {
@@ -249,48 +333,83 @@ func (j *Joined) Hold(ctx context.Context) {
 			timer.Stop()
 			return
 		case <-timer.C:
-		case ev := <-events:
+		case e := <-events:
 			timer.Stop()
-			if ev.GetRenew() == nil {
+			if e.s != sess {
+				continue // a session this agent replaced
+			}
+			if e.err != nil {
+				sess.cancel()
+				a.cfg.Logger.Warn("session with the zone broke; rejoining", "error", e.err)
+				if sess = a.rejoin(ctx); sess == nil {
+					return
+				}
+				go recv(sess)
+				break
+			}
+			if e.ev.GetRenew() == nil {
 				continue
 			}
-			a.cfg.Logger.Info("the zone asked for new certificates", "mtls", ev.GetRenew().GetMtls())
+			a.cfg.Logger.Info("the zone asked for new certificates", "mtls", e.ev.GetRenew().GetMtls())
 			a.mu.Lock()
-			a.joined.Mtls = ev.GetRenew().GetMtls()
+			a.joined.Mtls = e.ev.GetRenew().GetMtls()
 			a.mu.Unlock()
-		case err := <-broken:
-			timer.Stop()
-			sess.cancel()
-			a.cfg.Logger.Warn("session with the zone broke; rejoining", "error", err)
-			for {
-				s, jn, err := a.join(ctx)
-				if err == nil {
-					sess, backoff = s, 100*time.Millisecond
-					a.mu.Lock()
-					a.joined = jn
-					a.mu.Unlock()
-					go recv(sess)
-					a.cfg.Logger.Info("rejoined the zone", "node", jn.GetNodeId())
-					break
-				}
-				a.cfg.Logger.Warn("rejoining the zone failed", "error", err, "retry_in", backoff)
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(backoff):
-				}
-				backoff = min(2*backoff, 5*time.Second)
-			}
 		}
 		a.mu.Lock()
 		jn := a.joined
 		a.mu.Unlock()
-		if next, err := a.renew(ctx, jn); err != nil {
+		next, err := a.renew(ctx, jn)
+		if err != nil {
 			a.cfg.Logger.Warn("renewing certificates failed; retrying", "error", err)
 			renewAt = time.Now().Add(time.Second)
-		} else {
-			renewAt = next
+			continue
 		}
+		renewAt = next
+		if s, jn, err := a.presentCertificate(ctx, sess, jn); err != nil {
+			a.cfg.Logger.Warn("moving to a connection with the new xDS certificate failed", "error", err)
+		} else if s != sess {
+			sess = s
+			a.mu.Lock()
+			a.joined = jn
+			a.mu.Unlock()
+			go recv(sess)
+		}
+	}
+}
+
+// rejoin joins again until it succeeds or ctx ends (nil). After a few
+// failures on a connection presenting the xDS client certificate, it
+// tries one without: a zone whose data was replaced no longer knows the
+// certificate's CA and refuses the handshake.
+func (a *Agent) rejoin(ctx context.Context) *session {
+	backoff := 100 * time.Millisecond
+	for failures := 1; ; failures++ {
+		s, jn, err := a.join(ctx)
+		if err == nil {
+			a.mu.Lock()
+			a.joined = jn
+			a.mu.Unlock()
+			a.cfg.Logger.Info("rejoined the zone", "node", jn.GetNodeId())
+			return s
+		}
+		a.cfg.Logger.Warn("rejoining the zone failed", "error", err, "retry_in", backoff)
+		if failures%3 == 0 {
+			a.mu.Lock()
+			withCert := a.withCert
+			a.xdsCert = nil
+			a.mu.Unlock()
+			if withCert {
+				if err := a.dial(); err != nil {
+					a.cfg.Logger.Warn("reconnecting without the xDS certificate failed", "error", err)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 
@@ -331,6 +450,13 @@ func (a *Agent) renew(ctx context.Context, j *dataplanev1.Joined) (time.Time, er
 	if err := writeFiles(filepath.Join(a.cfg.Dir, XDSDir), xdsFiles); err != nil {
 		return time.Time{}, err
 	}
+	pair, err := tls.X509KeyPair(xdsFiles.cert, xdsFiles.key)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("the zone signed an unreadable xDS certificate: %w", err)
+	}
+	a.mu.Lock()
+	a.xdsCert = &pair
+	a.mu.Unlock()
 	workload := xdsFiles
 	if j.GetMtls() {
 		if workload, err = a.sign(ctx, j.GetNodeId(), dataplanev1.CertificateKind_CERTIFICATE_KIND_WORKLOAD); err != nil {
@@ -363,7 +489,8 @@ func (a *Agent) sign(ctx context.Context, node string, kind dataplanev1.Certific
 	if err != nil {
 		return certFiles{}, err
 	}
-	resp, err := a.client.Sign(ctx, &dataplanev1.SignRequest{Kind: kind, Csr: csr, NodeId: node})
+	_, client := a.current()
+	resp, err := client.Sign(ctx, &dataplanev1.SignRequest{Kind: kind, Csr: csr, NodeId: node})
 	if err != nil {
 		return certFiles{}, a.explain(err)
 	}
@@ -409,20 +536,17 @@ func writeAtomic(path string, data []byte) error {
 }
 
 // writeBootstrap writes the gRPC xDS bootstrap (gRFC A27, A29, A65): the
-// zone's xDS server over TLS with the xDS client certificate, the node,
+// agent's xDS relay (to the zone over the agent's connection), the node,
 // the workload certificate's provider, the server listener template.
 func (a *Agent) writeBootstrap(j *dataplanev1.Joined) error {
 	dir := a.cfg.Dir
 	file := func(d, name string) string { return filepath.Join(dir, d, name) }
 	b := map[string]any{
 		"xds_servers": []any{map[string]any{
-			"server_uri": a.target,
-			"channel_creds": []any{map[string]any{"type": "tls", "config": map[string]any{
-				"ca_certificate_file": file(XDSDir, "ca.pem"),
-				"certificate_file":    file(XDSDir, "cert.pem"),
-				"private_key_file":    file(XDSDir, "key.pem"),
-				"refresh_interval":    "10s",
-			}}},
+			// The agent's relay (relay.go): a unix socket only this
+			// user can open, so no transport security of its own.
+			"server_uri":      "unix://" + a.relayPath(),
+			"channel_creds":   []any{map[string]any{"type": "insecure"}},
 			"server_features": []any{"xds_v3"},
 		}},
 		"node": map[string]any{

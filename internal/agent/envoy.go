@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
@@ -35,8 +34,8 @@ import (
 )
 
 // An Envoy sidecar (docs/dataplane.md#envoy): the agent writes Envoy's
-// bootstrap (ADS to the zone over mTLS with the xDS client certificate,
-// SDS from the agent) and serves the workload certificate and the mesh's
+// bootstrap (ADS through the agent's relay to the zone, SDS from the
+// agent) and serves the workload certificate and the mesh's
 // trust bundle over SDS on a unix socket in its directory, so the key
 // reaches Envoy on the machine it was made on and nowhere else.
 
@@ -58,27 +57,6 @@ func (j *Joined) EnvoyBootstrap() string { return filepath.Join(j.agent.cfg.Dir,
 // own constraints first.
 func (j *Joined) WriteEnvoyBootstrap() error {
 	a := j.agent
-	host, port, err := net.SplitHostPort(a.target)
-	if err != nil {
-		return err
-	}
-	p, err := strconv.Atoi(port)
-	if err != nil {
-		return err
-	}
-	file := func(d, name string) string { return filepath.Join(a.cfg.Dir, d, name) }
-	tlsCtx, err := anypb.New(&tlsv3.UpstreamTlsContext{Sni: host, CommonTlsContext: &tlsv3.CommonTlsContext{
-		TlsCertificates: []*tlsv3.TlsCertificate{{
-			CertificateChain: &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: file(XDSDir, "cert.pem")}},
-			PrivateKey:       &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: file(XDSDir, "key.pem")}},
-		}},
-		ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
-			TrustedCa: &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: file(XDSDir, "ca.pem")}},
-		}},
-	}})
-	if err != nil {
-		return err
-	}
 	h2, err := anypb.New(&upstreamhttpv3.HttpProtocolOptions{UpstreamProtocolOptions: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_{
 		ExplicitHttpConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig{ProtocolConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{
 			Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}}}}})
@@ -95,9 +73,9 @@ func (j *Joined) WriteEnvoyBootstrap() error {
 			}}},
 		}
 	}
-	ads := grpcCluster(adsCluster, &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
-		Address: host, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(p)}}}})
-	ads.TransportSocket = &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: tlsCtx}}
+	// ADS through the agent's relay (relay.go), as gRPC workloads do.
+	ads := grpcCluster(adsCluster, &corev3.Address{Address: &corev3.Address_Pipe{Pipe: &corev3.Pipe{Path: a.relayPath()}}})
+	ads.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}
 	sds := grpcCluster(xds.AgentSDSCluster, &corev3.Address{Address: &corev3.Address_Pipe{Pipe: &corev3.Pipe{Path: filepath.Join(a.cfg.Dir, SDSSocket)}}})
 	sds.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}
 	adsSource := &corev3.ConfigSource{ResourceApiVersion: corev3.ApiVersion_V3, ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}}}

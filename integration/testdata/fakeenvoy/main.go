@@ -10,8 +10,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"os"
 	"os/signal"
@@ -26,7 +24,6 @@ import (
 	secretv3 "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -60,20 +57,18 @@ func run() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var sdsPath, adsAddr string
-	var adsTLS *tlsv3.UpstreamTlsContext
+	// Both static clusters are the agent's unix sockets: its SDS server
+	// and its xDS relay to the zone.
+	var sdsPath, adsPath string
 	for _, c := range b.GetStaticResources().GetClusters() {
 		addr := c.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress()
-		switch {
-		case addr.GetPipe() != nil:
+		if addr.GetPipe() == nil {
+			return fmt.Errorf("cluster %s: want a unix socket, got %v", c.GetName(), addr)
+		}
+		if c.GetName() == "meridian_dp_sds" {
 			sdsPath = addr.GetPipe().GetPath()
-		default:
-			sa := addr.GetSocketAddress()
-			adsAddr = fmt.Sprintf("%s:%d", sa.GetAddress(), sa.GetPortValue())
-			adsTLS = &tlsv3.UpstreamTlsContext{}
-			if err := c.GetTransportSocket().GetTypedConfig().UnmarshalTo(adsTLS); err != nil {
-				return err
-			}
+		} else {
+			adsPath = addr.GetPipe().GetPath()
 		}
 	}
 	node := b.GetNode()
@@ -107,20 +102,8 @@ func run() error {
 		}
 		fmt.Printf("sds %s key=%s\n", s.GetName(), key)
 	}
-	// ADS from the zone, with the bootstrap's TLS.
-	tc := adsTLS.GetCommonTlsContext()
-	pair, err := tls.LoadX509KeyPair(tc.GetTlsCertificates()[0].GetCertificateChain().GetFilename(), tc.GetTlsCertificates()[0].GetPrivateKey().GetFilename())
-	if err != nil {
-		return err
-	}
-	caPEM, err := os.ReadFile(tc.GetValidationContext().GetTrustedCa().GetFilename())
-	if err != nil {
-		return err
-	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(caPEM)
-	xconn, err := grpc.NewClient(adsAddr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
-		Certificates: []tls.Certificate{pair}, RootCAs: roots, ServerName: adsTLS.GetSni(), MinVersion: tls.VersionTLS12})))
+	// ADS from the zone through the agent's relay.
+	xconn, err := grpc.NewClient("unix://"+adsPath, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
 	}
