@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"hash/maphash"
 	"slices"
@@ -29,6 +30,46 @@ type defTable struct {
 	seed maphash.Seed
 	// uids numbers the policies parsed by the snapshots sharing the table.
 	uids atomic.Uint64
+	// keySeeds key entriesKey, the same for every snapshot that shares
+	// the table (their memo keys must agree).
+	keySeeds [2]maphash.Seed
+}
+
+// entriesKey identifies an entry list of one type, and the routes' entry
+// lists with it, by their policies' parses and entry indexes
+// (policyDef.uid, shared by the snapshots holding those versions): 128
+// bits of two independently seeded hashes of the list, so that a memo of
+// 100,000 entries keys by 16 bytes, not by the list. Lists that differ
+// share a key with a probability of 2^-128.
+type entriesKey [2]uint64
+
+// commonKey keys a type's memo of outbound results: the type and its
+// Mesh entries.
+type commonKey struct {
+	typ string
+	key entriesKey
+}
+
+func (t *defTable) entriesKey(es []*entry, routed *routeEntries) entriesKey {
+	if len(es) == 0 && (routed == nil || len(routed.routes) == 0) {
+		return entriesKey{}
+	}
+	buf := make([]byte, 0, 8*len(es)+16)
+	put := func(list []*entry) {
+		buf = binary.AppendUvarint(buf, uint64(len(list)))
+		for _, e := range list {
+			buf = binary.AppendUvarint(buf, e.pol.uid)
+			buf = binary.AppendUvarint(buf, uint64(e.index))
+		}
+	}
+	put(es)
+	if routed != nil {
+		for i, r := range routed.routes {
+			buf = binary.AppendUvarint(buf, r.uid)
+			put(routed.entries[i])
+		}
+	}
+	return entriesKey{maphash.Bytes(t.keySeeds[0], buf), maphash.Bytes(t.keySeeds[1], buf)}
 }
 
 // nextUID is a new policyDef.uid.
@@ -55,7 +96,8 @@ type entryKey struct {
 const maxSharedDefs = 4096
 
 func newDefTable() *defTable {
-	return &defTable{contribs: map[string]*contributionDef{}, entries: map[entryKey]*entryDef{}, seed: maphash.MakeSeed()}
+	return &defTable{contribs: map[string]*contributionDef{}, entries: map[entryKey]*entryDef{}, seed: maphash.MakeSeed(),
+		keySeeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}}
 }
 
 // entryDef returns a definition equal to d that the caller must not write.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"sync"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
@@ -115,13 +114,13 @@ func (s *MeshSnapshot) toView(t *typeIndex, dp *dataplane, matched []bool, lazy 
 		return nil, nil
 	}
 	common, specific, routed := s.outboundEntries(t, dp, matched)
-	memoKey := t.desc.Name + "\x00" + stableSigOf(common)
+	memoKey := commonKey{t.desc.Name, s.defs.entriesKey(common, nil)}
 	memo := s.outboundMemo(memoKey)
 	out := make([]*OutboundPolicy, n)
 	rendered := map[*outboundResult]*OutboundPolicy{}
 	var warns []string
 	for i := range n {
-		key := stableSigOf(specific[i]) + routed[i].sig()
+		key := s.defs.entriesKey(specific[i], &routed[i])
 		r := s.outboundResultOf(memo, memoKey, key, func() *outboundResult {
 			return outboundPolicy(s.mergerOf(t), common, specific[i], routed[i])
 		})
@@ -140,7 +139,7 @@ func (s *MeshSnapshot) toView(t *typeIndex, dp *dataplane, matched []bool, lazy 
 // outboundResultOf is the memoized result of key in memo (the memo of
 // memoKey), else the previous snapshot's when it may be carried, else
 // compute's.
-func (s *MeshSnapshot) outboundResultOf(memo *sync.Map, memoKey, key string, compute func() *outboundResult) *outboundResult {
+func (s *MeshSnapshot) outboundResultOf(memo *sync.Map, memoKey commonKey, key entriesKey, compute func() *outboundResult) *outboundResult {
 	if v, ok := memo.Load(key); ok {
 		return v.(*outboundResult)
 	}
@@ -335,7 +334,7 @@ func (t *typeIndex) toEntryIndex() *toIndex {
 
 // outboundMemo returns the memo of outbound confs computed with the Mesh
 // entries identified by key (type and stable signature).
-func (s *MeshSnapshot) outboundMemo(key string) *sync.Map {
+func (s *MeshSnapshot) outboundMemo(key commonKey) *sync.Map {
 	if v, ok := s.toMemo.Load(key); ok {
 		return v.(*sync.Map)
 	}
@@ -359,17 +358,6 @@ func (r *routeEntries) add(route *policy, e *entry) {
 	}
 	r.routes = append(r.routes, route)
 	r.entries = append(r.entries, []*entry{e})
-}
-
-func (r *routeEntries) sig() string {
-	if len(r.routes) == 0 {
-		return ""
-	}
-	s := ""
-	for i, route := range r.routes {
-		s += "|" + strconv.FormatUint(route.uid, 36) + ":" + stableSigOf(r.entries[i])
-	}
-	return s
 }
 
 // addRouteEntry attaches e to the outbounds route r sends traffic to, when r
@@ -474,21 +462,6 @@ func mergeByPos(a, b []*entry) []*entry {
 	}
 	out = append(out, a[i:]...)
 	return append(out, b[j:]...)
-}
-
-// stableSigOf identifies an entry list of one type by its policies'
-// parses and entry indexes: the same in every snapshot that holds those
-// versions of the policies, in the same order.
-func stableSigOf(es []*entry) string {
-	if len(es) == 0 {
-		return ""
-	}
-	buf := make([]byte, 0, 4*len(es))
-	for _, e := range es {
-		buf = binary.AppendUvarint(buf, e.pol.uid)
-		buf = binary.AppendUvarint(buf, uint64(e.index))
-	}
-	return string(buf)
 }
 
 // sigOf identifies an entry list by positions (entries of one type).
