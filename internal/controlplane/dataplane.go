@@ -163,12 +163,11 @@ func (p *process) newXDSServer(serverTLS *auth.ServerTLS, clientCA *x509.Certifi
 		grpc.MaxRecvMsgSize(4<<20),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.ConnectionTimeout(10*time.Second),
-		// A zone holds two connections per proxy (its agent's and its
-		// xDS client's) whose inbound messages are small (requests,
-		// ACKs, CSRs). No read buffer: the TLS connection under the
-		// framer buffers its records already, and a buffer of grpc-go's
-		// own (32 KiB by default) per connection cost a thousand proxies
-		// 64 MiB (BENCHMARKS.md).
+		// A zone holds a connection per proxy (its agent's, which
+		// relays the workload's xDS streams) whose inbound messages are
+		// small (requests, ACKs, CSRs). No read buffer of grpc-go's own
+		// (32 KiB by default): the TLS connection under the framer
+		// buffers its records already.
 		grpc.ReadBufferSize(0),
 		// Proxies joining and acknowledging are work: the memory
 		// trimmer hands the garbage back once they are quiet.

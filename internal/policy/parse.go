@@ -18,6 +18,10 @@ type targetRef struct {
 	Mesh        string            `json:"mesh"`
 	SectionName string            `json:"sectionName"`
 	ProxyTypes  []string          `json:"proxyTypes"`
+
+	// tags are Tags as a slice sorted by key (matching runs per policy per
+	// proxy), set when the ref is made (refTable.intern).
+	tags []tag
 }
 
 // policy is a policy resource as one snapshot holds it: its definition
@@ -72,8 +76,6 @@ type policyDef struct {
 	// k8s.kuma.io/namespace for consumer and workload-owner policies, and
 	// kuma.io/zone for zone-originated non-producer policies.
 	scope []tag
-	// topTags are top.Tags as a slice (matching runs per policy per proxy).
-	topTags []tag
 
 	// legacy is set for legacy-shaped policies only: a pointer, so that the
 	// 100,000 targetRef policies of a large zone do not carry three empty
@@ -272,7 +274,6 @@ func (b *builder) effectiveTop(p *policy, top targetRef) {
 		top.Kind = resource.KindMesh
 	}
 	p.top = b.s.refs.intern(top)
-	p.topTags = tagList(p.top.Tags)
 }
 
 // tagList returns tags sorted by key.

@@ -48,5 +48,8 @@ func (t *refTable) intern(r targetRef) *targetRef {
 func heapRef(r targetRef) *targetRef {
 	p := new(targetRef)
 	*p = r
+	if len(r.Tags) > 0 {
+		p.tags = tagList(r.Tags)
+	}
 	return p
 }

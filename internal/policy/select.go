@@ -56,11 +56,11 @@ func (s *MeshSnapshot) selectsSection(p *policy, dp *dataplane, sec *section, de
 	}
 	switch ref.Kind {
 	case resource.KindMeshSubset:
-		return tagListMatch(p.topTags, tags)
+		return tagListMatch(p.top.tags, tags)
 	case resource.KindMeshService:
 		return tags[resource.ServiceTag] == ref.Name
 	case resource.KindMeshServiceSubset:
-		return tags[resource.ServiceTag] == ref.Name && tagListMatch(p.topTags, tags)
+		return tags[resource.ServiceTag] == ref.Name && tagListMatch(p.top.tags, tags)
 	case resource.KindMeshGateway:
 		return proxyType == "Gateway" && !dp.delegated && s.gatewaySelects(ref, tags)
 	}
