@@ -204,6 +204,7 @@ func renderScenario(n int, profileDir string, r results) error {
 		}
 	}
 	for name, ts := range times {
+		r["render_"+name+"_p50_ms"] = msOf(percentileOf(ts, 50))
 		r["render_"+name+"_p99_ms"] = msOf(percentileOf(ts, 99))
 	}
 	r["render_envoy_kib"] = float64(envoyBytes) / 1024
