@@ -32,7 +32,12 @@ const (
 	maxLogLine    = 64 << 10
 	maxLogTargets = 16
 	logDialWait   = 2 * time.Second
+	logRetryAfter = time.Second
 )
+
+// errBackendDown drops an entry for a backend that could not be reached a
+// moment ago.
+var errBackendDown = errors.New("unreachable a moment ago; entries dropped until it is tried again")
 
 // LogForwarder reads the access log pipe and forwards its messages.
 type LogForwarder struct {
@@ -43,7 +48,11 @@ type LogForwarder struct {
 
 	mu    sync.Mutex
 	conns map[string]net.Conn
-	done  chan struct{}
+	// down holds, per address that could not be reached, when to try
+	// again: entries for it are dropped until then, so that an unreachable
+	// backend does not hold the pipe (and Envoy's writes) back.
+	down map[string]time.Time
+	done chan struct{}
 }
 
 // ForwardAccessLogs makes the pipe (0600) in dir and forwards what Envoy
@@ -63,7 +72,7 @@ func ForwardAccessLogs(ctx context.Context, dir string, logger hclog.Logger) (*L
 	d := &net.Dialer{Timeout: logDialWait}
 	f := &LogForwarder{path: path, pipe: pipe, logger: logger, dial: func(ctx context.Context, address string) (net.Conn, error) {
 		return d.DialContext(ctx, "tcp", address)
-	}, conns: map[string]net.Conn{}, done: make(chan struct{})}
+	}, conns: map[string]net.Conn{}, down: map[string]time.Time{}, done: make(chan struct{})}
 	go f.run(ctx)
 	go func() {
 		<-ctx.Done()
@@ -132,8 +141,11 @@ func (f *LogForwarder) forward(ctx context.Context, line []byte) {
 		msg = append(append(msg, entry.Message...), '\n')
 	}
 	conn, err := f.conn(ctx, entry.Address)
+	if errors.Is(err, errBackendDown) {
+		return
+	}
 	if err != nil {
-		f.logger.Warn("access log backend unreachable, entry dropped", "address", entry.Address, "error", err)
+		f.logger.Warn("access log backend unreachable, entries dropped for a second", "address", entry.Address, "error", err)
 		return
 	}
 	if _, err := conn.Write(msg); err != nil {
@@ -145,12 +157,22 @@ func (f *LogForwarder) forward(ctx context.Context, line []byte) {
 func (f *LogForwarder) conn(ctx context.Context, address string) (net.Conn, error) {
 	f.mu.Lock()
 	c, ok := f.conns[address]
+	until, isDown := f.down[address]
 	f.mu.Unlock()
 	if ok {
 		return c, nil
 	}
+	if isDown && time.Now().Before(until) {
+		return nil, errBackendDown
+	}
 	c, err := f.dial(ctx, address)
 	if err != nil {
+		f.mu.Lock()
+		if len(f.down) >= maxLogTargets {
+			clear(f.down)
+		}
+		f.down[address] = time.Now().Add(logRetryAfter)
+		f.mu.Unlock()
 		return nil, err
 	}
 	f.mu.Lock()

@@ -14,8 +14,9 @@ import (
 
 // TestAccessLogPipeForwards writes lines as Envoy's file logger does and
 // reads the messages at their address: a plain message as written, a JSON
-// message as one line; lines without an address or too long are dropped
-// and forwarding goes on.
+// message as one line; lines without an address or too long are dropped,
+// as are lines for a backend that cannot be reached, and forwarding goes
+// on.
 func TestAccessLogPipeForwards(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -50,7 +51,17 @@ func TestAccessLogPipeForwards(t *testing.T) {
 	}
 	defer w.Close()
 	addr := ln.Addr().String()
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := closed.Addr().String()
+	closed.Close()
 	lines := []string{
+		// An unreachable backend: its entries are dropped (the second
+		// without trying again), and the others still flow.
+		`{"address":"` + gone + `","message":"lost\n"}`,
+		`{"address":"` + gone + `","message":"lost too\n"}`,
 		`{"address":"` + addr + `","message":"GET /a 200\n"}`,
 		`{"message":"no address"}`,
 		`{"address":"` + addr + `","message":"` + string(make([]byte, maxLogLine)) + `"}`,
