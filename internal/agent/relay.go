@@ -53,6 +53,17 @@ func (j *Joined) ServeRelay() (*Relay, error) {
 // Close stops the relay and its streams.
 func (r *Relay) Close() { r.srv.Stop() }
 
+// relayCallOptions: a relayed stream waits for the agent's connection
+// (a zone restarting), and takes responses as large as the workload's own
+// client would (a proxy with thousands of outbounds gets more than gRPC's
+// default 4 MiB).
+func relayCallOptions() []grpc.CallOption {
+	return []grpc.CallOption{grpc.WaitForReady(true), grpc.MaxCallRecvMsgSize(maxRelayedResponse)}
+}
+
+// maxRelayedResponse bounds one relayed xDS response.
+const maxRelayedResponse = 64 << 20
+
 type adsRelay struct {
 	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
 	a *Agent
@@ -66,7 +77,7 @@ func (r *adsRelay) upstream() discoveryv3.AggregatedDiscoveryServiceClient {
 func (r *adsRelay) StreamAggregatedResources(down discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
 	ctx, cancel := context.WithCancel(down.Context())
 	defer cancel()
-	up, err := r.upstream().StreamAggregatedResources(ctx, grpc.WaitForReady(true))
+	up, err := r.upstream().StreamAggregatedResources(ctx, relayCallOptions()...)
 	if err != nil {
 		return err
 	}
@@ -76,7 +87,7 @@ func (r *adsRelay) StreamAggregatedResources(down discoveryv3.AggregatedDiscover
 func (r *adsRelay) DeltaAggregatedResources(down discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
 	ctx, cancel := context.WithCancel(down.Context())
 	defer cancel()
-	up, err := r.upstream().DeltaAggregatedResources(ctx, grpc.WaitForReady(true))
+	up, err := r.upstream().DeltaAggregatedResources(ctx, relayCallOptions()...)
 	if err != nil {
 		return err
 	}

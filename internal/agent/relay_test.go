@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,14 +36,20 @@ func (z *fakeZone) StreamAggregatedResources(s discoveryv3.AggregatedDiscoverySe
 		if req.GetNode().GetId() == "refused" {
 			return status.Error(codes.PermissionDenied, "not your node")
 		}
-		if err := s.Send(&discoveryv3.DiscoveryResponse{TypeUrl: req.GetTypeUrl(), VersionInfo: "v1"}); err != nil {
+		resp := &discoveryv3.DiscoveryResponse{TypeUrl: req.GetTypeUrl(), VersionInfo: "v1"}
+		if req.GetTypeUrl() == "type/big" {
+			// More than gRPC's default 4 MiB for one message.
+			resp.Nonce = strings.Repeat("x", 5<<20)
+		}
+		if err := s.Send(resp); err != nil {
 			return nil
 		}
 	}
 }
 
 // TestRelayCarriesStreams: a workload's ADS stream through the agent's
-// relay reaches the zone over the agent's connection and back; the zone's
+// relay reaches the zone over the agent's connection and back (a response
+// over 4 MiB too); the zone's
 // refusal reaches the workload with its code; the workload leaving ends
 // the zone's stream.
 func TestRelayCarriesStreams(t *testing.T) {
@@ -67,7 +74,9 @@ func TestRelayCarriesStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer relay.Close()
-	wl, err := grpc.NewClient("unix://"+filepath.Join(dir, RelaySocket), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// The workload takes large responses, as Envoy does.
+	wl, err := grpc.NewClient("unix://"+filepath.Join(dir, RelaySocket), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +89,7 @@ func TestRelayCarriesStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, typ := range []string{"type/a", "type/b"} {
+	for _, typ := range []string{"type/a", "type/big", "type/b"} {
 		if err := stream.Send(&discoveryv3.DiscoveryRequest{TypeUrl: typ}); err != nil {
 			t.Fatal(err)
 		}
