@@ -15,6 +15,7 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	tracev3 "github.com/envoyproxy/go-control-plane/envoy/config/trace/v3"
 	filelogv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
+	celfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/filters/cel/v3"
 	grpclogv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/grpc/v3"
 	otellogv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/open_telemetry/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -31,6 +32,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/meridian-mesh/meridian/internal/policy"
+	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
 // Access logs and tracing for Envoy (docs/dataplane.md#envoy), as Kuma
@@ -137,13 +139,20 @@ func (e *envoyGen) inboundAccessLogs(cfg policy.InboundConfig, inb Inbound, list
 	var out []*accesslogv3.AccessLog
 	for _, r := range p.Rules {
 		e.about = r.Origin
+		var filter *accesslogv3.AccessLogFilter
 		if len(r.Matchers) > 0 {
-			e.drop("MeshAccessLog for some clients of inbound %d: per-client access logs are not rendered for Envoy", cfg.Port)
-			continue
+			var why string
+			if filter, why = e.clientLogFilter(r); filter == nil {
+				e.drop("MeshAccessLog for some clients of inbound %d: not rendered for Envoy: %s", cfg.Port, why)
+				continue
+			}
 		}
 		logs, err := e.accessLogs("inbound "+strconv.Itoa(cfg.Port), r.Conf, e.inboundLogValues(inb), http)
 		if err != nil {
 			return nil, err
+		}
+		for _, l := range logs {
+			l.Filter = filter
 		}
 		if len(logs) > 0 {
 			e.shape(resourcev3.ListenerType, listener, e.carry(r.Origin))
@@ -532,4 +541,33 @@ func interpolateAny(v *otlpcommonv1.AnyValue, values logValues) {
 			}
 		}
 	}
+}
+
+// clientLogFilter is an access log filter for a rule's clients, as Kuma
+// 2.14 renders it: a CEL expression on the client certificate's URI SAN
+// (Envoy's connection.uri_san_peer_certificate, its first one: the
+// client's first service, spiffe://<mesh>/<service>). A rule that names
+// other tags cannot be told from that SAN; without mTLS there is none.
+// nil and why when it cannot be rendered.
+func (e *envoyGen) clientLogFilter(r policy.Rule) (*accesslogv3.AccessLogFilter, string) {
+	if !e.in.MTLS {
+		return nil, "the mesh has no mTLS to tell clients apart"
+	}
+	var terms []string
+	for _, m := range r.Matchers {
+		if m.Key != resource.ServiceTag {
+			return nil, "it matches clients by " + m.Key + ", and Envoy's access log filters read only the client's first URI SAN (its service)"
+		}
+		op := "=="
+		if m.Not {
+			op = "!="
+		}
+		terms = append(terms, "connection.uri_san_peer_certificate "+op+" "+strconv.Quote(policy.IdentityOf(e.in.Dataplane.Mesh, m.Key, m.Value)))
+	}
+	cel, err := anyOf(&celfilterv3.ExpressionFilter{Expression: strings.Join(terms, " && ")})
+	if err != nil {
+		return nil, err.Error()
+	}
+	return &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_ExtensionFilter{ExtensionFilter: &accesslogv3.ExtensionFilter{
+		Name: "envoy.access_loggers.extension_filters.cel", ConfigType: &accesslogv3.ExtensionFilter_TypedConfig{TypedConfig: cel}}}}, ""
 }
