@@ -200,8 +200,9 @@ func (e *envoyGen) inbound(i int, inb Inbound) error {
 		return err
 	}
 	if limit.network != nil {
-		// As Kuma: the connection limiter is first in the chain.
-		filters = append([]*listenerv3.Filter{limit.network}, filters...)
+		// As Kuma: the client identity's state and the connection limiter
+		// are first in the chain.
+		filters = append(limit.network, filters...)
 	}
 	logs, err := e.inboundAccessLogs(cfg, inb, name, http)
 	if err != nil {
@@ -217,10 +218,13 @@ func (e *envoyGen) inbound(i int, inb Inbound) error {
 			Action: &routev3.Route_Route{Route: &routev3.RouteAction{
 				ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: local}, Timeout: durationpb.New(0)}},
 		}}
-		if limit.route != nil {
+		if limit.route != nil || len(limit.clients) > 0 {
 			httpFilters = append(httpFilters, httpLocalRateLimitFilter())
+		}
+		if limit.route != nil {
 			withRouteRateLimit(routes, limit.route)
 		}
+		routes = withClientRoutes(routes, limit.clients)
 		f, err := typed("envoy.filters.network.http_connection_manager", &hcmv3.HttpConnectionManager{
 			StatPrefix: "localhost_" + strconv.Itoa(inb.Port),
 			RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
