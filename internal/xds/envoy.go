@@ -923,29 +923,7 @@ func (e *envoyGen) envoyLoadBalancing(svc string, policies map[string]policy.Out
 	if !ok || p.Conf == nil {
 		return lb, nil, nil, locality
 	}
-	var conf struct {
-		LocalityAwareness *struct {
-			Disabled  *bool           `json:"disabled"`
-			LocalZone json.RawMessage `json:"localZone"`
-			CrossZone json.RawMessage `json:"crossZone"`
-		} `json:"localityAwareness"`
-		LoadBalancer *struct {
-			Type         string `json:"type"`
-			LeastRequest *struct {
-				ChoiceCount *uint32 `json:"choiceCount"`
-			} `json:"leastRequest"`
-			RingHash *struct {
-				HashFunction *string          `json:"hashFunction"`
-				MinRingSize  *uint64          `json:"minRingSize"`
-				MaxRingSize  *uint64          `json:"maxRingSize"`
-				HashPolicies []map[string]any `json:"hashPolicies"`
-			} `json:"ringHash"`
-			Maglev *struct {
-				TableSize    *uint64          `json:"tableSize"`
-				HashPolicies []map[string]any `json:"hashPolicies"`
-			} `json:"maglev"`
-		} `json:"loadBalancer"`
-	}
+	var conf meshLoadBalancingConf
 	e.about = p.Origin
 	defer func() { e.about = nil }()
 	if !e.decode("MeshLoadBalancingStrategy", svc, p.Conf, &conf) {
@@ -1004,32 +982,10 @@ func (e *envoyGen) envoyLoadBalancing(svc string, policies map[string]policy.Out
 }
 
 // envoyHashPolicies are Kuma's hash policies as Envoy's.
-func (e *envoyGen) envoyHashPolicies(svc string, in []map[string]any) []*routev3.RouteAction_HashPolicy {
+func (e *envoyGen) envoyHashPolicies(svc string, in []hashPolicy) []*routev3.RouteAction_HashPolicy {
 	var out []*routev3.RouteAction_HashPolicy
-	for i, h := range in {
-		b, _ := json.Marshal(h)
-		var v struct {
-			Type     string `json:"type"`
-			Terminal bool   `json:"terminal"`
-			Header   *struct {
-				Name string `json:"name"`
-			} `json:"header"`
-			Cookie *struct {
-				Name string  `json:"name"`
-				TTL  *string `json:"ttl"`
-				Path string  `json:"path"`
-			} `json:"cookie"`
-			QueryParameter *struct {
-				Name string `json:"name"`
-			} `json:"queryParameter"`
-			FilterState *struct {
-				Key string `json:"key"`
-			} `json:"filterState"`
-		}
-		if json.Unmarshal(b, &v) != nil {
-			continue
-		}
-		hp := &routev3.RouteAction_HashPolicy{Terminal: v.Terminal}
+	for i, v := range in {
+		hp := &routev3.RouteAction_HashPolicy{Terminal: v.Terminal != nil && *v.Terminal}
 		switch {
 		case v.Type == "Header" && v.Header != nil:
 			hp.PolicySpecifier = &routev3.RouteAction_HashPolicy_Header_{Header: &routev3.RouteAction_HashPolicy_Header{HeaderName: v.Header.Name}}

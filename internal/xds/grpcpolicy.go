@@ -320,6 +320,8 @@ func (g *generator) circuitBreaker(svc string, p policy.OutboundPolicy, s *outbo
 	}
 }
 
+// meshLoadBalancingConf is a MeshLoadBalancingStrategy conf, as both
+// renderings read it.
 type meshLoadBalancingConf struct {
 	LocalityAwareness *struct {
 		Disabled  *bool           `json:"disabled"`
@@ -332,20 +334,36 @@ type meshLoadBalancingConf struct {
 			ChoiceCount *uint32 `json:"choiceCount"`
 		} `json:"leastRequest"`
 		RingHash *struct {
-			HashFunction *string     `json:"hashFunction"`
-			MinRingSize  *uint64     `json:"minRingSize"`
-			MaxRingSize  *uint64     `json:"maxRingSize"`
-			HashPolicies []hashEntry `json:"hashPolicies"`
+			HashFunction *string      `json:"hashFunction"`
+			MinRingSize  *uint64      `json:"minRingSize"`
+			MaxRingSize  *uint64      `json:"maxRingSize"`
+			HashPolicies []hashPolicy `json:"hashPolicies"`
 		} `json:"ringHash"`
+		Maglev *struct {
+			TableSize    *uint64      `json:"tableSize"`
+			HashPolicies []hashPolicy `json:"hashPolicies"`
+		} `json:"maglev"`
 	} `json:"loadBalancer"`
 }
 
-type hashEntry struct {
+// hashPolicy is one of a load balancer's hash policies.
+type hashPolicy struct {
 	Type     string `json:"type"`
 	Terminal *bool  `json:"terminal"`
 	Header   *struct {
 		Name string `json:"name"`
 	} `json:"header"`
+	Cookie *struct {
+		Name string  `json:"name"`
+		TTL  *string `json:"ttl"`
+		Path string  `json:"path"`
+	} `json:"cookie"`
+	QueryParameter *struct {
+		Name string `json:"name"`
+	} `json:"queryParameter"`
+	FilterState *struct {
+		Key string `json:"key"`
+	} `json:"filterState"`
 }
 
 // loadBalancing: round robin, least request or ring hash (xxHash, with
