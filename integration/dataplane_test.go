@@ -188,7 +188,9 @@ func TestProxylessGRPCAcrossZones(t *testing.T) {
 	p1, p2 := freePort(t), freePort(t)
 	g1 := startWorkload(t, c.zone1, "greeter-1", greeterDataplane("greeter-1", "greeter", p1), "serve", "--listen", fmt.Sprintf("127.0.0.1:%d", p1))
 	startWorkload(t, c.zone2, "greeter-2", greeterDataplane("greeter-2", "greeter", p2), "serve", "--listen", fmt.Sprintf("127.0.0.1:%d", p2))
-	client := startWorkload(t, c.zone1, "client-1", greeterDataplane("client-1", "client", freePort(t)),
+	// The client declares its outbound: outbound policies apply to
+	// declared outbounds (docs/dataplane.md#resources).
+	client := startWorkload(t, c.zone1, "client-1", callerDataplane("client-1", "client", freePort(t), "greeter"),
 		"call", "--service", "greeter", "--every", "50ms", "--timeout", "1s")
 
 	client.waitCall(0, "ok zone-1 default.greeter-1", 30*time.Second)
@@ -198,6 +200,31 @@ func TestProxylessGRPCAcrossZones(t *testing.T) {
 		t.Fatal(err)
 	}
 	client.waitCall(client.mark(), "ok zone-2 default.greeter-2", 30*time.Second)
+	// crossZone failover rules decide which zones take over: with none
+	// admitting zone-2, the calls fail instead of leaving zone-1; a rule
+	// admitting only zone-2 brings them back.
+	failover := `type: MeshLoadBalancingStrategy
+mesh: default
+name: greeter-failover
+spec:
+  targetRef: {kind: Mesh}
+  to:
+    - targetRef: {kind: MeshService, name: greeter}
+      default:
+        localityAwareness:
+          crossZone:
+            failover:
+              - to: {type: %s}
+`
+	apply(t, c.global, fmt.Sprintf(failover, "None"))
+	m := client.mark()
+	client.waitCall(m, "error ", 10*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	if ok, _ := client.callResults(client.mark() - 3); len(ok) > 0 {
+		t.Errorf("calls left zone-1 with no failover rule admitting zone-2: %v", ok)
+	}
+	apply(t, c.global, fmt.Sprintf(failover, "Only, zones: [zone-2]"))
+	client.waitCall(client.mark(), "ok zone-2 default.greeter-2", 10*time.Second)
 	// Back: an instance in zone-1 again takes the calls from zone-2.
 	p1b := freePort(t)
 	startWorkload(t, c.zone1, "greeter-1b", greeterDataplane("greeter-1b", "greeter", p1b), "serve", "--listen", fmt.Sprintf("127.0.0.1:%d", p1b))
@@ -213,7 +240,7 @@ spec:
     - targetRef: {kind: MeshService, name: client}
       default: {action: Deny}
 `
-	m := client.mark()
+	m = client.mark()
 	wrote := time.Now()
 	apply(t, c.global, deny)
 	denied := client.waitCall(m, "error PermissionDenied", 10*time.Second)
@@ -348,7 +375,9 @@ func TestZoneKill9KeepsTraffic(t *testing.T) {
 	waitPresent(t, c.zone1, "/meshes/default/meshtrafficpermissions/"+hashed(t, c.zone1, "MeshTrafficPermission", "allow-all"))
 	port := freePort(t)
 	startWorkload(t, c.zone1, "greeter-1", greeterDataplane("greeter-1", "greeter", port), "serve", "--listen", fmt.Sprintf("127.0.0.1:%d", port))
-	client := startWorkload(t, c.zone1, "client-1", greeterDataplane("client-1", "client", freePort(t)),
+	// The client declares its outbound: outbound policies apply to
+	// declared outbounds (docs/dataplane.md#resources).
+	client := startWorkload(t, c.zone1, "client-1", callerDataplane("client-1", "client", freePort(t), "greeter"),
 		"call", "--service", "greeter", "--every", "50ms", "--timeout", "1s")
 	client.waitCall(0, "ok zone-1", 30*time.Second)
 

@@ -282,6 +282,55 @@ spec:
 		})
 	})
 
+	t.Run("MeshLoadBalancingStrategy affinity tags", func(t *testing.T) {
+		// Two instances in racks r1 and r2; the client runs in r1.
+		// Affinity on rack weighs r1's locality 99 and the rest 1.
+		withRack := func(dp, rack string) string {
+			return strings.Replace(dp, "kuma.io/service: ", "rack: "+rack+"\n        kuma.io/service: ", 1)
+		}
+		for _, rack := range []string{"r1", "r2"} {
+			port := freePort(t)
+			startWorkload(t, z, "rack-"+rack, withRack(greeterDataplane("rack-"+rack, "racked", port), rack),
+				"serve", "--listen", fmt.Sprintf("127.0.0.1:%d", port))
+		}
+		client := startWorkload(t, z, "rack-client", withRack(callerDataplane("rack-client", "client", freePort(t), "racked"), "r1"),
+			"call", "--service", "racked", "--every", "10ms")
+		eventually(t, 40*time.Second, func() error {
+			if seen, _ := client.instancesAfter(0); len(seen) < 2 {
+				return fmt.Errorf("instances so far %v", seen)
+			}
+			return nil
+		})
+		apply(t, z, `type: MeshLoadBalancingStrategy
+mesh: default
+name: racked-affinity
+spec:
+  targetRef: {kind: Mesh}
+  to:
+    - targetRef: {kind: MeshService, name: racked}
+      default:
+        localityAwareness:
+          localZone:
+            affinityTags:
+              - {key: rack, weight: 99}
+`)
+		// 99 % of the calls stay in the client's rack: of 150 calls at
+		// least 90 % reach rack-r1 (after the change reached the client).
+		eventually(t, 30*time.Second, func() error {
+			mark := client.mark()
+			time.Sleep(2 * time.Second)
+			seen, failed := client.instancesAfter(mark)
+			total := failed
+			for _, n := range seen {
+				total += n
+			}
+			if total < 150 || failed > 0 || seen["default.rack-r1"]*10 < total*9 {
+				return fmt.Errorf("%d calls: instances %v, %d failed", total, seen, failed)
+			}
+			return nil
+		})
+	})
+
 	t.Run("MeshHTTPRoute", func(t *testing.T) {
 		for _, v := range []string{"v1", "v2"} {
 			port := freePort(t)

@@ -1,9 +1,13 @@
 package xds
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -31,10 +35,10 @@ type LoadAssignments struct {
 	byName map[assignmentKey]sharedAssignment
 }
 
-// assignmentKey is a cluster and whether its localities are prioritized.
+// assignmentKey is a cluster and how its endpoints are spread over
+// priorities and localities (localityPlan.key).
 type assignmentKey struct {
-	name     string
-	locality bool
+	name, plan string
 }
 
 type sharedAssignment struct {
@@ -47,21 +51,16 @@ func NewLoadAssignments(endpoints map[string][]Endpoint, zone string) *LoadAssig
 	return &LoadAssignments{endpoints: endpoints, zone: zone, byName: map[assignmentKey]sharedAssignment{}}
 }
 
-// get returns the assignment of cluster name (spec) and its digest; with
-// locality, the caller's zone is priority 0 and the others 1, else every
-// zone is priority 0.
-func (l *LoadAssignments) get(name string, spec clusterSpec, locality bool) (sharedAssignment, error) {
+// get returns the assignment of cluster name (spec) spread by plan, and
+// its digest.
+func (l *LoadAssignments) get(name string, spec clusterSpec, plan localityPlan) (sharedAssignment, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	key := assignmentKey{name, locality}
+	key := assignmentKey{name, plan.key()}
 	if a, ok := l.byName[key]; ok {
 		return a, nil
 	}
-	zone := l.zone
-	if !locality {
-		zone = ""
-	}
-	cla := loadAssignment(l.endpoints[spec.service], zone, name, spec.tags)
+	cla := loadAssignment(l.endpoints[spec.service], l.zone, name, spec.tags, plan)
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(cla)
 	if err != nil {
 		return sharedAssignment{}, fmt.Errorf("encode %s: %w", name, err)
@@ -71,60 +70,159 @@ func (l *LoadAssignments) get(name string, spec clusterSpec, locality bool) (sha
 	return a, nil
 }
 
-// loadAssignment renders a cluster's endpoints carrying tags: the caller's
-// zone first (priority 0), the other zones as failover (1); with no caller
-// zone, every zone at priority 0.
-func loadAssignment(endpoints []Endpoint, callerZone, name string, tags map[string]string) *endpointv3.ClusterLoadAssignment {
-	byZone := map[string][]*endpointv3.LbEndpoint{}
+// localityPlan is how a cluster's endpoints are spread over priorities
+// and localities: MeshLoadBalancingStrategy's localityAwareness, laid out
+// as Kuma 2.14 lays it out (docs/dataplane.md#locality). The zero plan is
+// the default: the caller's zone first (priority 0), every other zone as
+// failover (priority 1), one locality per zone.
+type localityPlan struct {
+	// disabled: every zone at priority 0.
+	disabled bool
+	// grouped: localZone or crossZone is given. Endpoints of the caller's
+	// zone are priority 0, in the locality of the first affinity group
+	// they match (else the zone's, weight 1); other zones' endpoints take
+	// the priority of the first failover rule that admits their zone and
+	// are left out when none does.
+	grouped  bool
+	affinity []affinityGroup
+	failover []failoverRule
+	// overprovisioning is the assignment's overprovisioning factor (0:
+	// not set; gRPC clients have none).
+	overprovisioning uint32
+}
+
+// affinityGroup is one localZone.affinityTags entry resolved against the
+// caller's tags: its endpoints are those whose tag key has value.
+type affinityGroup struct {
+	key, value string
+	weight     uint32
+}
+
+// failoverRule is one crossZone.failover entry that applies to the
+// caller's zone.
+type failoverRule struct {
+	kind     string // Any, AnyExcept or Only (None rules admit nothing)
+	zones    []string
+	priority uint32 // the rule's position + 1, made contiguous later
+}
+
+func (r failoverRule) admits(zone string) bool {
+	switch r.kind {
+	case "Any":
+		return true
+	case "AnyExcept":
+		return !slices.Contains(r.zones, zone)
+	case "Only":
+		return slices.Contains(r.zones, zone)
+	}
+	return false
+}
+
+// key identifies the plan among a zone's assignments.
+func (p localityPlan) key() string {
+	if !p.grouped {
+		return strconv.FormatBool(p.disabled)
+	}
+	var b strings.Builder
+	b.WriteString("g")
+	for _, a := range p.affinity {
+		fmt.Fprintf(&b, "|a%q=%q:%d", a.key, a.value, a.weight)
+	}
+	for _, r := range p.failover {
+		fmt.Fprintf(&b, "|f%s%q:%d", r.kind, r.zones, r.priority)
+	}
+	fmt.Fprintf(&b, "|o%d", p.overprovisioning)
+	return b.String()
+}
+
+// locality is where plan puts an endpoint of zone with tags, seen from
+// callerZone; ok is false when the endpoint is left out.
+func (p localityPlan) locality(callerZone, zone string, tags map[string]string) (loc localityOf, ok bool) {
+	switch {
+	case !p.grouped:
+		if p.disabled || zone == callerZone {
+			return localityOf{zone: zone, weight: 1}, true
+		}
+		return localityOf{zone: zone, weight: 1, priority: 1}, true
+	case zone == callerZone:
+		for _, a := range p.affinity {
+			if v, has := tags[a.key]; has && v == a.value {
+				return localityOf{zone: zone, subZone: a.key + "=" + a.value, weight: a.weight}, true
+			}
+		}
+		return localityOf{zone: zone, weight: 1}, true
+	}
+	for _, r := range p.failover {
+		if r.admits(zone) {
+			return localityOf{zone: zone, weight: 1, priority: r.priority}, true
+		}
+	}
+	return localityOf{}, false
+}
+
+// localityOf is a locality of an assignment.
+type localityOf struct {
+	zone, subZone string
+	weight        uint32
+	priority      uint32
+}
+
+// loadAssignment renders a cluster's endpoints carrying tags, spread by
+// plan as seen from callerZone. Localities are sorted by zone and sub
+// zone, their priorities made contiguous from 0 (as xDS requires).
+func loadAssignment(endpoints []Endpoint, callerZone, name string, tags map[string]string, plan localityPlan) *endpointv3.ClusterLoadAssignment {
+	byLocality := map[localityOf][]*endpointv3.LbEndpoint{}
 	for _, ep := range endpoints {
 		if !hasTags(ep.Tags, tags) {
+			continue
+		}
+		loc, ok := plan.locality(callerZone, ep.Zone, ep.Tags)
+		if !ok {
 			continue
 		}
 		health := corev3.HealthStatus_HEALTHY
 		if !ep.Healthy {
 			health = corev3.HealthStatus_UNHEALTHY
 		}
-		byZone[ep.Zone] = append(byZone[ep.Zone], &endpointv3.LbEndpoint{
+		byLocality[loc] = append(byLocality[loc], &endpointv3.LbEndpoint{
 			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
 				Address: socketAddress(ep.Address, ep.Port),
 			}},
 			HealthStatus: health,
 		})
 	}
-	zones := make([]string, 0, len(byZone))
-	for z := range byZone {
-		zones = append(zones, z)
-	}
-	sort.Strings(zones)
+	locs := slices.SortedFunc(maps.Keys(byLocality), func(a, b localityOf) int {
+		return cmp.Or(cmp.Compare(a.zone+a.subZone, b.zone+b.subZone), cmp.Compare(a.priority, b.priority))
+	})
 	cla := &endpointv3.ClusterLoadAssignment{ClusterName: name}
-	for _, z := range zones {
-		priority := uint32(1)
-		if z == callerZone {
-			priority = 0
-		}
+	for _, l := range locs {
 		cla.Endpoints = append(cla.Endpoints, &endpointv3.LocalityLbEndpoints{
-			Locality:            &corev3.Locality{Zone: z},
-			LbEndpoints:         byZone[z],
-			LoadBalancingWeight: wrapperspb.UInt32(1),
-			Priority:            priority,
+			Locality:            &corev3.Locality{Zone: l.zone, SubZone: l.subZone},
+			LbEndpoints:         byLocality[l],
+			LoadBalancingWeight: wrapperspb.UInt32(l.weight),
+			Priority:            l.priority,
 		})
 	}
-	normalizePriorities(cla)
+	densePriorities(cla)
+	if plan.overprovisioning > 0 {
+		cla.Policy = &endpointv3.ClusterLoadAssignment_Policy{OverprovisioningFactor: wrapperspb.UInt32(plan.overprovisioning)}
+	}
 	return cla
 }
 
-// normalizePriorities makes the priorities used contiguous from 0, as xDS
-// requires: with no endpoint in the proxy's own zone, the other zones are
-// priority 0.
-func normalizePriorities(cla *endpointv3.ClusterLoadAssignment) {
-	used := map[uint32]bool{}
+// densePriorities renumbers the priorities used 0, 1, 2... in their
+// order, as xDS requires (grpc-go refuses a gap): with no endpoint in the
+// proxy's own zone, the first failover is priority 0.
+func densePriorities(cla *endpointv3.ClusterLoadAssignment) {
+	var used []uint32
 	for _, l := range cla.Endpoints {
-		used[l.Priority] = true
+		used = append(used, l.Priority)
 	}
-	if !used[0] {
-		for _, l := range cla.Endpoints {
-			l.Priority = 0
-		}
+	slices.Sort(used)
+	used = slices.Compact(used)
+	for _, l := range cla.Endpoints {
+		i, _ := slices.BinarySearch(used, l.Priority)
+		l.Priority = uint32(i)
 	}
 }
 

@@ -123,7 +123,7 @@ type envoyLB struct {
 	policy   clusterv3.Cluster_LbPolicy
 	config   func(*clusterv3.Cluster)
 	hash     []*routev3.RouteAction_HashPolicy
-	locality bool
+	locality localityPlan
 }
 
 func (e *envoyGen) lbOf(svc string) *envoyLB {
@@ -916,9 +916,10 @@ func (e *envoyGen) envoyCircuitBreaker(c *clusterv3.Cluster, svc string, policie
 
 // envoyLoadBalancing is MeshLoadBalancingStrategy for Envoy: every
 // balancer, ring hash and Maglev with every hash policy on the routes;
-// localityAwareness.disabled puts every zone at priority 0.
-func (e *envoyGen) envoyLoadBalancing(svc string, policies map[string]policy.OutboundPolicy) (lb clusterv3.Cluster_LbPolicy, cfg func(*clusterv3.Cluster), hash []*routev3.RouteAction_HashPolicy, locality bool) {
-	lb, locality = clusterv3.Cluster_ROUND_ROBIN, true
+// localityAwareness spreads the endpoints (localityPlan), with locality
+// weighted balancing when affinity tags weigh the caller's zone.
+func (e *envoyGen) envoyLoadBalancing(svc string, policies map[string]policy.OutboundPolicy) (lb clusterv3.Cluster_LbPolicy, cfg func(*clusterv3.Cluster), hash []*routev3.RouteAction_HashPolicy, locality localityPlan) {
+	lb = clusterv3.Cluster_ROUND_ROBIN
 	p, ok := policies["MeshLoadBalancingStrategy"]
 	if !ok || p.Conf == nil {
 		return lb, nil, nil, locality
@@ -929,13 +930,7 @@ func (e *envoyGen) envoyLoadBalancing(svc string, policies map[string]policy.Out
 	if !e.decode("MeshLoadBalancingStrategy", svc, p.Conf, &conf) {
 		return lb, nil, nil, locality
 	}
-	if la := conf.LocalityAwareness; la != nil {
-		if la.Disabled != nil && *la.Disabled {
-			locality = false
-		}
-		e.unsupported("MeshLoadBalancingStrategy", svc, "not rendered for Envoy",
-			field{"localityAwareness.localZone", la.LocalZone != nil}, field{"localityAwareness.crossZone", la.CrossZone != nil})
-	}
+	locality = conf.localityPlan(e.in.Zone, tagsOf(e.in.Dataplane), true)
 	if l := conf.LoadBalancer; l != nil {
 		switch l.Type {
 		case "LeastRequest":
@@ -977,8 +972,27 @@ func (e *envoyGen) envoyLoadBalancing(svc string, policies map[string]policy.Out
 			lb = clusterv3.Cluster_RANDOM
 		}
 	}
+	if la := conf.LocalityAwareness; la != nil && la.LocalZone != nil && len(la.LocalZone.AffinityTags) > 0 {
+		cfg = withLocalityWeights(cfg)
+	}
 	e.carry(p.Origin)
 	return lb, cfg, hash, locality
+}
+
+// withLocalityWeights adds locality weighted balancing to a cluster's
+// configuration: affinity tags weigh the localities of the caller's zone.
+func withLocalityWeights(cfg func(*clusterv3.Cluster)) func(*clusterv3.Cluster) {
+	return func(c *clusterv3.Cluster) {
+		if cfg != nil {
+			cfg(c)
+		}
+		if c.CommonLbConfig == nil {
+			c.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{}
+		}
+		c.CommonLbConfig.LocalityConfigSpecifier = &clusterv3.Cluster_CommonLbConfig_LocalityWeightedLbConfig_{
+			LocalityWeightedLbConfig: &clusterv3.Cluster_CommonLbConfig_LocalityWeightedLbConfig{},
+		}
+	}
 }
 
 // envoyHashPolicies are Kuma's hash policies as Envoy's.

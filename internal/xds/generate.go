@@ -508,7 +508,7 @@ func (g *generator) emitCluster(name string, spec clusterSpec) error {
 	shape.shapeCluster(c)
 	g.shape(resourcev3.ClusterType, name, shape.clusterPolicies)
 	g.out.Clusters = append(g.out.Clusters, c)
-	a, err := g.assignments.get(name, spec, !shape.localityDisabled)
+	a, err := g.assignments.get(name, spec, shape.locality)
 	if err != nil {
 		return err
 	}

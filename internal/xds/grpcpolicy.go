@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -45,9 +46,10 @@ type outboundShape struct {
 	leastRequest     *clusterv3.Cluster_LeastRequestLbConfig
 	circuitBreakers  *clusterv3.CircuitBreakers
 	outlierDetection *clusterv3.OutlierDetection
-	// localityDisabled: every zone's endpoints are equal (priority 0).
-	localityDisabled bool
-	clusterPolicies  [][]policy.Origin
+	// locality spreads the clusters' endpoints over priorities and
+	// localities.
+	locality        localityPlan
+	clusterPolicies [][]policy.Origin
 }
 
 // shapeOf reads svc's outbound policies once per rendering.
@@ -324,9 +326,27 @@ func (g *generator) circuitBreaker(svc string, p policy.OutboundPolicy, s *outbo
 // renderings read it.
 type meshLoadBalancingConf struct {
 	LocalityAwareness *struct {
-		Disabled  *bool           `json:"disabled"`
-		LocalZone json.RawMessage `json:"localZone"`
-		CrossZone json.RawMessage `json:"crossZone"`
+		Disabled  *bool `json:"disabled"`
+		LocalZone *struct {
+			AffinityTags []struct {
+				Key    string  `json:"key"`
+				Weight *uint32 `json:"weight"`
+			} `json:"affinityTags"`
+		} `json:"localZone"`
+		CrossZone *struct {
+			Failover []struct {
+				From *struct {
+					Zones []string `json:"zones"`
+				} `json:"from"`
+				To struct {
+					Type  string   `json:"type"`
+					Zones []string `json:"zones"`
+				} `json:"to"`
+			} `json:"failover"`
+			FailoverThreshold *struct {
+				Percentage any `json:"percentage"`
+			} `json:"failoverThreshold"`
+		} `json:"crossZone"`
 	} `json:"localityAwareness"`
 	LoadBalancer *struct {
 		Type         string `json:"type"`
@@ -344,6 +364,76 @@ type meshLoadBalancingConf struct {
 			HashPolicies []hashPolicy `json:"hashPolicies"`
 		} `json:"maglev"`
 	} `json:"loadBalancer"`
+}
+
+// defaultOverprovisioning is Envoy's overprovisioning factor of an
+// assignment spread by localZone or crossZone without failoverThreshold
+// (Kuma's: a priority takes all traffic until half its endpoints fail).
+const defaultOverprovisioning = 200
+
+// localityPlan is how the conf spreads a cluster's endpoints for a caller
+// in callerZone whose inbounds carry callerTags (docs/dataplane.md#locality).
+// withThreshold sets the overprovisioning factor (Envoy's; a gRPC client
+// has none).
+func (c *meshLoadBalancingConf) localityPlan(callerZone string, callerTags func(key string) (string, bool), withThreshold bool) localityPlan {
+	la := c.LocalityAwareness
+	if la == nil {
+		return localityPlan{}
+	}
+	plan := localityPlan{disabled: la.Disabled != nil && *la.Disabled}
+	if la.LocalZone == nil && la.CrossZone == nil {
+		return plan
+	}
+	plan.grouped = true
+	if lz := la.LocalZone; lz != nil {
+		for i, t := range lz.AffinityTags {
+			// Unweighted, the first tag takes 90 % of the traffic, the
+			// next 90 % of the rest, and so on (weights sum to a power
+			// of ten), as Kuma weighs them.
+			w := uint32(9 * math.Pow10(len(lz.AffinityTags)-i-1))
+			if t.Weight != nil {
+				w = *t.Weight
+			}
+			if v, ok := callerTags(t.Key); ok {
+				plan.affinity = append(plan.affinity, affinityGroup{key: t.Key, value: v, weight: w})
+			}
+		}
+	}
+	if cz := la.CrossZone; cz != nil {
+		for i, f := range cz.Failover {
+			if f.From != nil && !slices.Contains(f.From.Zones, callerZone) {
+				continue
+			}
+			zones := slices.Sorted(slices.Values(f.To.Zones))
+			plan.failover = append(plan.failover, failoverRule{kind: f.To.Type, zones: zones, priority: uint32(i + 1)})
+		}
+	}
+	if withThreshold {
+		plan.overprovisioning = defaultOverprovisioning
+		if t := la.CrossZone; t != nil && t.FailoverThreshold != nil {
+			if pct, ok := number(t.FailoverThreshold.Percentage); ok && pct > 0 {
+				plan.overprovisioning = uint32(100/pct) * 100
+			}
+		}
+	}
+	return plan
+}
+
+// tagsOf reads a Dataplane's inbound tags for affinity: the first of a
+// key's values in value order (a proxy's inbounds should agree on them).
+func tagsOf(d *Dataplane) func(string) (string, bool) {
+	return func(key string) (string, bool) {
+		var values []string
+		for _, in := range d.Inbounds {
+			if v, ok := in.Tags[key]; ok {
+				values = append(values, v)
+			}
+		}
+		if len(values) == 0 {
+			return "", false
+		}
+		return slices.Min(values), true
+	}
 }
 
 // hashPolicy is one of a load balancer's hash policies.
@@ -375,13 +465,11 @@ func (g *generator) loadBalancing(svc string, p policy.OutboundPolicy, s *outbou
 		return
 	}
 	if la := c.LocalityAwareness; la != nil {
-		g.unsupported("MeshLoadBalancingStrategy", svc, "gRPC clients prefer their own zone, then any other",
-			field{"localityAwareness.localZone", la.LocalZone != nil}, field{"localityAwareness.crossZone", la.CrossZone != nil})
-		if la.Disabled != nil && *la.Disabled {
-			s.localityDisabled = true
-		}
+		g.unsupported("MeshLoadBalancingStrategy", svc, "gRPC clients fail over to the next priority when one has no ready endpoint",
+			field{"localityAwareness.crossZone.failoverThreshold", la.CrossZone != nil && la.CrossZone.FailoverThreshold != nil})
+		s.locality = c.localityPlan(g.in.Zone, tagsOf(g.in.Dataplane), false)
 	}
-	shaped := s.localityDisabled
+	shaped := c.LocalityAwareness != nil
 	if lb := c.LoadBalancer; lb != nil {
 		shaped = true
 		switch lb.Type {
