@@ -421,10 +421,12 @@ func (b *builder) splicePolicies(t, prevT *typeIndex, removed, fresh []*policy) 
 			n.overProxy = append(n.overProxy, placed[*policy]{j, t.overProxy[j]})
 		}
 	}
+	var clones []*policy
 	if len(moved) > 0 {
 		overToAt, overFromAt, overProxyAt := indexOf(prevT.overTo), indexOf(prevT.overFrom), indexOf(prevT.overProxy)
 		for p := range moved {
 			c := b.cloneResolved(p)
+			clones = append(clones, c)
 			n.policies = append(n.policies, placed[*policy]{spP.newIndex(p.idx), c})
 			for j, e := range p.to {
 				n.to = append(n.to, placed[*entry]{spTo.newIndex(e.pos), c.to[j]})
@@ -444,6 +446,16 @@ func (b *builder) splicePolicies(t, prevT *typeIndex, removed, fresh []*policy) 
 		}
 	}
 	n.apply(t)
+	if prevIdx := prevT.toIdx.Load(); prevIdx != nil {
+		sd := &toSeed{prev: prevIdx, gone: moved, added: slices.Clone(freshTo)}
+		for _, p := range removed {
+			sd.gone[p] = true
+		}
+		for _, c := range clones {
+			sd.added = append(sd.added, c.to...)
+		}
+		t.toSeed = sd
+	}
 }
 
 // place puts entries at their places in list and numbers them, in

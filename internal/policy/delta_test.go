@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -42,7 +44,7 @@ func TestChangesBuildAsFresh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spliced, full := 0, 0
+	spliced, full, seeded := 0, 0, 0
 	for round := 0; round < 300; round++ {
 		before := maps_Clone(live)
 		for range 1 + rng.IntN(4) {
@@ -106,6 +108,14 @@ func TestChangesBuildAsFresh(t *testing.T) {
 		})
 		next, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Zone: "zone-1", Changes: ch, Previous: prev})
 		close(built)
+		carried := map[string]bool{}
+		if err == nil {
+			for name, nt := range next.types {
+				if carried[name] = nt.toSeed != nil; carried[name] {
+					seeded++
+				}
+			}
+		}
 		reading.Wait()
 		if err != nil {
 			t.Fatalf("round %d: %v", round, err)
@@ -128,10 +138,15 @@ func TestChangesBuildAsFresh(t *testing.T) {
 		if got, want := answers(t, &goldenCase{}, next), answers(t, &goldenCase{}, fresh); got != want {
 			t.Fatalf("round %d: changes %s: answers differ:\n%s", round, describe(ch), firstDiff(want, got))
 		}
+		for name, nt := range next.types {
+			if err := sameToIndex(nt.toEntryIndex(), buildToIndex(nt.to)); err != nil {
+				t.Fatalf("round %d: changes %s: %s's index (carried: %v): %v", round, describe(ch), name, carried[name], err)
+			}
+		}
 		prev = next
 	}
-	if spliced < 100 || full < 10 {
-		t.Fatalf("%d rounds spliced and %d built in full: both paths must be exercised", spliced, full)
+	if spliced < 100 || full < 10 || seeded < 100 {
+		t.Fatalf("%d rounds spliced and %d built in full, %d type indexes carried: every path must be exercised", spliced, full, seeded)
 	}
 }
 
@@ -156,6 +171,24 @@ func describe(ch *Changes) string {
 
 // randomTimeout is MeshTimeout t-<i> in a random version (timeoutVersion),
 // in a namespace that collides with other versions'.
+// sameToIndex compares a toIndex with the reference, buildToIndex of the
+// same entries.
+func sameToIndex(got, want *toIndex) error {
+	if !slices.Equal(got.other, want.other) {
+		return fmt.Errorf("other entries %d, want %d", len(got.other), len(want.other))
+	}
+	if len(got.byService) != len(want.byService) {
+		return fmt.Errorf("services %v, want %v", slices.Sorted(maps.Keys(got.byService)), slices.Sorted(maps.Keys(want.byService)))
+	}
+	for svc, w := range want.byService {
+		g := got.byService[svc]
+		if g == nil || !slices.Equal(g.list, w.list) || g.plain != w.plain {
+			return fmt.Errorf("service %s differs", svc)
+		}
+	}
+	return nil
+}
+
 func randomTimeout(rng *rand.Rand, i int) *resource.Resource {
 	v := rng.IntN(1000)
 	return timeoutVersion(fmt.Sprintf("t-%02d", i), []string{"", "a", "b"}[v%3], v)
@@ -167,8 +200,9 @@ func randomTimeout(rng *rand.Rand, i int) *resource.Resource {
 func timeoutVersion(name, ns string, v int) *resource.Resource {
 	tops := []string{`{"kind":"Mesh"}`, `{"kind":"MeshService","name":"backend"}`, `{"kind":"MeshSubset","tags":{"version":"v1"}}`}
 	spec := fmt.Sprintf(`{"targetRef":%s,"to":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"%ds"}},`+
-		`{"targetRef":{"kind":"MeshService","name":"backend"},"default":{"idleTimeout":"%ds"}}],`+
-		`"from":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"%ds"}}]}`, tops[v%len(tops)], v%7+1, v%5+1, v%3+1)
+		`{"targetRef":{"kind":"MeshService","name":"backend"},"default":{"idleTimeout":"%ds"}},`+
+		`{"targetRef":{"kind":"MeshService","name":"svc-%d"},"default":{"connectionTimeout":"%ds"}}],`+
+		`"from":[{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"%ds"}}]}`, tops[v%len(tops)], v%7+1, v%5+1, v%2, v%11+1, v%3+1)
 	switch {
 	case v%3 == 0:
 		spec = fmt.Sprintf(`{"targetRef":%s,"to":[{"targetRef":{"kind":"Mesh"},"override":{"idleTimeout":"%ds"}}],`+
@@ -495,4 +529,104 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestToIndexCarried: a type's entry index made from the previous
+// snapshot's (toSeed) equals the index made from the type's entries
+// (buildToIndex), over random rounds of MeshTimeouts put and deleted: on
+// a few services, some naming a port or a zone (not plain), in three
+// namespaces and two origins so that sort positions move, and Dataplanes
+// joining (their changes splice too). Each round queries the snapshot, so
+// the next one has an index to start from.
+func TestToIndexCarried(t *testing.T) {
+	reg := resource.NewDefaultRegistry()
+	rng := rand.New(rand.NewPCG(5, 8))
+	timeout := func() *resource.Resource {
+		v := rng.IntN(1000)
+		var to []string
+		for range 1 + rng.IntN(3) {
+			switch k := rng.IntN(10); {
+			case k == 0:
+				to = append(to, `{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"1s"}}`)
+			case k == 1:
+				to = append(to, fmt.Sprintf(`{"targetRef":{"kind":"MeshService","name":"svc-%d","sectionName":"%d"},"default":{"idleTimeout":"2s"}}`, rng.IntN(4), 10000+rng.IntN(2)))
+			case k == 2:
+				to = append(to, fmt.Sprintf(`{"targetRef":{"kind":"MeshService","name":"svc-%d","labels":{"kuma.io/zone":"zone-2"}},"default":{"idleTimeout":"3s"}}`, rng.IntN(4)))
+			default:
+				to = append(to, fmt.Sprintf(`{"targetRef":{"kind":"MeshService","name":"svc-%d"},"default":{"idleTimeout":"%ds"}}`, rng.IntN(4), v%9+1))
+			}
+		}
+		r := &resource.Resource{Type: "MeshTimeout", Mesh: "default", Name: fmt.Sprintf("t-%02d", rng.IntN(60)), Namespace: []string{"", "a", "b"}[v%3],
+			Spec: json.RawMessage(fmt.Sprintf(`{"targetRef":{"kind":"Mesh"},"to":[%s]}`, strings.Join(to, ",")))}
+		if v%2 == 0 {
+			r.Labels = resource.NewLabels(map[string]string{resource.LabelOrigin: resource.OriginGlobal})
+		}
+		return r
+	}
+	var rs []*resource.Resource
+	for range 40 {
+		rs = append(rs, timeout())
+	}
+	rs = append(rs, benchDataplane("dp", 4, 0))
+	live := map[resource.Key]*resource.Resource{}
+	for _, r := range rs {
+		live[r.Key()] = r
+	}
+	s, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Zone: "zone-1", Resources: slices.Collect(maps.Values(live))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	carried, touchedSome := 0, 0
+	for round := range 400 {
+		if _, err := s.Config("dp", ""); err != nil {
+			t.Fatal(err)
+		}
+		put, gone := map[resource.Key]*resource.Resource{}, map[resource.Key]bool{}
+		for range 1 + rng.IntN(3) {
+			switch n := rng.IntN(10); {
+			case n == 0:
+				dp := benchDataplane(fmt.Sprintf("dp-%d", rng.IntN(3)), 1+rng.IntN(4), rng.IntN(3))
+				live[dp.Key()], put[dp.Key()] = dp, dp
+			case n < 3:
+				for k := range live {
+					if k.Type == "MeshTimeout" {
+						delete(live, k)
+						delete(put, k)
+						gone[k] = true
+						break
+					}
+				}
+			default:
+				r := timeout()
+				live[r.Key()], put[r.Key()] = r, r
+				delete(gone, r.Key())
+			}
+		}
+		ch := &Changes{Put: slices.Collect(maps.Values(put)), Deleted: slices.Collect(maps.Keys(gone))}
+		next, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Zone: "zone-1", Previous: s, Changes: ch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nt := next.types["MeshTimeout"]
+		if nt == nil {
+			s = next
+			continue
+		}
+		if sd := nt.toSeed; sd != nil {
+			carried++
+			for _, e := range sd.added {
+				if indexedOne(e) {
+					touchedSome++
+					break
+				}
+			}
+		}
+		if err := sameToIndex(nt.toEntryIndex(), buildToIndex(nt.to)); err != nil {
+			t.Fatalf("round %d: changes %s: %v", round, describe(ch), err)
+		}
+		s = next
+	}
+	if carried < 300 || touchedSome < 200 {
+		t.Fatalf("%d indexes carried, %d with service entries added: the carry must be exercised", carried, touchedSome)
+	}
 }

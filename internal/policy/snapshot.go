@@ -306,9 +306,12 @@ type typeIndex struct {
 	// from (nil when parsed afresh); only while building (finishType).
 	sources []*policy
 
-	// toIdx indexes to by target (views.go), made on first use.
+	// toIdx indexes to by target (views.go), made on first use; from
+	// toSeed when the type was spliced from a type whose index was made
+	// (the lists a change did not touch are kept).
 	toOnce sync.Once
-	toIdx  *toIndex
+	toIdx  atomic.Pointer[toIndex]
+	toSeed *toSeed
 }
 
 type meshService struct {

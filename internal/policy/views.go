@@ -113,14 +113,20 @@ func (s *MeshSnapshot) toView(t *typeIndex, dp *dataplane, matched []bool, lazy 
 	if n == 0 || len(t.to) == 0 {
 		return nil, nil
 	}
-	common, specific, routed := s.outboundEntries(t, dp, matched)
+	oe := s.outboundEntriesOf(t, dp, matched)
+	common, specific, routed := oe.common, oe.specific, oe.routed
 	memoKey := commonKey{t.desc.Name, s.defs.entriesKey(common, nil)}
 	memo := s.outboundMemo(memoKey)
 	out := make([]*OutboundPolicy, n)
 	rendered := map[*outboundResult]*OutboundPolicy{}
 	var warns []string
 	for i := range n {
-		key := s.defs.entriesKey(specific[i], &routed[i])
+		var key entriesKey
+		if w := oe.whole[i]; w != nil && len(routed[i].routes) == 0 {
+			key = w.key
+		} else {
+			key = s.defs.entriesKey(specific[i], &routed[i])
+		}
 		r := s.outboundResultOf(memo, memoKey, key, func() *outboundResult {
 			return outboundPolicy(s.mergerOf(t), common, specific[i], routed[i])
 		})
@@ -232,10 +238,24 @@ func (r *outboundResult) render(lazy bool) *OutboundPolicy {
 // a policy whose top-level targetRef is a route: such a policy shapes that
 // route's traffic only (docs/policy.md#routes).
 func (s *MeshSnapshot) outboundEntries(t *typeIndex, dp *dataplane, matched []bool) ([]*entry, [][]*entry, []routeEntries) {
+	oe := s.outboundEntriesOf(t, dp, matched)
+	return oe.common, oe.specific, oe.routed
+}
+
+// outboundEntryLists is outboundEntries' result; whole[i] is set when
+// specific[i] is exactly a service's entry list of the index (shared: never
+// written), whose key is then known.
+type outboundEntryLists struct {
+	common   []*entry
+	specific [][]*entry
+	routed   []routeEntries
+	whole    []*serviceEntries
+}
+
+func (s *MeshSnapshot) outboundEntriesOf(t *typeIndex, dp *dataplane, matched []bool) outboundEntryLists {
 	n := len(dp.outbounds)
-	var common []*entry
-	specific := make([][]*entry, n)
-	routed := make([]routeEntries, n)
+	oe := outboundEntryLists{specific: make([][]*entry, n), routed: make([]routeEntries, n), whole: make([]*serviceEntries, n)}
+	specific, routed := oe.specific, oe.routed
 	idx := t.toEntryIndex()
 	for _, e := range idx.other {
 		if !matched[e.pol.idx] {
@@ -248,7 +268,7 @@ func (s *MeshSnapshot) outboundEntries(t *typeIndex, dp *dataplane, matched []bo
 			continue
 		}
 		if e.target.all {
-			common = append(common, e)
+			oe.common = append(oe.common, e)
 			continue
 		}
 		for _, i := range e.target.outbounds(dp) {
@@ -261,27 +281,72 @@ func (s *MeshSnapshot) outboundEntries(t *typeIndex, dp *dataplane, matched []bo
 	// The entries naming one service, the common shape, by outbound: no
 	// walk over every entry of the type.
 	for i, o := range dp.outbounds {
-		list := idx.byService[o.service]
-		if len(list) == 0 {
+		se := idx.byService[o.service]
+		if se == nil {
 			continue
 		}
-		mine := make([]*entry, 0, len(list))
-		for j := range list {
-			if ie := &list[j]; matched[ie.pol] && ie.matches(o) {
+		if se.plain && se.allMatched(matched) {
+			// Every entry of the list applies: the list itself.
+			whole := se.wholeList(s.defs)
+			if len(specific[i]) == 0 {
+				specific[i], oe.whole[i] = whole, se
+			} else {
+				specific[i] = mergeByPos(specific[i], whole)
+			}
+			continue
+		}
+		mine := make([]*entry, 0, len(se.list))
+		for j := range se.list {
+			if ie := &se.list[j]; matched[ie.pol] && ie.matches(o) {
 				mine = append(mine, ie.e)
 			}
 		}
 		specific[i] = mergeByPos(specific[i], mine)
 	}
-	return common, specific, routed
+	return oe
 }
 
 // toIndex splits a type's to-entries: those whose target is exactly one
 // service match (by that service, in position order) and the others
 // (in position order), which outboundEntries walks.
 type toIndex struct {
-	byService map[string][]indexedEntry
+	byService map[string]*serviceEntries
 	other     []*entry
+}
+
+// serviceEntries are the entries of one service in a toIndex.
+type serviceEntries struct {
+	list []indexedEntry
+	// plain: no entry narrows the service by port, namespace or zone, so
+	// each applies to every outbound of the service its policy matches.
+	plain bool
+
+	// entries are list's entries and key their entriesKey, for the
+	// outbounds every entry applies to: made on first use.
+	once    sync.Once
+	entries []*entry
+	key     entriesKey
+}
+
+func (se *serviceEntries) allMatched(matched []bool) bool {
+	for j := range se.list {
+		if !matched[se.list[j].pol] {
+			return false
+		}
+	}
+	return true
+}
+
+// wholeList is the list's entries (never to be written) and sets their key.
+func (se *serviceEntries) wholeList(defs *defTable) []*entry {
+	se.once.Do(func() {
+		se.entries = make([]*entry, len(se.list))
+		for j := range se.list {
+			se.entries[j] = se.list[j].e
+		}
+		se.key = defs.entriesKey(se.entries, nil)
+	})
+	return se.entries
 }
 
 // indexedEntry is an entry with what outboundEntries reads of it, in one
@@ -302,34 +367,132 @@ func (ie *indexedEntry) matches(o *outbound) bool {
 // written once its snapshot is published.
 func (t *typeIndex) toEntryIndex() *toIndex {
 	t.toOnce.Do(func() {
-		one := func(e *entry) bool {
-			tg := e.target
-			return e.pol.top.Kind != resource.KindMeshHTTPRoute && tg != nil && !tg.all && len(tg.services) == 1 &&
-				len(tg.backends) == 0 && len(tg.routes) == 0
+		if t.toSeed != nil {
+			t.toIdx.Store(t.toSeed.index())
+			t.toSeed = nil // the previous index is no longer needed
+			return
 		}
-		// Counted first, so that each list is allocated once.
-		counts := map[string]int{}
-		for _, e := range t.to {
-			if one(e) {
-				counts[e.target.services[0].service]++
-			}
-		}
-		idx := &toIndex{byService: make(map[string][]indexedEntry, len(counts))}
-		for _, e := range t.to {
-			if !one(e) {
-				idx.other = append(idx.other, e)
-				continue
-			}
-			m := &e.target.services[0]
-			list := idx.byService[m.service]
-			if list == nil {
-				list = make([]indexedEntry, 0, counts[m.service])
-			}
-			idx.byService[m.service] = append(list, indexedEntry{e: e, pol: int32(e.pol.idx), port: int32(m.port), ns: m.ns, zone: m.zone})
-		}
-		t.toIdx = idx
+		t.toIdx.Store(buildToIndex(t.to))
 	})
-	return t.toIdx
+	return t.toIdx.Load()
+}
+
+// indexedOne says whether e's target is exactly one service match (so a
+// toIndex keeps it by service).
+func indexedOne(e *entry) bool {
+	tg := e.target
+	return e.pol.top.Kind != resource.KindMeshHTTPRoute && tg != nil && !tg.all && len(tg.services) == 1 &&
+		len(tg.backends) == 0 && len(tg.routes) == 0
+}
+
+// buildToIndex indexes a type's to-entries (in position order).
+func buildToIndex(to []*entry) *toIndex {
+	// Counted first, so that each list is allocated once.
+	counts := map[string]int{}
+	for _, e := range to {
+		if indexedOne(e) {
+			counts[e.target.services[0].service]++
+		}
+	}
+	idx := &toIndex{byService: make(map[string]*serviceEntries, len(counts))}
+	for _, e := range to {
+		if !indexedOne(e) {
+			idx.other = append(idx.other, e)
+			continue
+		}
+		svc := e.target.services[0].service
+		se := idx.byService[svc]
+		if se == nil {
+			se = &serviceEntries{list: make([]indexedEntry, 0, counts[svc]), plain: true}
+			idx.byService[svc] = se
+		}
+		se.add(e)
+	}
+	return idx
+}
+
+// add appends e (its target one service match) to the list.
+func (se *serviceEntries) add(e *entry) {
+	m := &e.target.services[0]
+	se.list = append(se.list, indexedEntry{e: e, pol: int32(e.pol.idx), port: int32(m.port), ns: m.ns, zone: m.zone})
+	se.plain = se.plain && m.port == 0 && m.ns == "" && m.zone == ""
+}
+
+// toSeed makes a spliced type's toIndex from the index of the type it was
+// spliced from: after one policy changes among 10,000, the lists of the
+// services its entries name are made again, the others kept (their
+// policies kept their numbers, so their entries are the same).
+type toSeed struct {
+	prev *toIndex
+	// gone are the policies whose entries left: removed, and moved (they
+	// came back as clones, among added).
+	gone  map[*policy]bool
+	added []*entry
+}
+
+// index is the seeded index; it equals buildToIndex of the type's entries
+// (TestToIndexCarried).
+func (sd *toSeed) index() *toIndex {
+	touched := map[string]bool{}
+	otherTouched := false
+	note := func(e *entry) {
+		if indexedOne(e) {
+			touched[e.target.services[0].service] = true
+		} else {
+			otherTouched = true
+		}
+	}
+	for p := range sd.gone {
+		for _, e := range p.to {
+			note(e)
+		}
+	}
+	for _, e := range sd.added {
+		note(e)
+	}
+	idx := &toIndex{byService: maps.Clone(sd.prev.byService), other: sd.prev.other}
+	byPos := func(a, b *entry) int { return a.pos - b.pos }
+	for svc := range touched {
+		var es []*entry
+		if old := sd.prev.byService[svc]; old != nil {
+			for j := range old.list {
+				if e := old.list[j].e; !sd.gone[e.pol] {
+					es = append(es, e)
+				}
+			}
+		}
+		for _, e := range sd.added {
+			if indexedOne(e) && e.target.services[0].service == svc {
+				es = append(es, e)
+			}
+		}
+		if len(es) == 0 {
+			delete(idx.byService, svc)
+			continue
+		}
+		slices.SortFunc(es, byPos)
+		se := &serviceEntries{list: make([]indexedEntry, 0, len(es)), plain: true}
+		for _, e := range es {
+			se.add(e)
+		}
+		idx.byService[svc] = se
+	}
+	if otherTouched {
+		var es []*entry
+		for _, e := range sd.prev.other {
+			if !sd.gone[e.pol] {
+				es = append(es, e)
+			}
+		}
+		for _, e := range sd.added {
+			if !indexedOne(e) {
+				es = append(es, e)
+			}
+		}
+		slices.SortFunc(es, byPos)
+		idx.other = es
+	}
+	return idx
 }
 
 // outboundMemo returns the memo of outbound confs computed with the Mesh
