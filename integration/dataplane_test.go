@@ -188,9 +188,9 @@ func TestProxylessGRPCAcrossZones(t *testing.T) {
 	p1, p2 := freePort(t), freePort(t)
 	g1 := startWorkload(t, c.zone1, "greeter-1", greeterDataplane("greeter-1", "greeter", p1), "serve", "--listen", fmt.Sprintf("127.0.0.1:%d", p1))
 	startWorkload(t, c.zone2, "greeter-2", greeterDataplane("greeter-2", "greeter", p2), "serve", "--listen", fmt.Sprintf("127.0.0.1:%d", p2))
-	// The client declares its outbound: outbound policies apply to
-	// declared outbounds (docs/dataplane.md#resources).
-	client := startWorkload(t, c.zone1, "client-1", callerDataplane("client-1", "client", freePort(t), "greeter"),
+	// The client declares no outbound: it may call every service, and
+	// the policies of each reach it (implicit outbounds).
+	client := startWorkload(t, c.zone1, "client-1", greeterDataplane("client-1", "client", freePort(t)),
 		"call", "--service", "greeter", "--every", "50ms", "--timeout", "1s")
 
 	client.waitCall(0, "ok zone-1 default.greeter-1", 30*time.Second)
@@ -375,9 +375,9 @@ func TestZoneKill9KeepsTraffic(t *testing.T) {
 	waitPresent(t, c.zone1, "/meshes/default/meshtrafficpermissions/"+hashed(t, c.zone1, "MeshTrafficPermission", "allow-all"))
 	port := freePort(t)
 	startWorkload(t, c.zone1, "greeter-1", greeterDataplane("greeter-1", "greeter", port), "serve", "--listen", fmt.Sprintf("127.0.0.1:%d", port))
-	// The client declares its outbound: outbound policies apply to
-	// declared outbounds (docs/dataplane.md#resources).
-	client := startWorkload(t, c.zone1, "client-1", callerDataplane("client-1", "client", freePort(t), "greeter"),
+	// The client declares no outbound: it may call every service, and
+	// the policies of each reach it (implicit outbounds).
+	client := startWorkload(t, c.zone1, "client-1", greeterDataplane("client-1", "client", freePort(t)),
 		"call", "--service", "greeter", "--every", "50ms", "--timeout", "1s")
 	client.waitCall(0, "ok zone-1", 30*time.Second)
 

@@ -3,6 +3,8 @@ package policy
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -40,6 +42,9 @@ type dpSpec struct {
 			Tags map[string]string `json:"tags"`
 			Type string            `json:"type"`
 		} `json:"gateway"`
+		TransparentProxying *struct {
+			ReachableServices []string `json:"reachableServices"`
+		} `json:"transparentProxying"`
 	} `json:"networking"`
 }
 
@@ -71,6 +76,10 @@ type dataplane struct {
 	byService map[string][]int // outbound indexes by service name
 	byBackend map[string][]int // outbound indexes by "Kind/name" of the backendRef
 	warnings  []string
+	// reachable are transparentProxying.reachableServices (nil: not
+	// given): with them, or without declared outbounds, the Dataplane
+	// also calls services it does not declare (implicitOutbounds).
+	reachable []string
 }
 
 type inbound struct {
@@ -154,6 +163,9 @@ func (b *builder) addDataplane(r *resource.Resource) {
 	if n.Gateway != nil {
 		dp.gateway = b.effectiveTags(n.Gateway.Tags, dp.ns)
 		dp.delegated = n.Gateway.Type != "BUILTIN"
+	}
+	if tp := n.TransparentProxying; tp != nil && tp.ReachableServices != nil {
+		dp.reachable = tp.ReachableServices
 	}
 	for _, out := range n.Outbound {
 		o := &outbound{port: out.Port, address: out.Address, tags: copyTags(out.Tags), service: out.Tags[resource.ServiceTag]}
@@ -350,4 +362,89 @@ func (dp *dataplane) finish() {
 		dp.sections = append(dp.sections, section{kind: sectionGateway, tags: dp.gateway})
 		dp.kind = "Gateway"
 	}
+}
+
+// Implicit outbounds (docs/policy.md#outbounds). A workload's Dataplane
+// (one with an inbound) that declares no outbound calls every service of
+// the mesh (a proxyless gRPC client
+// dials any xds:///SERVICE, a transparent proxy reaches every service), and
+// transparentProxying.reachableServices names services it calls: each such
+// service it does not declare is an outbound without a port, so that its
+// policies are computed, shown and sent like a declared outbound's. The
+// mesh's services change with other Dataplanes, so they are added per
+// snapshot (effective), never to the parsed Dataplane, which snapshots
+// share.
+
+// effective is dp with its implicit outbounds in s, made once per
+// snapshot; dp itself when it has none. Every query goes through it.
+func (s *MeshSnapshot) effective(dp *dataplane) *dataplane {
+	if dp.gateway != nil || len(dp.sets) == 0 || (len(dp.outbounds) > 0 && dp.reachable == nil) {
+		// Gateways and zone proxies (listeners only) call what they
+		// route to, not the mesh's services.
+		return dp
+	}
+	if v, ok := s.effectiveDPs.Load(dp); ok {
+		return v.(*dataplane)
+	}
+	var add []string
+	switch {
+	case len(dp.outbounds) == 0 && dp.reachable == nil:
+		own := map[string]bool{}
+		for _, in := range dp.inbounds {
+			own[in.tags[resource.ServiceTag]] = true
+		}
+		for _, svc := range s.meshServiceNames() {
+			if !own[svc] {
+				add = append(add, svc)
+			}
+		}
+	default:
+		for _, svc := range dp.reachable {
+			if _, declared := dp.byService[svc]; !declared && svc != "" && !slices.Contains(add, svc) {
+				add = append(add, svc)
+			}
+		}
+	}
+	eff := dp
+	if len(add) > 0 {
+		c := *dp
+		c.outbounds = slices.Clip(dp.outbounds)
+		c.byService = maps.Clone(dp.byService)
+		for _, svc := range add {
+			c.byService[svc] = append(c.byService[svc], len(c.outbounds))
+			c.outbounds = append(c.outbounds, &outbound{service: svc, tags: map[string]string{resource.ServiceTag: svc}})
+		}
+		eff = &c
+	}
+	v, _ := s.effectiveDPs.LoadOrStore(dp, eff)
+	return v.(*dataplane)
+}
+
+// meshServiceNames are the services of the mesh, sorted: those of the
+// zone's Dataplanes' inbounds and those other zones summarize
+// (ZoneEndpoints), the services a proxyless client may dial.
+func (s *MeshSnapshot) meshServiceNames() []string {
+	s.svcNamesOnce.Do(func() {
+		set := map[string]bool{}
+		for _, dp := range s.dpList {
+			for _, in := range dp.inbounds {
+				if svc := in.tags[resource.ServiceTag]; svc != "" && in.sec.kind == sectionInbound {
+					set[svc] = true
+				}
+			}
+		}
+		for _, r := range s.infra {
+			if r.Type != "ZoneEndpoints" {
+				continue
+			}
+			var spec struct {
+				Service string `json:"service"`
+			}
+			if json.Unmarshal(r.Spec, &spec) == nil && spec.Service != "" {
+				set[spec.Service] = true
+			}
+		}
+		s.svcNames = slices.Sorted(maps.Keys(set))
+	})
+	return s.svcNames
 }

@@ -37,6 +37,12 @@ func (s *MeshSnapshot) Infrastructure(typ string) []*resource.Resource {
 	return out
 }
 
+// ServiceNames are the mesh's services, sorted: those of the zone's
+// Dataplanes' inbounds and those other zones summarize, the implicit
+// outbounds of a Dataplane that declares none (docs/policy.md#outbounds).
+// The list is shared: never write it.
+func (s *MeshSnapshot) ServiceNames() []string { return s.meshServiceNames() }
+
 // NormalizeNamespace maps the system namespace to "".
 func (s *MeshSnapshot) NormalizeNamespace(ns string) string { return s.normNS(ns) }
 

@@ -118,6 +118,13 @@ type MeshSnapshot struct {
 	// only its outbound results stay alive, one generation back).
 	prevToMemo *sync.Map
 
+	// effectiveDPs are the Dataplanes with their implicit outbounds
+	// (*dataplane → *dataplane), and svcNames the mesh's services they
+	// are made from; both on first use.
+	effectiveDPs sync.Map
+	svcNamesOnce sync.Once
+	svcNames     []string
+
 	// statuses of every policy (docs/policy.md#status), computed on first use.
 	statusOnce sync.Once
 	status     map[string]map[nsName]*PolicyStatus

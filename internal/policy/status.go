@@ -183,6 +183,11 @@ func (s *MeshSnapshot) aggregate(t *typeIndex) map[*policy]*policyAgg {
 		aggs[p] = &policyAgg{}
 	}
 	seen := map[string]bool{} // traces already accumulated, by their blocks
+	// seenOut are the outbound entry lists traced (common and specific,
+	// by their keys): Dataplanes mostly call the same services through
+	// the same entries, which are traced once without listing blocks.
+	seenOut := map[[2]entriesKey]bool{}
+	selected := make([]bool, len(t.policies)) // by policy index
 	add := func(defaults, overrides []*contribution) {
 		key := blocksKey(defaults, overrides)
 		if seen[key] {
@@ -191,21 +196,31 @@ func (s *MeshSnapshot) aggregate(t *typeIndex) map[*policy]*policyAgg {
 		seen[key] = true
 		accumulate(aggs, statusTrace(s.mergerOf(t), defaults, overrides))
 	}
-	for _, dp := range s.dpList {
+	for _, raw := range s.dpList {
+		dp := s.effective(raw)
 		matched := s.matchedPolicies(t, dp)
-		for _, p := range t.policies {
-			if matched[p.idx] {
-				aggs[p].selected = true
-			}
+		for i, m := range matched {
+			selected[i] = selected[i] || m
 		}
 		if t.desc.ProxyWide {
 			add(proxyBlocks(t, matched))
 		}
-		if t.desc.To && len(dp.outbounds) > 0 {
-			common, specific, routed := s.outboundEntries(t, dp, matched)
+		if t.desc.To && len(dp.outbounds) > 0 && len(t.to) > 0 {
+			oe := s.outboundEntriesOf(t, dp, matched)
+			common, specific, routed := oe.common, oe.specific, oe.routed
+			commonKey := s.defs.entriesKey(common, nil)
 			for i := range dp.outbounds {
-				es := mergeByPos(common, specific[i])
-				add(defaultsOf(es), overridesOf(es))
+				key := [2]entriesKey{commonKey}
+				if w := oe.whole[i]; w != nil {
+					key[1] = w.key
+				} else {
+					key[1] = s.defs.entriesKey(specific[i], nil)
+				}
+				if !seenOut[key] {
+					seenOut[key] = true
+					es := mergeByPos(common, specific[i])
+					add(defaultsOf(es), overridesOf(es))
+				}
 				for _, res := range routed[i].entries {
 					rs := mergeByPos(common, res)
 					add(defaultsOf(rs), overridesOf(rs))
@@ -217,6 +232,9 @@ func (s *MeshSnapshot) aggregate(t *typeIndex) map[*policy]*policyAgg {
 				s.aggregateInbound(t, dp, in, add)
 			}
 		}
+	}
+	for _, p := range t.policies {
+		aggs[p].selected = selected[p.idx]
 	}
 	return aggs
 }
@@ -403,7 +421,7 @@ func (s *MeshSnapshot) legacyStatuses(t *typeIndex, byName map[nsName]*PolicySta
 	for _, p := range t.policies {
 		applies := false
 		for _, dp := range s.dpList {
-			if s.applies(t, p, dp) {
+			if s.applies(t, p, s.effective(dp)) {
 				applies = true
 				break
 			}

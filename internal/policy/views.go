@@ -280,12 +280,13 @@ func (s *MeshSnapshot) outboundEntriesOf(t *typeIndex, dp *dataplane, matched []
 	}
 	// The entries naming one service, the common shape, by outbound: no
 	// walk over every entry of the type.
+	everyPolicy := !slices.Contains(matched, false)
 	for i, o := range dp.outbounds {
 		se := idx.byService[o.service]
 		if se == nil {
 			continue
 		}
-		if se.plain && se.allMatched(matched) {
+		if se.plain && (everyPolicy || se.allMatched(matched)) {
 			// Every entry of the list applies: the list itself.
 			whole := se.wholeList(s.defs)
 			if len(specific[i]) == 0 {
@@ -731,7 +732,7 @@ func (s *MeshSnapshot) dataplane(name, ns string) (*dataplane, error) {
 	if dp == nil {
 		return nil, fmt.Errorf("Dataplane %q in mesh %q: %w", qualified(ns, name), s.mesh, ErrNotFound)
 	}
-	return dp, nil
+	return s.effective(dp), nil
 }
 
 func qualified(ns, name string) string {
@@ -941,7 +942,7 @@ func (s *MeshSnapshot) MatchedDataplanes(policyType, name, namespace string) ([]
 		return nil, fmt.Errorf("%s %q in mesh %q: %w", policyType, qualified(namespace, name), s.mesh, ErrNotFound)
 	}
 	for _, dp := range s.dpList {
-		if s.applies(t, p, dp) {
+		if s.applies(t, p, s.effective(dp)) {
 			out = append(out, dp.meta)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -209,7 +210,8 @@ func (c *Controller) snapshot(ctx context.Context, mesh string) (*policy.MeshSna
 // since their last rendering touch (docs/dataplane.md#xds). It is
 // conservative: a change it cannot place touches every proxy.
 //   - a Dataplane touches itself, and every proxy when the mesh has
-//     MeshFaultInjection policies (clients inject their destinations');
+//     MeshFaultInjection policies (clients inject their destinations') or
+//     when the mesh's services changed (implicit outbounds);
 //   - a policy touches the Dataplanes it selects, before and after the
 //     change (MatchedDataplanes); a MeshHTTPRoute or a MeshFaultInjection
 //     touches every proxy (other policies target routes; faults are
@@ -246,8 +248,12 @@ func (t *touchedSet) touches(id Identity, last renderedFrom) bool {
 	proxy := nsName(id.Namespace, id.Name)
 	for _, k := range keys {
 		if k.Type == "Dataplane" {
+			// A Dataplane touches itself; every proxy when clients
+			// inject faults, or when the mesh's services changed (they
+			// are the implicit outbounds, docs/policy.md#outbounds).
 			if nsName(t.snap.NormalizeNamespace(k.Namespace), k.Name) == proxy ||
-				t.snap.HasPolicies("MeshFaultInjection") || last.snap.HasPolicies("MeshFaultInjection") {
+				t.snap.HasPolicies("MeshFaultInjection") || last.snap.HasPolicies("MeshFaultInjection") ||
+				!slices.Equal(t.snap.ServiceNames(), last.snap.ServiceNames()) {
 				return true
 			}
 			continue

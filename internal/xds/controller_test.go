@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -170,8 +171,12 @@ func TestControllerSkipsUntouchedProxies(t *testing.T) {
 		reg.Normalize(r, "kuma-system")
 		return r
 	}
-	dp := func(name, svc string) string {
-		return `{"type":"Dataplane","mesh":"default","name":"` + name + `","networking":{"address":"10.0.0.1","inbound":[{"port":8080,"tags":{"kuma.io/service":"` + svc + `"}}],"outbound":[{"port":9000,"tags":{"kuma.io/service":"db"}}]}}`
+	dp := func(name, svc string, port ...int) string {
+		p := 8080
+		if len(port) > 0 {
+			p = port[0]
+		}
+		return `{"type":"Dataplane","mesh":"default","name":"` + name + `","networking":{"address":"10.0.0.1","inbound":[{"port":` + strconv.Itoa(p) + `,"tags":{"kuma.io/service":"` + svc + `"}}],"outbound":[{"port":9000,"tags":{"kuma.io/service":"db"}}]}}`
 	}
 	timeout := func(name, target, d string) string {
 		return `{"type":"MeshTimeout","mesh":"default","name":"` + name + `","spec":{"targetRef":` + target + `,"to":[{"targetRef":{"kind":"Mesh"},"default":{"http":{"requestTimeout":"` + d + `"}}}]}}`
@@ -238,7 +243,8 @@ func TestControllerSkipsUntouchedProxies(t *testing.T) {
 	}{
 		{"a policy of web's touches web-1 alone", timeout("web-only", `{"kind":"MeshService","name":"web"}`, "2s"), 1},
 		{"a new mesh-wide policy touches both", timeout("everyone", `{"kind":"Mesh"}`, "3s"), 2},
-		{"a Dataplane touches itself", dp("api-1", "api2"), 1},
+		{"a Dataplane touches itself", dp("api-1", "api", 8081), 1},
+		{"a Dataplane changing the mesh's services touches every proxy (implicit outbounds)", dp("api-1", "api2"), 2},
 		{"a service touches every proxy", `{"type":"MeshService","mesh":"default","name":"db","spec":{"selector":{"dataplaneTags":{"kuma.io/service":"db"}},"ports":[{"port":9000,"targetPort":9000,"appProtocol":"http"}]}}`, 2},
 	} {
 		before := ctrl.renders

@@ -83,6 +83,13 @@ func GenerateEnvoy(in Input) (*Resources, error) {
 		}
 	}
 	for _, o := range in.Config.Outbounds {
+		if o.Port == 0 {
+			// An implicit outbound (docs/policy.md#outbounds): reached
+			// through transparent proxying, which an Envoy sidecar of
+			// meridian-dp does not set up; only declared outbounds get
+			// listeners.
+			continue
+		}
 		key := ""
 		if pk, ok := e.policiesKey(o.Service); ok && o.Service != "" {
 			key = "o|" + strconv.Itoa(o.Port) + "|" + o.Service + "|" + e.protocol(o.Service) + "|" + pk
