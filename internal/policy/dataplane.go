@@ -386,38 +386,72 @@ func (s *MeshSnapshot) effective(dp *dataplane) *dataplane {
 	if v, ok := s.effectiveDPs.Load(dp); ok {
 		return v.(*dataplane)
 	}
-	var add []string
-	switch {
-	case len(dp.outbounds) == 0 && dp.reachable == nil:
-		own := map[string]bool{}
-		for _, in := range dp.inbounds {
-			own[in.tags[resource.ServiceTag]] = true
+	eff := dp
+	if len(dp.outbounds) == 0 && dp.reachable == nil {
+		// Every service but its own: shared by the Dataplanes of the
+		// same services (never written).
+		set := s.implicitSet(dp)
+		if len(set.outbounds) > 0 {
+			c := *dp
+			c.outbounds, c.byService = set.outbounds, set.byService
+			eff = &c
 		}
-		for _, svc := range s.meshServiceNames() {
-			if !own[svc] {
-				add = append(add, svc)
-			}
-		}
-	default:
+	} else {
+		var add []string
 		for _, svc := range dp.reachable {
 			if _, declared := dp.byService[svc]; !declared && svc != "" && !slices.Contains(add, svc) {
 				add = append(add, svc)
 			}
 		}
-	}
-	eff := dp
-	if len(add) > 0 {
-		c := *dp
-		c.outbounds = slices.Clip(dp.outbounds)
-		c.byService = maps.Clone(dp.byService)
-		for _, svc := range add {
-			c.byService[svc] = append(c.byService[svc], len(c.outbounds))
-			c.outbounds = append(c.outbounds, &outbound{service: svc, tags: map[string]string{resource.ServiceTag: svc}})
+		if len(add) > 0 {
+			c := *dp
+			c.outbounds = slices.Clip(dp.outbounds)
+			c.byService = maps.Clone(dp.byService)
+			for _, svc := range add {
+				c.byService[svc] = append(c.byService[svc], len(c.outbounds))
+				c.outbounds = append(c.outbounds, implicitOutbound(svc))
+			}
+			eff = &c
 		}
-		eff = &c
 	}
 	v, _ := s.effectiveDPs.LoadOrStore(dp, eff)
 	return v.(*dataplane)
+}
+
+// implicitOutbounds are the outbounds of a Dataplane that declares none.
+type implicitOutbounds struct {
+	outbounds []*outbound
+	byService map[string][]int
+}
+
+// implicitSet is the implicit outbounds of dp, which declares none: every
+// service of the mesh but those of its inbounds; one per set of own
+// services in a snapshot.
+func (s *MeshSnapshot) implicitSet(dp *dataplane) *implicitOutbounds {
+	var own []string
+	for _, in := range dp.inbounds {
+		if svc := in.tags[resource.ServiceTag]; svc != "" && !slices.Contains(own, svc) {
+			own = append(own, svc)
+		}
+	}
+	slices.Sort(own)
+	key := strings.Join(own, "\x00")
+	if v, ok := s.implicitSets.Load(key); ok {
+		return v.(*implicitOutbounds)
+	}
+	set := &implicitOutbounds{byService: map[string][]int{}}
+	for _, svc := range s.meshServiceNames() {
+		if !slices.Contains(own, svc) {
+			set.byService[svc] = []int{len(set.outbounds)}
+			set.outbounds = append(set.outbounds, implicitOutbound(svc))
+		}
+	}
+	v, _ := s.implicitSets.LoadOrStore(key, set)
+	return v.(*implicitOutbounds)
+}
+
+func implicitOutbound(svc string) *outbound {
+	return &outbound{service: svc, tags: map[string]string{resource.ServiceTag: svc}}
 }
 
 // meshServiceNames are the services of the mesh, sorted: those of the

@@ -122,6 +122,7 @@ type MeshSnapshot struct {
 	// (*dataplane → *dataplane), and svcNames the mesh's services they
 	// are made from; both on first use.
 	effectiveDPs sync.Map
+	implicitSets sync.Map // own services → *implicitOutbounds
 	svcNamesOnce sync.Once
 	svcNames     []string
 
