@@ -3,6 +3,7 @@ package xds
 import (
 	"encoding/json"
 	"regexp"
+	"slices"
 	"strings"
 
 	setstatev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/common/set_filter_state/v3"
@@ -74,11 +75,12 @@ type inboundRateLimit struct {
 	clients []clientBucket
 }
 
-// clientBucket is the HTTP bucket of the clients whose certificate
-// carries identity (a URI SAN).
+// clientBucket is the HTTP bucket (nil: none) of the clients whose
+// certificate carries every identity (URI SANs) of identities.
 type clientBucket struct {
-	identity string
-	bucket   *anypb.Any
+	identities []string
+	bucket     *anypb.Any
+	order      int // among the routes for some clients
 }
 
 // peerSANState is the filter state key the client certificate's URI SANs
@@ -86,12 +88,11 @@ type clientBucket struct {
 const peerSANState = "meridian.mesh_rate_limit.match.peer_uri_san"
 
 // inboundRateLimit reads the inbound's MeshRateLimit rules. A rule for
-// every client limits the inbound; a rule for the clients of one identity
-// (a service or a tag) gets a route of its own, matched on the client
-// certificate's URI SANs, before the inbound's route, as Kuma 2.14 renders
-// rules by client identity; a rule for everyone but such clients is the
-// inbound's own. Any other rule (clients named by several identities) is
-// named as not rendered.
+// every client limits the inbound; a rule for some clients gets a route of
+// its own before the inbound's route, matched on the identities (URI SANs)
+// its client certificate must carry, as Kuma 2.14 renders rules by client
+// identity (clientRules says in which order, and which rules a route can
+// tell apart). A rule it cannot place is named as not rendered.
 func (e *envoyGen) inboundRateLimit(cfg policy.InboundConfig, listener string, http bool) (inboundRateLimit, error) {
 	var out inboundRateLimit
 	p, ok := cfg.Policies["MeshRateLimit"]
@@ -99,33 +100,26 @@ func (e *envoyGen) inboundRateLimit(cfg policy.InboundConfig, listener string, h
 		return out, nil
 	}
 	defer func() { e.about = nil }()
-	// The rules for one identity first: a rule for everyone but them is
-	// then the inbound's own.
-	single := map[string]bool{}
-	for _, r := range p.Rules {
-		if id, ok := e.singleIdentity(r); ok {
-			single[id] = true
-		}
-	}
-	for _, r := range p.Rules {
+	placed, everyone := e.clientRules(p.Rules)
+	for i, r := range p.Rules {
 		e.about = r.Origin
 		var c meshRateLimitConf
 		if err := json.Unmarshal(r.Conf, &c); err != nil || c.Local == nil {
 			e.drop("MeshRateLimit on inbound %d: conf cannot be read", cfg.Port)
 			continue
 		}
-		id, forOne := e.singleIdentity(r)
-		everyone := len(r.Matchers) == 0 || e.allButSingles(r, single)
+		forAll := i == everyone
+		at, forSome := placed[i]
 		switch {
-		case !everyone && !e.in.MTLS:
+		case !forAll && !forSome && !e.in.MTLS:
 			e.drop("MeshRateLimit for some clients of inbound %d: not rendered, the mesh has no mTLS to tell clients apart", cfg.Port)
 			continue
-		case !everyone && !forOne:
-			e.drop("MeshRateLimit for some clients of inbound %d: not rendered for Envoy, the rule names clients by several identities", cfg.Port)
+		case !forAll && !forSome:
+			e.drop("MeshRateLimit for some clients of inbound %d: not rendered for Envoy, no order of routes tells the rule's clients apart from the others'", cfg.Port)
 			continue
 		}
 		if t := c.Local.TCP; t != nil && (t.Disabled == nil || !*t.Disabled) && t.ConnectionRate != nil {
-			if !everyone {
+			if !forAll {
 				e.drop("MeshRateLimit local.tcp for some clients of inbound %d: connection limits apply to every client only", cfg.Port)
 			} else if d, ok := e.duration("MeshRateLimit", "inbound", &t.ConnectionRate.Interval); ok {
 				f, err := typed(tcpLocalRateLimit, &localrlnetv3.LocalRateLimit{StatPrefix: "tcp_rate_limit", TokenBucket: &typev3.TokenBucket{
@@ -152,12 +146,21 @@ func (e *envoyGen) inboundRateLimit(cfg policy.InboundConfig, listener string, h
 			}
 			continue
 		}
-		if everyone {
+		if forAll {
 			out.route = bucket
 		} else {
-			out.clients = append(out.clients, clientBucket{identity: id, bucket: bucket})
+			at.bucket = bucket
 		}
 		e.shape(resourcev3.ListenerType, listener, e.carry(r.Origin))
+	}
+	// The routes for some clients, when one limits them or when the
+	// inbound's own limit must pass them by.
+	limits := out.route != nil
+	for _, cb := range placed {
+		limits = limits || cb.bucket != nil
+	}
+	if limits && len(placed) > 0 {
+		out.clients = orderedClients(placed)
 	}
 	if len(out.clients) > 0 {
 		f, err := peerSANFilter()
@@ -170,26 +173,98 @@ func (e *envoyGen) inboundRateLimit(cfg policy.InboundConfig, listener string, h
 	return out, nil
 }
 
-// singleIdentity is the identity of a rule for the clients of one
-// identity (one matcher, not negated).
-func (e *envoyGen) singleIdentity(r policy.Rule) (string, bool) {
-	if len(r.Matchers) != 1 || r.Matchers[0].Not {
-		return "", false
+// clientRules orders the rules for some clients as routes matched on the
+// identities a client certificate carries (a rule's matchers, as URI
+// SANs: all must be there). A route can test for identities, not for their
+// absence, so a rule whose clients lack some identity N (a negated
+// matcher) is placed after a route that takes every client carrying the
+// rule's identities and N: then, among the clients reaching it, carrying
+// its identities is enough. A rule without negated matchers can go first.
+// placed maps the index of each rule placed to its route (its bucket set
+// later); everyone is the rule left for every client the routes do not
+// take (the inbound's own), -1 when none. Rules the order cannot place are
+// neither. Without mTLS no rule for some clients is placed.
+func (e *envoyGen) clientRules(rules []policy.Rule) (placed map[int]*clientBucket, everyone int) {
+	placed, everyone = map[int]*clientBucket{}, -1
+	type need struct{ pos, neg []string }
+	needs := make([]need, len(rules))
+	for i, r := range rules {
+		if len(r.Matchers) == 0 {
+			everyone = i
+			continue
+		}
+		for _, m := range r.Matchers {
+			id := policy.IdentityOf(e.in.Dataplane.Mesh, m.Key, m.Value)
+			if m.Not {
+				needs[i].neg = append(needs[i].neg, id)
+			} else {
+				needs[i].pos = append(needs[i].pos, id)
+			}
+		}
 	}
-	m := r.Matchers[0]
-	return policy.IdentityOf(e.in.Dataplane.Mesh, m.Key, m.Value), true
+	if !e.in.MTLS {
+		return placed, everyone
+	}
+	var order []*clientBucket
+	// covered: some route already placed takes every client carrying ids.
+	covered := func(ids []string) bool {
+		for _, cb := range order {
+			if subset(cb.identities, ids) {
+				return true
+			}
+		}
+		return false
+	}
+	for progress := true; progress; {
+		progress = false
+		for i, n := range needs {
+			if _, done := placed[i]; done || i == everyone || (len(n.pos) == 0 && len(n.neg) == 0) {
+				continue
+			}
+			ok := true
+			for _, id := range n.neg {
+				ok = ok && covered(append(slices.Clip(n.pos), id))
+			}
+			if !ok {
+				continue
+			}
+			progress = true
+			if len(n.pos) == 0 {
+				// Every client but those taken before: the inbound's own.
+				if everyone < 0 {
+					everyone = i
+				}
+				continue
+			}
+			cb := &clientBucket{identities: n.pos}
+			placed[i] = cb
+			order = append(order, cb)
+		}
+	}
+	for i, cb := range order {
+		cb.order = i
+	}
+	return placed, everyone
 }
 
-// allButSingles says a rule is for everyone but clients of single
-// identities (each negated, each with a rule of its own), whose routes
-// come first.
-func (e *envoyGen) allButSingles(r policy.Rule, single map[string]bool) bool {
-	for _, m := range r.Matchers {
-		if !m.Not || !single[policy.IdentityOf(e.in.Dataplane.Mesh, m.Key, m.Value)] {
+// orderedClients are the placed routes in their order.
+func orderedClients(placed map[int]*clientBucket) []clientBucket {
+	out := make([]clientBucket, 0, len(placed))
+	for _, cb := range placed {
+		out = append(out, *cb)
+	}
+	slices.SortFunc(out, func(a, b clientBucket) int { return a.order - b.order })
+	return out
+}
+
+// subset says every identity of a is in b.
+func subset(a, b []string) bool {
+	for _, id := range a {
+		if !slices.Contains(b, id) {
 			return false
 		}
 	}
-	return len(r.Matchers) > 0
+	return true
 }
 
 // httpBucket is a route's local rate limit: the bucket, the status and
@@ -243,17 +318,24 @@ func peerSANFilter() (*listenerv3.Filter, error) {
 }
 
 // withClientRoutes puts before routes a copy of each for every client
-// bucket: matched on the client's URI SANs (Envoy joins them with commas),
-// with that bucket.
+// bucket, in order: matched on the client's URI SANs (Envoy joins them
+// with commas; every identity must be there), with that bucket.
 func withClientRoutes(routes []*routev3.Route, clients []clientBucket) []*routev3.Route {
 	var out []*routev3.Route
 	for _, c := range clients {
 		for _, r := range routes {
 			dup := proto.Clone(r).(*routev3.Route)
-			dup.Match.FilterState = append(dup.Match.FilterState, &matcherv3.FilterStateMatcher{Key: peerSANState,
-				Matcher: &matcherv3.FilterStateMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{
-					SafeRegex: &matcherv3.RegexMatcher{Regex: `(^|,)` + regexp.QuoteMeta(c.identity) + `(,|$)`}}}}})
-			dup.TypedPerFilterConfig = map[string]*anypb.Any{httpLocalRateLimit: c.bucket}
+			for _, id := range c.identities {
+				dup.Match.FilterState = append(dup.Match.FilterState, &matcherv3.FilterStateMatcher{Key: peerSANState,
+					Matcher: &matcherv3.FilterStateMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{
+						SafeRegex: &matcherv3.RegexMatcher{Regex: `(^|,)` + regexp.QuoteMeta(id) + `(,|$)`}}}}})
+			}
+			// A rule without a bucket still takes its clients: the
+			// route has none, and they are not limited.
+			dup.TypedPerFilterConfig = nil
+			if c.bucket != nil {
+				dup.TypedPerFilterConfig = map[string]*anypb.Any{httpLocalRateLimit: c.bucket}
+			}
 			out = append(out, dup)
 		}
 	}
