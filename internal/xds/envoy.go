@@ -206,14 +206,22 @@ func (e *envoyGen) inbound(i int, inb Inbound) error {
 	if err != nil {
 		return err
 	}
-	if limit.network != nil {
-		// As Kuma: the client identity's state and the connection limiter
-		// are first in the chain.
-		filters = append(limit.network, filters...)
-	}
-	logs, err := e.inboundAccessLogs(cfg, inb, name, http)
+	logs, logsReadSAN, err := e.inboundAccessLogs(cfg, inb, name, http)
 	if err != nil {
 		return err
+	}
+	network := limit.network
+	if len(limit.clients) > 0 || logsReadSAN {
+		f, err := peerSANFilter()
+		if err != nil {
+			return err
+		}
+		network = append([]*listenerv3.Filter{f}, network...)
+	}
+	if network != nil {
+		// As Kuma: the client identity's state and the connection limiter
+		// are first in the chain.
+		filters = append(network, filters...)
 	}
 	if http {
 		httpFilters, err := e.inboundFaults(cfg)

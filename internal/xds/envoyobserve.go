@@ -128,28 +128,31 @@ type logFormat struct {
 	OmitEmptyValues bool `json:"omitEmptyValues"`
 }
 
-// inboundAccessLogs are the access logs of an inbound: its MeshAccessLog
-// rule every client matches.
-func (e *envoyGen) inboundAccessLogs(cfg policy.InboundConfig, inb Inbound, listener string, http bool) ([]*accesslogv3.AccessLog, error) {
+// inboundAccessLogs are the access logs of an inbound: those of its
+// MeshAccessLog rules, each filtered to the rule's clients. peerSAN says a
+// filter reads the client's URI SANs from the filter state (the chain
+// needs peerSANFilter).
+func (e *envoyGen) inboundAccessLogs(cfg policy.InboundConfig, inb Inbound, listener string, http bool) (out []*accesslogv3.AccessLog, peerSAN bool, err error) {
 	p, ok := cfg.Policies["MeshAccessLog"]
 	if !ok {
-		return nil, nil
+		return nil, false, nil
 	}
 	defer func() { e.about = nil }()
-	var out []*accesslogv3.AccessLog
 	for _, r := range p.Rules {
 		e.about = r.Origin
 		var filter *accesslogv3.AccessLogFilter
 		if len(r.Matchers) > 0 {
 			var why string
-			if filter, why = e.clientLogFilter(r); filter == nil {
+			var fromState bool
+			if filter, fromState, why = e.clientLogFilter(r); filter == nil {
 				e.drop("MeshAccessLog for some clients of inbound %d: not rendered for Envoy: %s", cfg.Port, why)
 				continue
 			}
+			peerSAN = peerSAN || fromState
 		}
 		logs, err := e.accessLogs("inbound "+strconv.Itoa(cfg.Port), r.Conf, e.inboundLogValues(inb), http)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		for _, l := range logs {
 			l.Filter = filter
@@ -159,7 +162,7 @@ func (e *envoyGen) inboundAccessLogs(cfg policy.InboundConfig, inb Inbound, list
 		}
 		out = append(out, logs...)
 	}
-	return out, nil
+	return out, peerSAN, nil
 }
 
 // outboundAccessLogs are the access logs of the outbound to svc.
@@ -543,31 +546,47 @@ func interpolateAny(v *otlpcommonv1.AnyValue, values logValues) {
 	}
 }
 
-// clientLogFilter is an access log filter for a rule's clients, as Kuma
-// 2.14 renders it: a CEL expression on the client certificate's URI SAN
-// (Envoy's connection.uri_san_peer_certificate, its first one: the
-// client's first service, spiffe://<mesh>/<service>). A rule that names
-// other tags cannot be told from that SAN; without mTLS there is none.
-// nil and why when it cannot be rendered.
-func (e *envoyGen) clientLogFilter(r policy.Rule) (*accesslogv3.AccessLogFilter, string) {
+// clientLogFilter is an access log filter for a rule's clients: a CEL
+// expression. A rule naming clients by their service is rendered as Kuma
+// 2.14 renders it, on the client certificate's URI SAN (Envoy's
+// connection.uri_san_peer_certificate, its first one: the client's first
+// service, spiffe://<mesh>/<service>). A rule naming other tags reads
+// every URI SAN of the client certificate from the filter state
+// peerSANFilter keeps (fromState), as the rate limit routes do. Without
+// mTLS there is no identity: nil, and why.
+func (e *envoyGen) clientLogFilter(r policy.Rule) (filter *accesslogv3.AccessLogFilter, fromState bool, why string) {
 	if !e.in.MTLS {
-		return nil, "the mesh has no mTLS to tell clients apart"
+		return nil, false, "the mesh has no mTLS to tell clients apart"
+	}
+	for _, m := range r.Matchers {
+		fromState = fromState || m.Key != resource.ServiceTag
 	}
 	var terms []string
 	for _, m := range r.Matchers {
-		if m.Key != resource.ServiceTag {
-			return nil, "it matches clients by " + m.Key + ", and Envoy's access log filters read only the client's first URI SAN (its service)"
+		id := policy.IdentityOf(e.in.Dataplane.Mesh, m.Key, m.Value)
+		var term string
+		if fromState {
+			term = "string(filter_state[" + strconv.Quote(peerSANState) + "]).matches(" + strconv.Quote(`(^|,)`+regexp.QuoteMeta(id)+`(,|$)`) + ")"
+			if m.Not {
+				term = "!" + term
+			}
+		} else {
+			op := "=="
+			if m.Not {
+				op = "!="
+			}
+			term = "connection.uri_san_peer_certificate " + op + " " + strconv.Quote(id)
 		}
-		op := "=="
-		if m.Not {
-			op = "!="
-		}
-		terms = append(terms, "connection.uri_san_peer_certificate "+op+" "+strconv.Quote(policy.IdentityOf(e.in.Dataplane.Mesh, m.Key, m.Value)))
+		terms = append(terms, term)
+	}
+	if fromState {
+		// A client without a certificate has no such state.
+		terms = append([]string{strconv.Quote(peerSANState) + " in filter_state"}, terms...)
 	}
 	cel, err := anyOf(&celfilterv3.ExpressionFilter{Expression: strings.Join(terms, " && ")})
 	if err != nil {
-		return nil, err.Error()
+		return nil, false, err.Error()
 	}
 	return &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_ExtensionFilter{ExtensionFilter: &accesslogv3.ExtensionFilter{
-		Name: "envoy.access_loggers.extension_filters.cel", ConfigType: &accesslogv3.ExtensionFilter_TypedConfig{TypedConfig: cel}}}}, ""
+		Name: "envoy.access_loggers.extension_filters.cel", ConfigType: &accesslogv3.ExtensionFilter_TypedConfig{TypedConfig: cel}}}}, fromState, ""
 }

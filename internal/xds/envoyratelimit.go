@@ -66,9 +66,10 @@ type meshRateLimitHTTP struct {
 }
 
 // inboundRateLimit is what the inbound's MeshRateLimit gives its chain:
-// the network filters (nil: none; the client identity's filter state, the
-// connection limiter) and, for HTTP, the bucket of every client's route
-// (nil: none) and those of the rules for some clients (clients).
+// the network filters (nil: none; the connection limiter) and, for HTTP,
+// the bucket of every client's route (nil: none) and those of the rules
+// for some clients (clients, whose routes read the client identity's
+// filter state: peerSANFilter).
 type inboundRateLimit struct {
 	network []*listenerv3.Filter
 	route   *anypb.Any
@@ -85,7 +86,7 @@ type clientBucket struct {
 
 // peerSANState is the filter state key the client certificate's URI SANs
 // are kept under, for routes of rules for some clients to match.
-const peerSANState = "meridian.mesh_rate_limit.match.peer_uri_san"
+const peerSANState = "meridian.client.uri_sans"
 
 // inboundRateLimit reads the inbound's MeshRateLimit rules. A rule for
 // every client limits the inbound; a rule for some clients gets a route of
@@ -161,14 +162,6 @@ func (e *envoyGen) inboundRateLimit(cfg policy.InboundConfig, listener string, h
 	}
 	if limits && len(placed) > 0 {
 		out.clients = orderedClients(placed)
-	}
-	if len(out.clients) > 0 {
-		f, err := peerSANFilter()
-		if err != nil {
-			return out, err
-		}
-		// First: the routes read the state it sets.
-		out.network = append([]*listenerv3.Filter{f}, out.network...)
 	}
 	return out, nil
 }

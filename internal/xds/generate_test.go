@@ -10,6 +10,8 @@ import (
 	"slices"
 	"testing"
 
+	"cel.dev/cel-go/cel"
+
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"sigs.k8s.io/yaml"
 
@@ -68,6 +70,7 @@ func TestGenerateGolden(t *testing.T) {
 					t.Fatal(err)
 				}
 				validateAll(t, res)
+				parseCEL(t, goldenOf(t, res))
 				// Rendered again with load assignments shared between
 				// proxies: the same resources and versions.
 				shared := in
@@ -195,6 +198,40 @@ func validateAll(t *testing.T, res *Resources) {
 			}
 		}
 	}
+}
+
+// parseCEL parses every CEL expression of a rendering (access log
+// filters) with cel-go: Envoy's CEL would refuse one that does not parse.
+func parseCEL(t *testing.T, golden []byte) {
+	t.Helper()
+	var doc any
+	if err := json.Unmarshal(golden, &doc); err != nil {
+		t.Fatal(err)
+	}
+	env, err := cel.NewEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			if x["@type"] == "type.googleapis.com/envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter" {
+				expr, _ := x["expression"].(string)
+				if _, iss := env.Parse(expr); iss.Err() != nil {
+					t.Errorf("CEL expression %q: %v", expr, iss.Err())
+				}
+			}
+			for _, e := range x {
+				walk(e)
+			}
+		case []any:
+			for _, e := range x {
+				walk(e)
+			}
+		}
+	}
+	walk(doc)
 }
 
 func goldenOf(t *testing.T, res *Resources) []byte {
