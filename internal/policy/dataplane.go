@@ -76,9 +76,9 @@ type dataplane struct {
 	byService map[string][]int // outbound indexes by service name
 	byBackend map[string][]int // outbound indexes by "Kind/name" of the backendRef
 	warnings  []string
-	// reachable are transparentProxying.reachableServices (nil: not
-	// given): with them, or without declared outbounds, the Dataplane
-	// also calls services it does not declare (implicitOutbounds).
+	// reachable are transparentProxying.reachableServices (nil when
+	// none are listed): with them, or without declared outbounds, the
+	// Dataplane also calls services it does not declare (effective).
 	reachable []string
 }
 
@@ -164,7 +164,7 @@ func (b *builder) addDataplane(r *resource.Resource) {
 		dp.gateway = b.effectiveTags(n.Gateway.Tags, dp.ns)
 		dp.delegated = n.Gateway.Type != "BUILTIN"
 	}
-	if tp := n.TransparentProxying; tp != nil && tp.ReachableServices != nil {
+	if tp := n.TransparentProxying; tp != nil && len(tp.ReachableServices) > 0 {
 		dp.reachable = tp.ReachableServices
 	}
 	for _, out := range n.Outbound {
