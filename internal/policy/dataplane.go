@@ -366,14 +366,13 @@ func (dp *dataplane) finish() {
 
 // Implicit outbounds (docs/policy.md#outbounds). A workload's Dataplane
 // (one with an inbound) that declares no outbound calls every service of
-// the mesh (a proxyless gRPC client
-// dials any xds:///SERVICE, a transparent proxy reaches every service), and
-// transparentProxying.reachableServices names services it calls: each such
-// service it does not declare is an outbound without a port, so that its
-// policies are computed, shown and sent like a declared outbound's. The
-// mesh's services change with other Dataplanes, so they are added per
-// snapshot (effective), never to the parsed Dataplane, which snapshots
-// share.
+// the mesh (a proxyless gRPC client dials any xds:///SERVICE, a transparent
+// proxy reaches every service), and transparentProxying.reachableServices
+// names services it calls: each such service it does not declare is an
+// outbound without a port, so that its policies are computed, shown and
+// sent like a declared outbound's. The mesh's services change with other
+// Dataplanes, so they are added per snapshot (effective), never to the
+// parsed Dataplane, which snapshots share.
 
 // effective is dp with its implicit outbounds in s, made once per
 // snapshot; dp itself when it has none. Every query goes through it.
