@@ -227,6 +227,17 @@ func (w *workload) instancesAfter(mark int) (map[string]int, int) {
 	return seen, len(failed)
 }
 
+// waitInstances waits until n instances answered the calls.
+func (w *workload) waitInstances(n int, timeout time.Duration) {
+	w.t.Helper()
+	eventually(w.t, timeout, func() error {
+		if seen, _ := w.instancesAfter(0); len(seen) < n {
+			return fmt.Errorf("instances so far %v", seen)
+		}
+		return nil
+	})
+}
+
 // TestGRPCBalancingAndBreakers: MeshLoadBalancingStrategy and
 // MeshCircuitBreaker written in a zone, enforced by a real gRPC client.
 func TestGRPCBalancingAndBreakers(t *testing.T) {
@@ -245,12 +256,7 @@ func TestGRPCBalancingAndBreakers(t *testing.T) {
 		client := startWorkload(t, z, "echo-client", callerDataplane("echo-client", "client", freePort(t), "echo"),
 			"call", "--service", "echo", "--every", "20ms", "--header", "x-user=alice")
 		// Round robin (no policy): both instances answer.
-		eventually(t, 40*time.Second, func() error {
-			if seen, _ := client.instancesAfter(0); len(seen) < 2 {
-				return fmt.Errorf("instances so far %v", seen)
-			}
-			return nil
-		})
+		client.waitInstances(2, 40*time.Second)
 		apply(t, z, `type: MeshLoadBalancingStrategy
 mesh: default
 name: echo-by-user
@@ -295,12 +301,7 @@ spec:
 		}
 		client := startWorkload(t, z, "rack-client", withRack(callerDataplane("rack-client", "client", freePort(t), "racked"), "r1"),
 			"call", "--service", "racked", "--every", "10ms")
-		eventually(t, 40*time.Second, func() error {
-			if seen, _ := client.instancesAfter(0); len(seen) < 2 {
-				return fmt.Errorf("instances so far %v", seen)
-			}
-			return nil
-		})
+		client.waitInstances(2, 40*time.Second)
 		apply(t, z, `type: MeshLoadBalancingStrategy
 mesh: default
 name: racked-affinity
