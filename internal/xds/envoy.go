@@ -693,13 +693,7 @@ func (e *envoyGen) emitCluster(name string, spec clusterSpec) error {
 	}
 	e.shape(resourcev3.ClusterType, name, clusterShapers(policies))
 	e.out.Clusters = append(e.out.Clusters, c)
-	a, err := e.assignments.get(name, spec, lb.locality)
-	if err != nil {
-		return err
-	}
-	e.out.Endpoints = append(e.out.Endpoints, a.cla)
-	e.out.digest(resourcev3.EndpointType, name, a.digest)
-	return nil
+	return e.emitAssignment(name, spec, lb.locality)
 }
 
 // clusterShapers are the policies behind an outbound's clusters.

@@ -81,7 +81,6 @@ type inboundRateLimit struct {
 type clientBucket struct {
 	identities []string
 	bucket     *anypb.Any
-	order      int // among the routes for some clients
 }
 
 // peerSANState is the filter state key the client certificate's URI SANs
@@ -101,7 +100,7 @@ func (e *envoyGen) inboundRateLimit(cfg policy.InboundConfig, listener string, h
 		return out, nil
 	}
 	defer func() { e.about = nil }()
-	placed, everyone := e.clientRules(p.Rules)
+	placed, order, everyone := e.clientRules(p.Rules)
 	for i, r := range p.Rules {
 		e.about = r.Origin
 		var c meshRateLimitConf
@@ -157,11 +156,13 @@ func (e *envoyGen) inboundRateLimit(cfg policy.InboundConfig, listener string, h
 	// The routes for some clients, when one limits them or when the
 	// inbound's own limit must pass them by.
 	limits := out.route != nil
-	for _, cb := range placed {
+	for _, cb := range order {
 		limits = limits || cb.bucket != nil
 	}
-	if limits && len(placed) > 0 {
-		out.clients = orderedClients(placed)
+	if limits {
+		for _, cb := range order {
+			out.clients = append(out.clients, *cb)
+		}
 	}
 	return out, nil
 }
@@ -174,10 +175,11 @@ func (e *envoyGen) inboundRateLimit(cfg policy.InboundConfig, listener string, h
 // rule's identities and N: then, among the clients reaching it, carrying
 // its identities is enough. A rule without negated matchers can go first.
 // placed maps the index of each rule placed to its route (its bucket set
-// later); everyone is the rule left for every client the routes do not
-// take (the inbound's own), -1 when none. Rules the order cannot place are
-// neither. Without mTLS no rule for some clients is placed.
-func (e *envoyGen) clientRules(rules []policy.Rule) (placed map[int]*clientBucket, everyone int) {
+// later), order lists those routes in order; everyone is the rule left for
+// every client the routes do not take (the inbound's own), -1 when none.
+// Rules the order cannot place are neither. Without mTLS no rule for some
+// clients is placed.
+func (e *envoyGen) clientRules(rules []policy.Rule) (placed map[int]*clientBucket, order []*clientBucket, everyone int) {
 	placed, everyone = map[int]*clientBucket{}, -1
 	type need struct{ pos, neg []string }
 	needs := make([]need, len(rules))
@@ -196,9 +198,8 @@ func (e *envoyGen) clientRules(rules []policy.Rule) (placed map[int]*clientBucke
 		}
 	}
 	if !e.in.MTLS {
-		return placed, everyone
+		return placed, nil, everyone
 	}
-	var order []*clientBucket
 	// covered: some route already placed takes every client carrying ids.
 	covered := func(ids []string) bool {
 		for _, cb := range order {
@@ -234,20 +235,7 @@ func (e *envoyGen) clientRules(rules []policy.Rule) (placed map[int]*clientBucke
 			order = append(order, cb)
 		}
 	}
-	for i, cb := range order {
-		cb.order = i
-	}
-	return placed, everyone
-}
-
-// orderedClients are the placed routes in their order.
-func orderedClients(placed map[int]*clientBucket) []clientBucket {
-	out := make([]clientBucket, 0, len(placed))
-	for _, cb := range placed {
-		out = append(out, *cb)
-	}
-	slices.SortFunc(out, func(a, b clientBucket) int { return a.order - b.order })
-	return out
+	return placed, order, everyone
 }
 
 // subset says every identity of a is in b.

@@ -508,7 +508,13 @@ func (g *generator) emitCluster(name string, spec clusterSpec) error {
 	shape.shapeCluster(c)
 	g.shape(resourcev3.ClusterType, name, shape.clusterPolicies)
 	g.out.Clusters = append(g.out.Clusters, c)
-	a, err := g.assignments.get(name, spec, shape.locality)
+	return g.emitAssignment(name, spec, shape.locality)
+}
+
+// emitAssignment adds cluster name's shared endpoints, spread by plan,
+// with their digest.
+func (g *generator) emitAssignment(name string, spec clusterSpec, plan localityPlan) error {
+	a, err := g.assignments.get(name, spec, plan)
 	if err != nil {
 		return err
 	}
