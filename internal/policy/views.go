@@ -370,7 +370,7 @@ func (t *typeIndex) toEntryIndex() *toIndex {
 	t.toOnce.Do(func() {
 		if t.toSeed != nil {
 			t.toIdx.Store(t.toSeed.index())
-			t.toSeed = nil // the previous index is no longer needed
+			t.toSeed = nil // frees the previous index
 			return
 		}
 		t.toIdx.Store(buildToIndex(t.to))
