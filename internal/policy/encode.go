@@ -213,19 +213,19 @@ func (e *rulesEncoder) fromRules(f FromRules) {
 }
 
 // origins writes an origin list, from its Origin values or (lazy) its
-// blocks; a long one is encoded once per response and copied where the same
-// list appears again.
+// blocks. A long list is written in place, flushed as it goes, the first
+// time it appears; where it appears again it is encoded once more, kept,
+// and copied from then on. A response whose only long list is the
+// 100,000 origins of one outbound thus never holds their 20 MB encoding
+// whole, and one whose 1,000 outbounds share a list encodes it twice.
+// Appending (no writer), the first encoding is kept where it was written.
 func (e *rulesEncoder) origins(os []Origin, lazy lazyOrigin) {
 	n := len(os)
 	if lazy.set {
 		n = len(lazy.blocks)
 	}
 	if n < minSharedOrigins {
-		if lazy.set {
-			e.b = appendBlockOrigins(e.b, lazy.blocks)
-		} else {
-			e.b = appendList(e.b, os, appendOrigin)
-		}
+		e.originList(os, lazy)
 		return
 	}
 	key := originsKey{n: n}
@@ -234,16 +234,21 @@ func (e *rulesEncoder) origins(os []Origin, lazy lazyOrigin) {
 	} else {
 		key.first = &os[0]
 	}
-	enc, ok := e.shared[key]
-	if !ok {
-		if lazy.set {
-			enc = appendBlockOrigins(make([]byte, 0, 128*n), lazy.blocks)
-		} else {
-			enc = appendList(make([]byte, 0, 128*n), os, appendOrigin)
-		}
+	enc, seen := e.shared[key]
+	if !seen {
 		if e.shared == nil {
 			e.shared = map[originsKey][]byte{}
 		}
+		start := len(e.b)
+		e.originList(os, lazy)
+		if e.w == nil {
+			enc = e.b[start:len(e.b):len(e.b)] // never written over: appending only
+		}
+		e.shared[key] = enc
+		return
+	}
+	if enc == nil {
+		enc = (&rulesEncoder{b: make([]byte, 0, 128*n)}).encodedOrigins(os, lazy)
 		e.shared[key] = enc
 	}
 	if e.w != nil && len(enc) >= flushAt {
@@ -256,6 +261,46 @@ func (e *rulesEncoder) origins(os []Origin, lazy lazyOrigin) {
 	e.b = append(e.b, enc...)
 	e.maybeFlush()
 }
+
+// encodedOrigins returns e's buffer with the list appended.
+func (e *rulesEncoder) encodedOrigins(os []Origin, lazy lazyOrigin) []byte {
+	e.originList(os, lazy)
+	return e.b
+}
+
+// originList writes an origin list as a JSON array (null for a nil list of
+// values), handing the buffer on every flushEvery origins.
+func (e *rulesEncoder) originList(os []Origin, lazy lazyOrigin) {
+	if !lazy.set && os == nil {
+		e.b = append(e.b, "null"...)
+		return
+	}
+	n := len(os)
+	if lazy.set {
+		n = len(lazy.blocks)
+	}
+	b := append(e.b, '[')
+	for i := range n {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if lazy.set {
+			b = appendBlockOrigin(b, lazy.blocks[i])
+		} else {
+			b = appendOrigin(b, os[i])
+		}
+		if i%flushEvery == flushEvery-1 {
+			e.b = b
+			e.maybeFlush()
+			b = e.b
+		}
+	}
+	e.b = append(b, ']')
+}
+
+// flushEvery is how many origins originList writes between checks of its
+// buffer's size (an origin is some 100 to 300 bytes).
+const flushEvery = 64
 
 func appendMatcher(b []byte, m Matcher) []byte {
 	b = append(b, `{"key":`...)
@@ -290,43 +335,34 @@ func appendOrigin(b []byte, o Origin) []byte {
 	return append(b, '}')
 }
 
-// appendBlockOrigins writes the origins of blocks as a JSON array: what
-// appendList(b, originsOf(blocks), appendOrigin) writes, without making
-// the Origin values.
-func appendBlockOrigins(b []byte, blocks []*contribution) []byte {
-	b = append(b, '[')
-	for i, c := range blocks {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		if c.pol == nil {
-			b = appendOrigin(b, Origin{})
-			continue
-		}
-		p := c.pol
-		b = append(b, `{"type":`...)
-		b = appendString(b, p.desc.Name)
-		b = append(b, `,"mesh":`...)
-		b = appendString(b, p.mesh)
-		b = append(b, `,"name":`...)
-		b = appendString(b, p.resName)
-		b = append(b, `,"namespace":`...)
-		b = appendString(b, p.resNS)
-		b = append(b, `,"labels":`...)
-		b = appendLabels(b, p.labels)
-		if c.entry >= 0 {
-			b = append(b, `,"entry":`...)
-			b = strconv.AppendInt(b, int64(c.entry), 10)
-		}
-		if c.block == blockOverride {
-			b = append(b, `,"block":"override"`...)
-		}
-		if c.list == "rules" {
-			b = append(b, `,"list":"rules"`...)
-		}
-		b = append(b, '}')
+// appendBlockOrigin writes the origin of a block: what appendOrigin
+// writes for originsOf's Origin value, without making it.
+func appendBlockOrigin(b []byte, c *contribution) []byte {
+	p := c.pol
+	if p == nil {
+		return appendOrigin(b, Origin{})
 	}
-	return append(b, ']')
+	b = append(b, `{"type":`...)
+	b = appendString(b, p.desc.Name)
+	b = append(b, `,"mesh":`...)
+	b = appendString(b, p.mesh)
+	b = append(b, `,"name":`...)
+	b = appendString(b, p.resName)
+	b = append(b, `,"namespace":`...)
+	b = appendString(b, p.resNS)
+	b = append(b, `,"labels":`...)
+	b = appendLabels(b, p.labels)
+	if c.entry >= 0 {
+		b = append(b, `,"entry":`...)
+		b = strconv.AppendInt(b, int64(c.entry), 10)
+	}
+	if c.block == blockOverride {
+		b = append(b, `,"block":"override"`...)
+	}
+	if c.list == "rules" {
+		b = append(b, `,"list":"rules"`...)
+	}
+	return append(b, '}')
 }
 
 func appendMeta(b []byte, m Meta) []byte {
@@ -426,8 +462,16 @@ const hexDigits = "0123456789abcdef"
 // Runs that need no escape are copied whole.
 func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
+	i := 0
+	for i < len(s) && s[i] >= 0x20 && s[i] < utf8.RuneSelf && s[i] != '"' && s[i] != '\\' {
+		i++
+	}
+	if i == len(s) { // names, labels, most values: nothing to escape
+		b = append(b, s...)
+		return append(b, '"')
+	}
 	start := 0 // s[start:i] is pending, copied as it is
-	for i := 0; i < len(s); {
+	for i < len(s) {
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if c >= 0x20 && c != '"' && c != '\\' {

@@ -234,3 +234,49 @@ func TestStreamedEncodingsMatch(t *testing.T) {
 		t.Fatal("nothing checked")
 	}
 }
+
+// writeSizes records the size of every Write.
+type writeSizes struct {
+	bytes.Buffer
+	sizes []int
+}
+
+func (w *writeSizes) Write(p []byte) (int, error) {
+	w.sizes = append(w.sizes, len(p))
+	return w.Buffer.Write(p)
+}
+
+// TestWriteJSONStreamsLongOrigins: a long origin list is handed to the
+// writer in pieces as it is encoded (a proxy matched by 100,000 policies
+// has a 20 MB list), and a list several targets share is written the same
+// wherever it appears, in both encodings.
+func TestWriteJSONStreamsLongOrigins(t *testing.T) {
+	rs := timeouts(3000)
+	rs = append(rs, benchDataplane("one", 1, 0), benchDataplane("shared", 3, 0))
+	s, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: resource.NewDefaultRegistry(), Mesh: "default", Zone: "zone-1", Resources: rs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dp := range []string{"one", "shared"} {
+		r, err := s.Rules(dp, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameJSON(t, r)
+		var w writeSizes
+		if err := r.WriteJSON(&w); err != nil {
+			t.Fatal(err)
+		}
+		if want := r.AppendJSON(nil); !bytes.Equal(w.Bytes(), want) {
+			t.Fatalf("%s: WriteJSON differs from AppendJSON", dp)
+		}
+		if len(w.sizes) < w.Len()/(2*flushAt) {
+			t.Errorf("%s: %d bytes in %d writes", dp, w.Len(), len(w.sizes))
+		}
+		if dp == "one" {
+			if m := slices.Max(w.sizes); m >= 2*flushAt {
+				t.Errorf("%s: a write of %d bytes, want pieces under %d", dp, m, 2*flushAt)
+			}
+		}
+	}
+}
