@@ -17,8 +17,8 @@ type Dataplane struct {
 	Address               string
 	Inbounds              []Inbound
 	// Outbounds are the services it declares it calls (its outbounds and
-	// transparentProxying.reachableServices); empty: every service of the
-	// mesh (docs/dataplane.md#resources).
+	// transparentProxying.reachableServices), sorted; empty: every service
+	// of the mesh (docs/dataplane.md#resources).
 	Outbounds []string
 }
 
@@ -105,6 +105,7 @@ func ParseDataplane(r *resource.Resource, ns string) (*Dataplane, error) {
 			}
 		}
 	}
+	slices.Sort(dp.Outbounds)
 	return dp, nil
 }
 

@@ -91,18 +91,38 @@ func (g *generator) renderContext(kind string) string {
 // fragments, when it was made in the same context from the same shared
 // endpoints.
 func (g *generator) startFragments(kind string) {
-	g.out.fragments = &fragmentState{context: g.renderContext(kind), assignments: g.in.LoadAssignments, byID: map[string]*fragment{}}
 	prev := g.in.Previous
+	sized := 0 // the previous rendering's size: this one's, mostly
+	if prev != nil && prev.fragments != nil {
+		sized = len(prev.fragments.byID)
+	}
+	g.out.fragments = &fragmentState{context: g.renderContext(kind), assignments: g.in.LoadAssignments, byID: make(map[string]*fragment, sized)}
 	if prev == nil || prev.fragments == nil || g.in.LoadAssignments == nil ||
 		prev.fragments.context != g.out.fragments.context || prev.fragments.assignments != g.in.LoadAssignments {
 		return
 	}
 	g.prev = prev
+	g.out.digests = make(map[string]map[string][sha256.Size]byte, len(prev.digests))
+	for typeURL, ds := range prev.digests {
+		g.out.digests[typeURL] = make(map[string][sha256.Size]byte, len(ds))
+	}
 }
 
 // policiesKey sums up the outbound policies of svc by result id; ok is
 // false when one has none.
 func (g *generator) policiesKey(svc string) (string, bool) {
+	if k, ok := g.policyKeys[svc]; ok {
+		return k.key, k.ok
+	}
+	key, ok := g.makePoliciesKey(svc)
+	if g.policyKeys == nil {
+		g.policyKeys = map[string]policyKey{}
+	}
+	g.policyKeys[svc] = policyKey{key, ok}
+	return key, ok
+}
+
+func (g *generator) makePoliciesKey(svc string) (string, bool) {
 	policies := g.outboundPolicies(svc)
 	types := make([]string, 0, len(policies))
 	for t := range policies {
@@ -177,7 +197,8 @@ func (f *fragment) absorb(inner *fragment) {
 // lacks one of its resources.
 func (g *generator) replay(f *fragment) bool {
 	if g.prevIndex == nil {
-		g.prevIndex = map[fragmentResource]types.Resource{}
+		prev := g.prev
+		g.prevIndex = make(map[fragmentResource]types.Resource, len(prev.Listeners)+len(prev.Routes)+len(prev.Clusters)+len(prev.Endpoints))
 		for i, list := range [][]types.Resource{g.prev.Listeners, g.prev.Routes, g.prev.Clusters, g.prev.Endpoints} {
 			for _, r := range list {
 				g.prevIndex[fragmentResource{fragmentTypes[i], cachev3.GetResourceName(r)}] = r

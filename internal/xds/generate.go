@@ -247,6 +247,15 @@ type generator struct {
 	prev      *Resources
 	prevIndex map[fragmentResource]types.Resource
 	rec       *fragment
+	// outbounds are the Config's outbound policies by service, and
+	// policyKeys their policiesKey, made once per rendering.
+	outbounds  map[string]map[string]policy.OutboundPolicy
+	policyKeys map[string]policyKey
+}
+
+type policyKey struct {
+	key string
+	ok  bool
 }
 
 // clusterSpec is one upstream cluster: a service's endpoints, or the
@@ -259,8 +268,11 @@ type clusterSpec struct {
 // callable are the services the proxy may call: those it declares as
 // outbounds, else every service of the mesh but its own.
 func (g *generator) callable() []string {
-	if len(g.in.Dataplane.Outbounds) > 0 {
-		return slices.Sorted(slices.Values(g.in.Dataplane.Outbounds))
+	if outs := g.in.Dataplane.Outbounds; len(outs) > 0 {
+		if slices.IsSorted(outs) { // as ParseDataplane leaves them
+			return outs
+		}
+		return slices.Sorted(slices.Values(outs))
 	}
 	own := map[string]bool{}
 	for _, in := range g.in.Dataplane.Inbounds {
@@ -279,12 +291,15 @@ func (g *generator) callable() []string {
 // outboundPolicies are the confs the engine gives the proxy's outbound to
 // svc (nil when it declares none).
 func (g *generator) outboundPolicies(svc string) map[string]policy.OutboundPolicy {
-	for _, o := range g.in.Config.Outbounds {
-		if o.Service == svc {
-			return o.Policies
+	if g.outbounds == nil {
+		g.outbounds = make(map[string]map[string]policy.OutboundPolicy, len(g.in.Config.Outbounds))
+		for _, o := range g.in.Config.Outbounds {
+			if _, dup := g.outbounds[o.Service]; !dup { // the first, as a scan in order finds
+				g.outbounds[o.Service] = o.Policies
+			}
 		}
 	}
-	return nil
+	return g.outbounds[svc]
 }
 
 // client renders the API listener a client dials as xds:///svc, its route

@@ -273,7 +273,7 @@ func compareFile(t *testing.T, path string, got []byte) {
 }
 
 // TestParseDataplaneOutbounds: the services a proxy declares it calls are
-// its outbounds' and its reachableServices, each once.
+// its outbounds' and its reachableServices, each once, sorted.
 func TestParseDataplaneOutbounds(t *testing.T) {
 	tests := []struct {
 		name string
@@ -284,7 +284,7 @@ func TestParseDataplaneOutbounds(t *testing.T) {
 		{"outbounds by tag, service and backendRef",
 			`{"networking":{"address":"10.0.0.1","outbound":[{"port":1,"tags":{"kuma.io/service":"a"}},{"port":2,"service":"b"},{"port":3,"backendRef":{"kind":"MeshService","name":"c"}}]}}`,
 			[]string{"a", "b", "c"}},
-		{"reachableServices", `{"networking":{"address":"10.0.0.1","transparentProxying":{"reachableServices":["b","a","b"]}}}`, []string{"b", "a"}},
+		{"reachableServices", `{"networking":{"address":"10.0.0.1","transparentProxying":{"reachableServices":["b","a","b"]}}}`, []string{"a", "b"}},
 		{"both, each once",
 			`{"networking":{"address":"10.0.0.1","outbound":[{"port":1,"tags":{"kuma.io/service":"a"}}],"transparentProxying":{"reachableServices":["a","c"]}}}`,
 			[]string{"a", "c"}},
