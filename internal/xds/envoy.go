@@ -158,19 +158,23 @@ func isHTTP(protocol string) bool {
 }
 
 // sdsSource is the agent's SDS server (a cluster of the bootstrap).
-func sdsSource() *corev3.ConfigSource {
-	return &corev3.ConfigSource{ResourceApiVersion: corev3.ApiVersion_V3, ConfigSourceSpecifier: &corev3.ConfigSource_ApiConfigSource{
-		ApiConfigSource: &corev3.ApiConfigSource{ApiType: corev3.ApiConfigSource_GRPC, TransportApiVersion: corev3.ApiVersion_V3,
-			GrpcServices: []*corev3.GrpcService{{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{
-				EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: AgentSDSCluster}}}}}}}
+// sdsSource is the rendering's config source of secrets: the agent.
+func (g *generator) sdsSource() *corev3.ConfigSource {
+	if g.parts.sds == nil {
+		g.parts.sds = &corev3.ConfigSource{ResourceApiVersion: corev3.ApiVersion_V3, ConfigSourceSpecifier: &corev3.ConfigSource_ApiConfigSource{
+			ApiConfigSource: &corev3.ApiConfigSource{ApiType: corev3.ApiConfigSource_GRPC, TransportApiVersion: corev3.ApiVersion_V3,
+				GrpcServices: []*corev3.GrpcService{{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{
+					EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: AgentSDSCluster}}}}}}}
+	}
+	return g.parts.sds
 }
 
 func (e *envoyGen) sdsContext() *tlsv3.CommonTlsContext {
 	mesh := e.in.Dataplane.Mesh
 	return &tlsv3.CommonTlsContext{
-		TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{{Name: IdentitySecret(mesh), SdsConfig: sdsSource()}},
+		TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{{Name: IdentitySecret(mesh), SdsConfig: e.sdsSource()}},
 		ValidationContextType: &tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig{
-			ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: CASecret(mesh), SdsConfig: sdsSource()}},
+			ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: CASecret(mesh), SdsConfig: e.sdsSource()}},
 	}
 }
 
@@ -245,7 +249,7 @@ func (e *envoyGen) inbound(i int, inb Inbound) error {
 			RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
 				Name: "inbound:" + svc, VirtualHosts: []*routev3.VirtualHost{{Name: svc, Domains: []string{"*"}, Routes: routes}},
 			}},
-			HttpFilters: append(httpFilters, routerFilter()),
+			HttpFilters: append(httpFilters, e.routerFilter()),
 			AccessLog:   logs,
 			Tracing:     e.tracing(name, "INBOUND", ""),
 		})
@@ -370,7 +374,7 @@ func (e *envoyGen) outbound(o policy.OutboundConfig) error {
 			RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
 				Name: "outbound:" + svc, VirtualHosts: []*routev3.VirtualHost{{Name: svc, Domains: []string{"*"}, Routes: routes}},
 			}},
-			HttpFilters: []*hcmv3.HttpFilter{routerFilter()},
+			HttpFilters: []*hcmv3.HttpFilter{e.routerFilter()},
 			AccessLog:   logs,
 			Tracing:     e.tracing(listener, "OUTBOUND", svc),
 		})
@@ -671,7 +675,7 @@ func (e *envoyGen) emitCluster(name string, spec clusterSpec) error {
 	c := &clusterv3.Cluster{
 		Name:                 name,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: name},
+		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: e.adsSource(), ServiceName: name},
 		ConnectTimeout:       durationpb.New(defaultConnectTimeout),
 	}
 	if err := e.clusterTimeouts(c, spec.service, policies); err != nil {
@@ -717,7 +721,7 @@ func (e *envoyGen) upstreamTLS(svc string) *tlsv3.UpstreamTlsContext {
 			SanType: tlsv3.SubjectAltNameMatcher_URI,
 			Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: "spiffe://" + mesh + "/" + svc}},
 		}}},
-		ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: CASecret(mesh), SdsConfig: sdsSource()},
+		ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: CASecret(mesh), SdsConfig: e.sdsSource()},
 	}}
 	return &tlsv3.UpstreamTlsContext{CommonTlsContext: common, Sni: svc + "{mesh=" + mesh + "}"}
 }

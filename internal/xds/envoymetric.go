@@ -116,7 +116,7 @@ func (e *envoyGen) prometheusListener(clientID *string, port int, path, query st
 					PrefixRewrite: "/stats/prometheus" + query}},
 			}}}},
 		}},
-		HttpFilters: []*hcmv3.HttpFilter{routerFilter()},
+		HttpFilters: []*hcmv3.HttpFilter{e.routerFilter()},
 	})
 	if err != nil {
 		return err

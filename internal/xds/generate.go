@@ -247,6 +247,7 @@ type generator struct {
 	prev      *Resources
 	prevIndex map[fragmentResource]types.Resource
 	rec       *fragment
+	parts     sharedParts
 	// outbounds are the Config's outbound policies by service, and
 	// policyKeys their policiesKey, made once per rendering.
 	outbounds  map[string]map[string]policy.OutboundPolicy
@@ -312,10 +313,10 @@ func (g *generator) client(svc string) error {
 	manager := &hcmv3.HttpConnectionManager{
 		StatPrefix: svc,
 		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
-			ConfigSource:    adsSource(),
+			ConfigSource:    g.adsSource(),
 			RouteConfigName: svc,
 		}},
-		HttpFilters: append(faults, routerFilter()),
+		HttpFilters: append(faults, g.routerFilter()),
 	}
 	api, err := anyOf(manager)
 	if err != nil {
@@ -513,7 +514,7 @@ func (g *generator) emitCluster(name string, spec clusterSpec) error {
 	c := &clusterv3.Cluster{
 		Name:                 name,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: name},
+		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: g.adsSource(), ServiceName: name},
 		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
 	}
 	if g.in.MTLS {
@@ -665,7 +666,7 @@ func (g *generator) server(i int, inb Inbound) error {
 			g.shape(resourcev3.ListenerType, name, names)
 		}
 	}
-	filters = append(filters, routerFilter())
+	filters = append(filters, g.routerFilter())
 	manager := &hcmv3.HttpConnectionManager{
 		StatPrefix: fmt.Sprintf("inbound_%d", inb.Port),
 		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
@@ -730,16 +731,35 @@ func jsonToProto(v any, m proto.Message) error {
 	return protojson.Unmarshal(raw, m)
 }
 
-func routerFilter() *hcmv3.HttpFilter {
-	typed, _ := anyOf(&routerv3.Router{})
-	return &hcmv3.HttpFilter{Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: typed}}
+// sharedParts are the sub-messages every resource of a rendering may
+// share: each listener's router filter, each cluster's EDS and SDS
+// sources. Built resources are never changed in place (a patch works on
+// a copy and merges it into a reset resource), so one copy of each part
+// serves a whole rendering; built each time, they were a sixth of what an
+// Envoy rendering of 100 outbounds allocated.
+type sharedParts struct {
+	router   *hcmv3.HttpFilter
+	ads, sds *corev3.ConfigSource
 }
 
-func adsSource() *corev3.ConfigSource {
-	return &corev3.ConfigSource{
-		ResourceApiVersion:    corev3.ApiVersion_V3,
-		ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
+// routerFilter is the rendering's router filter.
+func (g *generator) routerFilter() *hcmv3.HttpFilter {
+	if g.parts.router == nil {
+		typed, _ := anyOf(&routerv3.Router{})
+		g.parts.router = &hcmv3.HttpFilter{Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: typed}}
 	}
+	return g.parts.router
+}
+
+// adsSource is the rendering's ADS config source.
+func (g *generator) adsSource() *corev3.ConfigSource {
+	if g.parts.ads == nil {
+		g.parts.ads = &corev3.ConfigSource{
+			ResourceApiVersion:    corev3.ApiVersion_V3,
+			ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
+		}
+	}
+	return g.parts.ads
 }
 
 func socketAddress(addr string, port int) *corev3.Address {

@@ -36,16 +36,18 @@ type internEntry struct {
 // (an encoding each; shared resources come with theirs).
 func digestAll(res *Resources) error {
 	opts := proto.MarshalOptions{Deterministic: true}
+	var buf []byte // one encoding buffer for them all
 	for typeURL, items := range res.ByType() {
 		for _, r := range items {
 			name := cachev3.GetResourceName(r)
 			if _, ok := res.digests[typeURL][name]; ok {
 				continue
 			}
-			b, err := opts.Marshal(r)
+			b, err := opts.MarshalAppend(buf[:0], r)
 			if err != nil {
 				return fmt.Errorf("encode %s %s: %w", shortType(typeURL), name, err)
 			}
+			buf = b
 			res.digest(typeURL, name, sha256.Sum256(b))
 		}
 	}
