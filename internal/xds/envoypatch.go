@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -190,6 +191,7 @@ func resourceName(r types.Resource) string {
 
 // patchResources applies one cluster or listener modification.
 func (e *envoyGen) patchResources(typeURL string, list *[]types.Resource, m *patchMod, newMsg func() proto.Message) error {
+	e.out.forgetSums(slices.Index(fragmentTypes[:], typeURL))
 	switch m.Operation {
 	case "Add":
 		v := newMsg()
@@ -333,6 +335,7 @@ func (e *envoyGen) patchNetworkFilters(m *patchMod) error {
 // keeps the copy when it stays valid: a listener a modification would make
 // invalid is left as it was and the modification reported.
 func (e *envoyGen) modifyListeners(m *patchMod, fn func(*listenerv3.Listener) error) error {
+	e.out.forgetSums(listListeners)
 	for _, l := range e.filterListeners(m) {
 		next := proto.Clone(l).(*listenerv3.Listener)
 		if err := fn(next); err != nil {

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
@@ -45,7 +44,13 @@ type fragment struct {
 	escapes bool
 }
 
-type fragmentResource struct{ typeURL, name string }
+// fragmentResource is one resource a fragment added: its list (in
+// fragmentTypes' order) and name. A fragment's resources of one list are
+// contiguous in the rendering that holds it (placed.at).
+type fragmentResource struct {
+	list uint8
+	name string
+}
 
 type fragmentShape struct {
 	typeURL, name string
@@ -68,7 +73,15 @@ type fragmentCluster struct {
 type fragmentState struct {
 	context     string
 	assignments *LoadAssignments
-	byID        map[string]*fragment
+	byID        map[string]placed
+}
+
+// placed is a fragment as a rendering holds it: where its resources of
+// each list start in that rendering's lists (the next rendering finds
+// them there, with their digests, without looking names up).
+type placed struct {
+	f  *fragment
+	at [4]int32
 }
 
 // renderContext sums up what every fragment of a proxy depends on beyond
@@ -96,15 +109,14 @@ func (g *generator) startFragments(kind string) {
 	if prev != nil && prev.fragments != nil {
 		sized = len(prev.fragments.byID)
 	}
-	g.out.fragments = &fragmentState{context: g.renderContext(kind), assignments: g.in.LoadAssignments, byID: make(map[string]*fragment, sized)}
+	g.out.fragments = &fragmentState{context: g.renderContext(kind), assignments: g.in.LoadAssignments, byID: make(map[string]placed, sized)}
 	if prev == nil || prev.fragments == nil || g.in.LoadAssignments == nil ||
 		prev.fragments.context != g.out.fragments.context || prev.fragments.assignments != g.in.LoadAssignments {
 		return
 	}
 	g.prev = prev
-	g.out.digests = make(map[string]map[string][sha256.Size]byte, len(prev.digests))
-	for typeURL, ds := range prev.digests {
-		g.out.digests[typeURL] = make(map[string][sha256.Size]byte, len(ds))
+	for i := range g.out.sums {
+		g.out.sums[i] = make([][sha256.Size]byte, 0, len(prev.sums[i]))
 	}
 }
 
@@ -151,24 +163,26 @@ func (g *generator) inFragment(id, key string, render func() error) error {
 		return render()
 	}
 	if g.prev != nil {
-		if f := g.prev.fragments.byID[id]; f != nil && f.key == key && g.replay(f) {
-			g.out.fragments.byID[id] = f
-			g.out.reused++
-			return nil
+		if p, ok := g.prev.fragments.byID[id]; ok && p.f.key == key {
+			if at, ok := g.replay(p); ok {
+				g.out.fragments.byID[id] = placed{p.f, at}
+				g.out.reused++
+				return nil
+			}
 		}
 	}
 	rec := &fragment{key: key}
 	outer := g.rec
 	g.rec = rec
-	lens := [4]int{len(g.out.Listeners), len(g.out.Routes), len(g.out.Clusters), len(g.out.Endpoints)}
+	at := g.out.ends()
 	err := render()
 	g.rec = outer
 	if err != nil {
 		return err
 	}
-	for i, list := range [][]types.Resource{g.out.Listeners, g.out.Routes, g.out.Clusters, g.out.Endpoints} {
-		for _, r := range list[lens[i]:] {
-			rec.resources = append(rec.resources, fragmentResource{fragmentTypes[i], cachev3.GetResourceName(r)})
+	for i, list := range g.out.lists() {
+		for _, r := range (*list)[at[i]:] {
+			rec.resources = append(rec.resources, fragmentResource{uint8(i), cachev3.GetResourceName(r)})
 		}
 	}
 	if outer != nil {
@@ -176,12 +190,18 @@ func (g *generator) inFragment(id, key string, render func() error) error {
 		outer.absorb(rec)
 	}
 	if !rec.escapes {
-		g.out.fragments.byID[id] = rec
+		g.out.fragments.byID[id] = placed{rec, at}
 	}
 	return nil
 }
 
-// fragmentTypes are the type URLs of Resources' four lists, in order.
+// ends are the lengths of r's lists: where what is added next starts.
+func (r *Resources) ends() [4]int32 {
+	return [4]int32{int32(len(r.Listeners)), int32(len(r.Routes)), int32(len(r.Clusters)), int32(len(r.Endpoints))}
+}
+
+// fragmentTypes are the type URLs of Resources' four lists, in order
+// (listListeners ...).
 var fragmentTypes = [4]string{resourcev3.ListenerType, resourcev3.RouteType, resourcev3.ClusterType, resourcev3.EndpointType}
 
 func (f *fragment) absorb(inner *fragment) {
@@ -193,40 +213,33 @@ func (f *fragment) absorb(inner *fragment) {
 }
 
 // replay adds a previous fragment's resources (with their digests) and
-// what it recorded; false, adding nothing, when the previous rendering
-// lacks one of its resources.
-func (g *generator) replay(f *fragment) bool {
-	if g.prevIndex == nil {
-		prev := g.prev
-		g.prevIndex = make(map[fragmentResource]types.Resource, len(prev.Listeners)+len(prev.Routes)+len(prev.Clusters)+len(prev.Endpoints))
-		for i, list := range [][]types.Resource{g.prev.Listeners, g.prev.Routes, g.prev.Clusters, g.prev.Endpoints} {
-			for _, r := range list {
-				g.prevIndex[fragmentResource{fragmentTypes[i], cachev3.GetResourceName(r)}] = r
-			}
+// what it recorded, and returns where its resources start in this
+// rendering; false, adding nothing, when the previous rendering does not
+// hold them where the fragment says, with their digests.
+func (g *generator) replay(p placed) ([4]int32, bool) {
+	f := p.f
+	prevLists := g.prev.lists()
+	var k [4]int32
+	for _, fr := range f.resources {
+		pos := p.at[fr.list] + k[fr.list]
+		k[fr.list]++
+		items := *prevLists[fr.list]
+		if int(pos) >= len(items) || cachev3.GetResourceName(items[pos]) != fr.name {
+			return [4]int32{}, false
+		}
+		if _, known := g.prev.sum(int(fr.list), int(pos)); !known {
+			return [4]int32{}, false
 		}
 	}
-	found := make([]types.Resource, len(f.resources))
-	digests := make([][sha256.Size]byte, len(f.resources))
-	for i, fr := range f.resources {
-		r, ok := g.prevIndex[fr]
-		d, known := g.prev.digests[fr.typeURL][fr.name]
-		if !ok || !known {
-			return false
-		}
-		found[i], digests[i] = r, d
-	}
-	for i, fr := range f.resources {
-		switch fr.typeURL {
-		case resourcev3.ListenerType:
-			g.out.Listeners = append(g.out.Listeners, found[i])
-		case resourcev3.RouteType:
-			g.out.Routes = append(g.out.Routes, found[i])
-		case resourcev3.ClusterType:
-			g.out.Clusters = append(g.out.Clusters, found[i])
-		case resourcev3.EndpointType:
-			g.out.Endpoints = append(g.out.Endpoints, found[i])
-		}
-		g.out.digest(fr.typeURL, fr.name, digests[i])
+	at := g.out.ends()
+	lists := g.out.lists()
+	k = [4]int32{}
+	for _, fr := range f.resources {
+		pos := p.at[fr.list] + k[fr.list]
+		k[fr.list]++
+		d, _ := g.prev.sum(int(fr.list), int(pos))
+		*lists[fr.list] = append(*lists[fr.list], (*prevLists[fr.list])[pos])
+		g.out.setSum(int(fr.list), len(*lists[fr.list])-1, d)
 	}
 	for _, s := range f.shapes {
 		g.out.shape(s.typeURL, s.name, s.lists)
@@ -244,5 +257,5 @@ func (g *generator) replay(f *fragment) bool {
 	if g.rec != nil {
 		g.rec.absorb(f)
 	}
-	return true
+	return at, true
 }

@@ -3,6 +3,7 @@ package xds
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"testing"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
@@ -75,14 +76,14 @@ func TestRenderingAfterAChangeReusesTheRest(t *testing.T) {
 		render func(Input) (*Resources, error)
 		// unchanged and changed are resources the change does not and
 		// does reach.
-		unchanged, changed []fragmentResource
+		unchanged, changed []typedName
 	}{
 		{ProxyGRPC, Generate,
-			[]fragmentResource{{resourcev3.ListenerType, "a"}, {resourcev3.RouteType, "c"}, {resourcev3.ClusterType, "a"}},
-			[]fragmentResource{{resourcev3.RouteType, "b"}}},
+			[]typedName{{resourcev3.ListenerType, "a"}, {resourcev3.RouteType, "c"}, {resourcev3.ClusterType, "a"}},
+			[]typedName{{resourcev3.RouteType, "b"}}},
 		{ProxyEnvoy, GenerateEnvoy,
-			[]fragmentResource{{resourcev3.ListenerType, "outbound:127.0.0.1:10001"}, {resourcev3.ClusterType, "c"}},
-			[]fragmentResource{{resourcev3.ListenerType, "outbound:127.0.0.1:10002"}, {resourcev3.ClusterType, "b"}}},
+			[]typedName{{resourcev3.ListenerType, "outbound:127.0.0.1:10001"}, {resourcev3.ClusterType, "c"}},
+			[]typedName{{resourcev3.ListenerType, "outbound:127.0.0.1:10002"}, {resourcev3.ClusterType, "b"}}},
 	} {
 		t.Run(kind.name, func(t *testing.T) {
 			first, err := kind.render(input(snap, nil))
@@ -108,6 +109,24 @@ func TestRenderingAfterAChangeReusesTheRest(t *testing.T) {
 			if !maps.Equal(vf, vr) {
 				t.Fatalf("versions: fresh %v, reused %v", vf, vr)
 			}
+			// A previous rendering whose resources are not where its
+			// fragments say (its lists reordered, as a patch may) is
+			// rendered again where they moved, and still right.
+			moved := *first
+			moved.Listeners = slices.Clone(first.Listeners)
+			slices.Reverse(moved.Listeners)
+			moved.Clusters = slices.Clone(first.Clusters)
+			slices.Reverse(moved.Clusters)
+			fromMoved, err := kind.render(input(next, &moved))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a, b := goldenOf(t, fresh), goldenOf(t, fromMoved); string(a) != string(b) {
+				t.Fatalf("rendered from a reordered rendering, it differs from a fresh one:\n%s", firstDifference(string(a), string(b)))
+			}
+			if vm, _ := Versions(fromMoved); !maps.Equal(vf, vm) {
+				t.Fatalf("versions: fresh %v, from a reordered rendering %v", vf, vm)
+			}
 			for _, r := range kind.unchanged {
 				if find(first, r) == nil || find(first, r) != find(reused, r) {
 					t.Errorf("%s %s was rendered again", r.typeURL, r.name)
@@ -122,7 +141,10 @@ func TestRenderingAfterAChangeReusesTheRest(t *testing.T) {
 	}
 }
 
-func find(res *Resources, r fragmentResource) types.Resource {
+// typedName names a resource by type URL and name.
+type typedName struct{ typeURL, name string }
+
+func find(res *Resources, r typedName) types.Resource {
 	for _, x := range res.ByType()[r.typeURL] {
 		if cachev3.GetResourceName(x) == r.name {
 			return x

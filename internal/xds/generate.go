@@ -97,9 +97,11 @@ type Resources struct {
 	// of them, with what was left out: what the policies' Programmed
 	// condition aggregates (docs/dataplane.md#programmed).
 	Touched map[PolicyRef]*Touch
-	// digests are the encodings' digests of resources known to be shared
-	// (by type URL and name), so that versions do not encode them again.
-	digests map[string]map[string][sha256.Size]byte
+	// sums are the encodings' digests of the resources, by list (in
+	// fragmentTypes' order) and position in it; a zero sum is not known
+	// yet (digestAll). Shared resources come with theirs, so that versions
+	// do not encode them again.
+	sums [4][][sha256.Size]byte
 	// fragments let the next rendering of the proxy reuse this one's
 	// parts (fragment.go); reused counts the previous one's it reused.
 	fragments *fragmentState
@@ -241,13 +243,11 @@ type generator struct {
 	shapes map[string]*outboundShape
 	// about are the policies the drops being recorded are about.
 	about []policy.Origin
-	// prev is the previous rendering whose fragments may be reused, and
-	// prevIndex its resources by type and name (fragment.go); rec is the
-	// fragment being rendered.
-	prev      *Resources
-	prevIndex map[fragmentResource]types.Resource
-	rec       *fragment
-	parts     sharedParts
+	// prev is the previous rendering whose fragments may be reused
+	// (fragment.go); rec is the fragment being rendered.
+	prev  *Resources
+	rec   *fragment
+	parts sharedParts
 	// outbounds are the Config's outbound policies by service, and
 	// policyKeys their policiesKey, made once per rendering.
 	outbounds  map[string]map[string]policy.OutboundPolicy
@@ -535,7 +535,7 @@ func (g *generator) emitAssignment(name string, spec clusterSpec, plan localityP
 		return err
 	}
 	g.out.Endpoints = append(g.out.Endpoints, a.cla)
-	g.out.digest(resourcev3.EndpointType, name, a.digest)
+	g.out.setSum(listEndpoints, len(g.out.Endpoints)-1, a.digest)
 	return nil
 }
 
@@ -566,16 +566,41 @@ func (g *generator) clusterKey(name string, spec clusterSpec) string {
 	return "k|" + name + "|" + spec.service + "|" + tagKey(spec.tags) + "|" + pk
 }
 
-// digest records the encoding's digest of a shared resource.
-func (r *Resources) digest(typeURL, name string, d [sha256.Size]byte) {
-	if r.digests == nil {
-		r.digests = map[string]map[string][sha256.Size]byte{}
-	}
-	if r.digests[typeURL] == nil {
-		r.digests[typeURL] = map[string][sha256.Size]byte{}
-	}
-	r.digests[typeURL][name] = d
+// Lists of Resources, by their position in fragmentTypes and sums.
+const (
+	listListeners = iota
+	listRoutes
+	listClusters
+	listEndpoints
+)
+
+// lists are r's four lists, in fragmentTypes' order.
+func (r *Resources) lists() [4]*[]types.Resource {
+	return [4]*[]types.Resource{&r.Listeners, &r.Routes, &r.Clusters, &r.Endpoints}
 }
+
+// setSum records the digest of the resource at pos in list.
+func (r *Resources) setSum(list, pos int, d [sha256.Size]byte) {
+	sums := r.sums[list]
+	for len(sums) <= pos {
+		sums = append(sums, [sha256.Size]byte{})
+	}
+	sums[pos] = d
+	r.sums[list] = sums
+}
+
+// sum is the digest of the resource at pos in list, if known.
+func (r *Resources) sum(list, pos int) ([sha256.Size]byte, bool) {
+	if pos >= len(r.sums[list]) {
+		return [sha256.Size]byte{}, false
+	}
+	d := r.sums[list][pos]
+	return d, d != [sha256.Size]byte{}
+}
+
+// forgetSums drops the digests of a list whose resources were replaced,
+// removed or reordered (a patch).
+func (r *Resources) forgetSums(list int) { r.sums[list] = nil }
 
 // carried are the policy types a proxyless gRPC client or server is given
 // (docs/dataplane.md#not-enforceable): the RBAC of its inbounds, and the

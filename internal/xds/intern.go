@@ -6,7 +6,6 @@ import (
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -37,18 +36,17 @@ type internEntry struct {
 func digestAll(res *Resources) error {
 	opts := proto.MarshalOptions{Deterministic: true}
 	var buf []byte // one encoding buffer for them all
-	for typeURL, items := range res.ByType() {
-		for _, r := range items {
-			name := cachev3.GetResourceName(r)
-			if _, ok := res.digests[typeURL][name]; ok {
+	for i, list := range res.lists() {
+		for j, r := range *list {
+			if _, ok := res.sum(i, j); ok {
 				continue
 			}
 			b, err := opts.MarshalAppend(buf[:0], r)
 			if err != nil {
-				return fmt.Errorf("encode %s %s: %w", shortType(typeURL), name, err)
+				return fmt.Errorf("encode %s %s: %w", shortType(fragmentTypes[i]), cachev3.GetResourceName(r), err)
 			}
 			buf = b
-			res.digest(typeURL, name, sha256.Sum256(b))
+			res.setSum(i, j, sha256.Sum256(b))
 		}
 	}
 	return nil
@@ -59,22 +57,17 @@ func digestAll(res *Resources) error {
 // must be complete (digestAll).
 func (t *internTable) intern(res *Resources) []internKey {
 	var keys []internKey
-	for _, list := range []struct {
-		typeURL string
-		items   []types.Resource
-	}{
-		{resourcev3.ListenerType, res.Listeners}, {resourcev3.RouteType, res.Routes},
-		{resourcev3.ClusterType, res.Clusters}, {resourcev3.EndpointType, res.Endpoints},
-	} {
-		for i, r := range list.items {
-			k := internKey{list.typeURL, res.digests[list.typeURL][cachev3.GetResourceName(r)]}
+	for i, list := range res.lists() {
+		items := *list
+		for j, r := range items {
+			k := internKey{fragmentTypes[i], res.sums[i][j]}
 			e := t.entries[k]
 			if e == nil {
 				e = &internEntry{res: r}
 				t.entries[k] = e
 			}
 			e.refs++
-			list.items[i] = e.res
+			items[j] = e.res
 			keys = append(keys, k)
 		}
 	}

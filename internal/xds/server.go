@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -619,26 +620,30 @@ func Versions(res *Resources) (map[string]string, error) {
 	if err := digestAll(res); err != nil {
 		return nil, err
 	}
-	out := map[string]string{}
-	for typeURL, items := range res.ByType() {
-		out[typeURL] = versionOf(items, res.digests[typeURL])
+	out := make(map[string]string, len(fragmentTypes))
+	for i, list := range res.lists() {
+		out[fragmentTypes[i]] = versionOf(*list, res.sums[i])
 	}
 	return out, nil
 }
 
-// versionOf hashes resources, sorted by name, each by its digest.
-func versionOf(items []types.Resource, digests map[string][sha256.Size]byte) string {
-	names := make([]string, len(items))
-	for i, r := range items {
-		names[i] = cachev3.GetResourceName(r)
+// versionOf hashes resources, sorted by name, each by its digest (sums,
+// by position).
+func versionOf(items []types.Resource, sums [][sha256.Size]byte) string {
+	type named struct {
+		name string
+		sum  *[sha256.Size]byte
 	}
-	sort.Strings(names)
+	byName := make([]named, len(items))
+	for i, r := range items {
+		byName[i] = named{cachev3.GetResourceName(r), &sums[i]}
+	}
+	slices.SortFunc(byName, func(a, b named) int { return strings.Compare(a.name, b.name) })
 	h := sha256.New()
-	for _, name := range names {
-		d := digests[name]
-		h.Write([]byte(name))
+	for _, n := range byName {
+		h.Write([]byte(n.name))
 		h.Write([]byte{0})
-		h.Write(d[:])
+		h.Write(n.sum[:])
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }

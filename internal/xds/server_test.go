@@ -280,7 +280,7 @@ func TestVersionsAreContentHashes(t *testing.T) {
 	}
 	enc, _ := proto.MarshalOptions{Deterministic: true}.Marshal(c.Listeners[1])
 	known := &Resources{Listeners: []types.Resource{&listenerv3.Listener{Name: "a"}, &listenerv3.Listener{Name: "b"}}}
-	known.digest(resourcev3.ListenerType, "b", sha256.Sum256(enc))
+	known.setSum(listListeners, 1, sha256.Sum256(enc))
 	if vk := version(known); vk != vc {
 		t.Fatalf("version with a known digest %s, computed %s", vk, vc)
 	}
