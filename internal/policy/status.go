@@ -133,8 +133,8 @@ func (s *MeshSnapshot) computeStatuses() map[string]map[nsName]*PolicyStatus {
 			continue
 		}
 		aggs := s.aggregate(t)
-		for _, p := range t.policies {
-			byName[nsName{s.normNS(p.resNS), p.resName}] = same.intern(s.statusOf(p, aggs[p]))
+		for i, p := range t.policies {
+			byName[nsName{s.normNS(p.resNS), p.resName}] = same.intern(s.statusOf(p, &aggs[i]))
 		}
 	}
 	return out
@@ -176,12 +176,11 @@ func skippedMessage(t *typeIndex, key nsName) string {
 	return "Policy is invalid"
 }
 
-// aggregate traces every target of every Dataplane for one type.
-func (s *MeshSnapshot) aggregate(t *typeIndex) map[*policy]*policyAgg {
-	aggs := map[*policy]*policyAgg{}
-	for _, p := range t.policies {
-		aggs[p] = &policyAgg{}
-	}
+// aggregate traces every target of every Dataplane for one type; the
+// outcomes are by policy index (one array: 100,000 policies were as many
+// allocations and map entries).
+func (s *MeshSnapshot) aggregate(t *typeIndex) []policyAgg {
+	aggs := make([]policyAgg, len(t.policies))
 	seen := map[string]bool{} // traces already accumulated, by their blocks
 	// seenOut are the outbound entry lists traced (common and specific,
 	// by their keys): Dataplanes mostly call the same services through
@@ -194,7 +193,7 @@ func (s *MeshSnapshot) aggregate(t *typeIndex) map[*policy]*policyAgg {
 			return
 		}
 		seen[key] = true
-		accumulate(aggs, statusTrace(s.mergerOf(t), defaults, overrides))
+		accumulate(t, aggs, statusTrace(s.mergerOf(t), defaults, overrides))
 	}
 	for _, raw := range s.dpList {
 		dp := s.effective(raw)
@@ -233,8 +232,8 @@ func (s *MeshSnapshot) aggregate(t *typeIndex) map[*policy]*policyAgg {
 			}
 		}
 	}
-	for _, p := range t.policies {
-		aggs[p].selected = selected[p.idx]
+	for i := range aggs {
+		aggs[i].selected = selected[i]
 	}
 	return aggs
 }
@@ -286,13 +285,14 @@ func blocksKey(defaults, overrides []*contribution) string {
 	return string(buf)
 }
 
-func accumulate(aggs map[*policy]*policyAgg, tr *trace) {
+// accumulate adds a trace's outcomes to aggs, t's by policy index.
+func accumulate(t *typeIndex, aggs []policyAgg, tr *trace) {
 	for _, bt := range tr.blocks {
 		p := bt.c.pol
-		a := aggs[p]
-		if a == nil || bt.fate == fateNotReached {
+		if p == nil || bt.fate == fateNotReached || p.idx >= len(aggs) || t.policies[p.idx] != p {
 			continue
 		}
+		a := &aggs[p.idx]
 		a.reached = true
 		switch bt.fate {
 		case fateWhenFalse, fateWhenFailed:
