@@ -318,8 +318,8 @@ func appendMatcher(b []byte, m Matcher) []byte {
 // zone's heap at 100,000 policies, and writing it is a few appends and a
 // sort of a handful of label keys.
 func appendOrigin(b []byte, o Origin) []byte {
-	b = appendMeta(b, o.Meta)
-	b = b[:len(b)-1] // reopen Meta's object for the origin's fields
+	m := o.Meta
+	b = appendMetaFields(b, m.Type, m.Mesh, m.Name, m.Namespace, m.Labels)
 	if o.Entry != nil {
 		b = append(b, `,"entry":`...)
 		b = strconv.AppendInt(b, int64(*o.Entry), 10)
@@ -342,16 +342,7 @@ func appendBlockOrigin(b []byte, c *contribution) []byte {
 	if p == nil {
 		return appendOrigin(b, Origin{})
 	}
-	b = append(b, `{"type":`...)
-	b = appendString(b, p.desc.Name)
-	b = append(b, `,"mesh":`...)
-	b = appendString(b, p.mesh)
-	b = append(b, `,"name":`...)
-	b = appendString(b, p.resName)
-	b = append(b, `,"namespace":`...)
-	b = appendString(b, p.resNS)
-	b = append(b, `,"labels":`...)
-	b = appendLabels(b, p.labels)
+	b = appendMetaFields(b, p.desc.Name, p.mesh, p.resName, p.resNS, p.labels)
 	if c.entry >= 0 {
 		b = append(b, `,"entry":`...)
 		b = strconv.AppendInt(b, int64(c.entry), 10)
@@ -366,17 +357,22 @@ func appendBlockOrigin(b []byte, c *contribution) []byte {
 }
 
 func appendMeta(b []byte, m Meta) []byte {
+	return append(appendMetaFields(b, m.Type, m.Mesh, m.Name, m.Namespace, m.Labels), '}')
+}
+
+// appendMetaFields writes a Meta's fields in json.Marshal's order as an
+// object left open, for an origin's own fields to follow.
+func appendMetaFields(b []byte, typ, mesh, name, namespace string, labels resource.Labels) []byte {
 	b = append(b, `{"type":`...)
-	b = appendString(b, m.Type)
+	b = appendString(b, typ)
 	b = append(b, `,"mesh":`...)
-	b = appendString(b, m.Mesh)
+	b = appendString(b, mesh)
 	b = append(b, `,"name":`...)
-	b = appendString(b, m.Name)
+	b = appendString(b, name)
 	b = append(b, `,"namespace":`...)
-	b = appendString(b, m.Namespace)
+	b = appendString(b, namespace)
 	b = append(b, `,"labels":`...)
-	b = appendLabels(b, m.Labels)
-	return append(b, '}')
+	return appendLabels(b, labels)
 }
 
 // appendList writes a JSON array, or null for a nil slice (as encoding/json).

@@ -186,7 +186,7 @@ func newSectionFacts(secs []section) *sectionFacts {
 }
 
 func (f *sectionFacts) inScope(scope []tag) []bool {
-	if f.in != nil && sameTags(f.scope, scope) {
+	if f.in != nil && slices.Equal(f.scope, scope) {
 		return f.in
 	}
 	if f.in == nil {
@@ -197,18 +197,6 @@ func (f *sectionFacts) inScope(scope []tag) []bool {
 		f.in[j] = inScope(scope, &f.secs[j])
 	}
 	return f.in
-}
-
-func sameTags(a, b []tag) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // quickSel is what selecting needs of the most common top-level targetRefs
