@@ -494,7 +494,9 @@ func TestOutboundResultsCarry(t *testing.T) {
 		}
 		out := make([]uint64, len(cfg.Outbounds))
 		for i, o := range cfg.Outbounds {
-			out[i] = o.Policies["MeshTimeout"].ResultID()
+			if p := o.Policies["MeshTimeout"]; p != nil {
+				out[i] = p.ResultID()
+			}
 		}
 		return out
 	}

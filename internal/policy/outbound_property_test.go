@@ -139,6 +139,9 @@ func TestPropertyOutboundsPortsAndRoutes(t *testing.T) {
 		}
 		for k, o := range outboundCase {
 			got := cfg.Outbounds[k].Policies["MeshTimeout"]
+			if got == nil {
+				got = &OutboundPolicy{}
+			}
 			fail := func(format string, args ...any) {
 				t.Helper()
 				t.Fatalf("case %d, outbound %s:%d, entries %+v:\n%s", i, o.service, o.port, entries, fmt.Sprintf(format, args...))

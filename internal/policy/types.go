@@ -171,10 +171,12 @@ type InboundConfig struct {
 
 // OutboundConfig is one outbound in the `_config` response.
 type OutboundConfig struct {
-	Port     int                       `json:"port"`
-	Service  string                    `json:"service"`
-	Tags     map[string]string         `json:"tags"`
-	Policies map[string]OutboundPolicy `json:"policies"`
+	Port    int               `json:"port"`
+	Service string            `json:"service"`
+	Tags    map[string]string `json:"tags"`
+	// Policies point to values that outbounds with the same result
+	// share; they are read-only.
+	Policies map[string]*OutboundPolicy `json:"policies"`
 }
 
 // ConfigResult is the `_config` response (docs/api.md).

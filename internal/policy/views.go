@@ -789,7 +789,7 @@ func (s *MeshSnapshot) Config(dpName, dpNamespace string) (*ConfigResult, error)
 			RBAC: rbacFilter(s.mesh, nil)})
 	}
 	for _, o := range dp.outbounds {
-		res.Outbounds = append(res.Outbounds, OutboundConfig{Port: o.port, Service: o.service, Tags: o.tags, Policies: map[string]OutboundPolicy{}})
+		res.Outbounds = append(res.Outbounds, OutboundConfig{Port: o.port, Service: o.service, Tags: o.tags, Policies: map[string]*OutboundPolicy{}})
 	}
 	for _, name := range s.typeNames {
 		v := s.view(s.types[name], dp, false)
@@ -806,7 +806,7 @@ func (v *typeView) addToConfig(res *ConfigResult, mesh string) {
 	}
 	for i, op := range v.outbound {
 		if op != nil {
-			res.Outbounds[i].Policies[name] = *op
+			res.Outbounds[i].Policies[name] = op
 		}
 	}
 	for i, rules := range v.inbound {

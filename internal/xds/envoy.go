@@ -395,7 +395,7 @@ func (e *envoyGen) outbound(o policy.OutboundConfig) error {
 
 // tcpProxy is a TCP outbound: its cluster, MeshTimeout's idleTimeout and
 // MeshRetry's tcp.maxConnectAttempt.
-func (e *envoyGen) tcpProxy(svc string, policies map[string]policy.OutboundPolicy, listener string) *tcpproxyv3.TcpProxy {
+func (e *envoyGen) tcpProxy(svc string, policies map[string]*policy.OutboundPolicy, listener string) *tcpproxyv3.TcpProxy {
 	tp := &tcpproxyv3.TcpProxy{StatPrefix: svc, IdleTimeout: durationpb.New(defaultIdleTimeout)}
 	if cluster, weighted := e.tcpRoute(svc, policies, listener); weighted != nil {
 		tp.ClusterSpecifier = &tcpproxyv3.TcpProxy_WeightedClusters{WeightedClusters: weighted}
@@ -445,7 +445,7 @@ func (e *envoyGen) tcpProxy(svc string, policies map[string]policy.OutboundPolic
 // envoyRoutes are an HTTP outbound's routes: its MeshHTTPRoute rules, then
 // the default route, each with the outbound's timeout, retry and hash
 // policies.
-func (e *envoyGen) envoyRoutes(svc string, policies map[string]policy.OutboundPolicy, protocol string) ([]*routev3.Route, [][]policy.Origin) {
+func (e *envoyGen) envoyRoutes(svc string, policies map[string]*policy.OutboundPolicy, protocol string) ([]*routev3.Route, [][]policy.Origin) {
 	var out []*routev3.Route
 	var shaped [][]policy.Origin
 	if hr, ok := policies["MeshHTTPRoute"]; ok && hr.Conf != nil {
@@ -531,7 +531,7 @@ func (e *envoyGen) envoyRuleRoutes(svc string, i int, rule httpRule) []*routev3.
 
 // routeTimeouts are MeshTimeout's route timeouts, Kuma's defaults where
 // it is silent (requestTimeout 15 s, streamIdleTimeout 30 m).
-func (e *envoyGen) routeTimeouts(svc string, policies map[string]policy.OutboundPolicy) (timeout, idle *durationpb.Duration, shaped [][]policy.Origin) {
+func (e *envoyGen) routeTimeouts(svc string, policies map[string]*policy.OutboundPolicy) (timeout, idle *durationpb.Duration, shaped [][]policy.Origin) {
 	timeout, idle = durationpb.New(defaultRequestTimeout), durationpb.New(defaultStreamIdleTimeout)
 	p, ok := policies["MeshTimeout"]
 	if !ok || p.Conf == nil {
@@ -554,7 +554,7 @@ func (e *envoyGen) routeTimeouts(svc string, policies map[string]policy.Outbound
 
 // routeRetry is MeshRetry's retry policy: the grpc section for a gRPC
 // service, else the http section (Kuma's defaults for retryOn).
-func (e *envoyGen) routeRetry(svc string, policies map[string]policy.OutboundPolicy, protocol string) (*routev3.RetryPolicy, [][]policy.Origin) {
+func (e *envoyGen) routeRetry(svc string, policies map[string]*policy.OutboundPolicy, protocol string) (*routev3.RetryPolicy, [][]policy.Origin) {
 	p, ok := policies["MeshRetry"]
 	if !ok || p.Conf == nil {
 		return nil, nil
@@ -701,7 +701,7 @@ func (e *envoyGen) emitCluster(name string, spec clusterSpec) error {
 }
 
 // clusterShapers are the policies behind an outbound's clusters.
-func clusterShapers(policies map[string]policy.OutboundPolicy) [][]policy.Origin {
+func clusterShapers(policies map[string]*policy.OutboundPolicy) [][]policy.Origin {
 	var out [][]policy.Origin
 	for _, typ := range []string{"MeshTimeout", "MeshCircuitBreaker", "MeshLoadBalancingStrategy", "MeshHealthCheck"} {
 		if p, ok := policies[typ]; ok && p.Conf != nil {
@@ -729,7 +729,7 @@ func (e *envoyGen) upstreamTLS(svc string) *tlsv3.UpstreamTlsContext {
 // clusterTimeouts: connectionTimeout, and for HTTP services the upstream
 // HTTP options (idleTimeout, maxStreamDuration, maxConnectionDuration),
 // Kuma's defaults where MeshTimeout is silent.
-func (e *envoyGen) clusterTimeouts(c *clusterv3.Cluster, svc string, policies map[string]policy.OutboundPolicy) error {
+func (e *envoyGen) clusterTimeouts(c *clusterv3.Cluster, svc string, policies map[string]*policy.OutboundPolicy) error {
 	var conf meshTimeoutConf
 	if p, ok := policies["MeshTimeout"]; ok && p.Conf != nil {
 		e.about = p.Origin
@@ -775,7 +775,7 @@ func (e *envoyGen) clusterTimeouts(c *clusterv3.Cluster, svc string, policies ma
 
 // healthCheck is MeshHealthCheck's active health check: TCP, or HTTP on
 // "/" for HTTP services.
-func (e *envoyGen) healthCheck(c *clusterv3.Cluster, svc string, policies map[string]policy.OutboundPolicy) {
+func (e *envoyGen) healthCheck(c *clusterv3.Cluster, svc string, policies map[string]*policy.OutboundPolicy) {
 	p, ok := policies["MeshHealthCheck"]
 	if !ok || p.Conf == nil {
 		return
@@ -846,7 +846,7 @@ func (e *envoyGen) reportNotRendered() {
 // connection limit on the default-priority thresholds (remaining counts
 // tracked), and outlier detection with every detector, a detector not
 // configured not enforced.
-func (e *envoyGen) envoyCircuitBreaker(c *clusterv3.Cluster, svc string, policies map[string]policy.OutboundPolicy) {
+func (e *envoyGen) envoyCircuitBreaker(c *clusterv3.Cluster, svc string, policies map[string]*policy.OutboundPolicy) {
 	th := &clusterv3.CircuitBreakers_Thresholds{Priority: corev3.RoutingPriority_DEFAULT, TrackRemaining: true}
 	c.CircuitBreakers = &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{th}}
 	p, ok := policies["MeshCircuitBreaker"]
@@ -931,7 +931,7 @@ func (e *envoyGen) envoyCircuitBreaker(c *clusterv3.Cluster, svc string, policie
 // balancer, ring hash and Maglev with every hash policy on the routes;
 // localityAwareness spreads the endpoints (localityPlan), with locality
 // weighted balancing when affinity tags weigh the caller's zone.
-func (e *envoyGen) envoyLoadBalancing(svc string, policies map[string]policy.OutboundPolicy) (lb clusterv3.Cluster_LbPolicy, cfg func(*clusterv3.Cluster), hash []*routev3.RouteAction_HashPolicy, locality localityPlan) {
+func (e *envoyGen) envoyLoadBalancing(svc string, policies map[string]*policy.OutboundPolicy) (lb clusterv3.Cluster_LbPolicy, cfg func(*clusterv3.Cluster), hash []*routev3.RouteAction_HashPolicy, locality localityPlan) {
 	lb = clusterv3.Cluster_ROUND_ROBIN
 	p, ok := policies["MeshLoadBalancingStrategy"]
 	if !ok || p.Conf == nil {
@@ -1066,7 +1066,7 @@ func headerMatchers(in []struct {
 
 // tcpRoute is where a TCP outbound sends its connections: the
 // MeshTCPRoute's backends by weight (its one rule), else the service.
-func (e *envoyGen) tcpRoute(svc string, policies map[string]policy.OutboundPolicy, listener string) (string, *tcpproxyv3.TcpProxy_WeightedCluster) {
+func (e *envoyGen) tcpRoute(svc string, policies map[string]*policy.OutboundPolicy, listener string) (string, *tcpproxyv3.TcpProxy_WeightedCluster) {
 	p, ok := policies["MeshTCPRoute"]
 	if !ok || p.Conf == nil {
 		return e.cluster(svc, nil), nil

@@ -166,7 +166,7 @@ func (e *envoyGen) inboundAccessLogs(cfg policy.InboundConfig, inb Inbound, list
 }
 
 // outboundAccessLogs are the access logs of the outbound to svc.
-func (e *envoyGen) outboundAccessLogs(svc string, policies map[string]policy.OutboundPolicy, http bool) ([]*accesslogv3.AccessLog, [][]policy.Origin, error) {
+func (e *envoyGen) outboundAccessLogs(svc string, policies map[string]*policy.OutboundPolicy, http bool) ([]*accesslogv3.AccessLog, [][]policy.Origin, error) {
 	p, ok := policies["MeshAccessLog"]
 	if !ok || p.Conf == nil {
 		return nil, nil, nil

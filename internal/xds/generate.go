@@ -250,7 +250,7 @@ type generator struct {
 	parts sharedParts
 	// outbounds are the Config's outbound policies by service, and
 	// policyKeys their policiesKey, made once per rendering.
-	outbounds  map[string]map[string]policy.OutboundPolicy
+	outbounds  map[string]map[string]*policy.OutboundPolicy
 	policyKeys map[string]policyKey
 }
 
@@ -291,9 +291,9 @@ func (g *generator) callable() []string {
 
 // outboundPolicies are the confs the engine gives the proxy's outbound to
 // svc (nil when it declares none).
-func (g *generator) outboundPolicies(svc string) map[string]policy.OutboundPolicy {
+func (g *generator) outboundPolicies(svc string) map[string]*policy.OutboundPolicy {
 	if g.outbounds == nil {
-		g.outbounds = make(map[string]map[string]policy.OutboundPolicy, len(g.in.Config.Outbounds))
+		g.outbounds = make(map[string]map[string]*policy.OutboundPolicy, len(g.in.Config.Outbounds))
 		for _, o := range g.in.Config.Outbounds {
 			if _, dup := g.outbounds[o.Service]; !dup { // the first, as a scan in order finds
 				g.outbounds[o.Service] = o.Policies
@@ -345,7 +345,7 @@ func (g *generator) client(svc string) error {
 
 // routes renders the MeshHTTPRoute rules of the outbound to svc, then the
 // default route to svc's cluster.
-func (g *generator) routes(svc string, policies map[string]policy.OutboundPolicy) ([]*routev3.Route, [][]policy.Origin) {
+func (g *generator) routes(svc string, policies map[string]*policy.OutboundPolicy) ([]*routev3.Route, [][]policy.Origin) {
 	var out []*routev3.Route
 	var shaped [][]policy.Origin
 	if hr, ok := policies["MeshHTTPRoute"]; ok && hr.Conf != nil {

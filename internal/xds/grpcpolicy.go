@@ -69,7 +69,7 @@ func (g *generator) shapeOf(svc string) *outboundShape {
 	} {
 		if p, ok := policies[r.typ]; ok && p.Conf != nil {
 			g.about = p.Origin
-			r.render(svc, p, s)
+			r.render(svc, *p, s)
 			g.about = nil
 		}
 	}

@@ -17,9 +17,9 @@ import (
 // given confs (policy type → conf JSON).
 func renderOutbound(t *testing.T, confs map[string]string) (*routev3.RouteAction, *clusterv3.Cluster, *Resources) {
 	t.Helper()
-	policies := map[string]policy.OutboundPolicy{}
+	policies := map[string]*policy.OutboundPolicy{}
 	for typ, conf := range confs {
-		policies[typ] = policy.OutboundPolicy{Conf: json.RawMessage(conf), Origin: []policy.Origin{{Meta: policy.Meta{Type: typ, Name: "p"}}}}
+		policies[typ] = &policy.OutboundPolicy{Conf: json.RawMessage(conf), Origin: []policy.Origin{{Meta: policy.Meta{Type: typ, Name: "p"}}}}
 	}
 	in := Input{
 		Dataplane: &Dataplane{Mesh: "default", Name: "web-1", Address: "10.0.0.1", Outbounds: []string{"backend"}},
