@@ -191,7 +191,7 @@ func resourceName(r types.Resource) string {
 
 // patchResources applies one cluster or listener modification.
 func (e *envoyGen) patchResources(typeURL string, list *[]types.Resource, m *patchMod, newMsg func() proto.Message) error {
-	e.out.forgetSums(slices.Index(fragmentTypes[:], typeURL))
+	e.out.forgetSums(slices.Index(listTypes[:], typeURL))
 	switch m.Operation {
 	case "Add":
 		v := newMsg()

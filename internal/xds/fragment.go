@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"github.com/meridian-mesh/meridian/internal/policy"
 )
@@ -45,7 +44,7 @@ type fragment struct {
 }
 
 // fragmentResource is one resource a fragment added: its list (in
-// fragmentTypes' order) and name. A fragment's resources of one list are
+// listTypes' order) and name. A fragment's resources of one list are
 // contiguous in the rendering that holds it (placed.at).
 type fragmentResource struct {
 	list uint8
@@ -199,10 +198,6 @@ func (g *generator) inFragment(id, key string, render func() error) error {
 func (r *Resources) ends() [4]int32 {
 	return [4]int32{int32(len(r.Listeners)), int32(len(r.Routes)), int32(len(r.Clusters)), int32(len(r.Endpoints))}
 }
-
-// fragmentTypes are the type URLs of Resources' four lists, in order
-// (listListeners ...).
-var fragmentTypes = [4]string{resourcev3.ListenerType, resourcev3.RouteType, resourcev3.ClusterType, resourcev3.EndpointType}
 
 func (f *fragment) absorb(inner *fragment) {
 	f.shapes = append(f.shapes, inner.shapes...)

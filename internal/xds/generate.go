@@ -98,9 +98,9 @@ type Resources struct {
 	// condition aggregates (docs/dataplane.md#programmed).
 	Touched map[PolicyRef]*Touch
 	// sums are the encodings' digests of the resources, by list (in
-	// fragmentTypes' order) and position in it; a zero sum is not known
-	// yet (digestAll). Shared resources come with theirs, so that versions
-	// do not encode them again.
+	// listTypes' order) and position in it; a zero sum is unknown until
+	// digestAll computes it. Shared resources come with theirs, so that
+	// versions do not encode them again.
 	sums [4][][sha256.Size]byte
 	// fragments let the next rendering of the proxy reuse this one's
 	// parts (fragment.go); reused counts the previous one's it reused.
@@ -146,10 +146,11 @@ func (r *Resources) touch(ref PolicyRef) *Touch {
 
 // ByType are the resources by type URL.
 func (r *Resources) ByType() map[string][]types.Resource {
-	return map[string][]types.Resource{
-		resourcev3.ListenerType: r.Listeners, resourcev3.RouteType: r.Routes,
-		resourcev3.ClusterType: r.Clusters, resourcev3.EndpointType: r.Endpoints,
+	out := make(map[string][]types.Resource, len(listTypes))
+	for i, list := range r.lists() {
+		out[listTypes[i]] = *list
 	}
+	return out
 }
 
 // shape records that the policies of lists shaped the resource
@@ -566,7 +567,10 @@ func (g *generator) clusterKey(name string, spec clusterSpec) string {
 	return "k|" + name + "|" + spec.service + "|" + tagKey(spec.tags) + "|" + pk
 }
 
-// Lists of Resources, by their position in fragmentTypes and sums.
+// listTypes are the type URLs of Resources' four lists, in order.
+var listTypes = [4]string{resourcev3.ListenerType, resourcev3.RouteType, resourcev3.ClusterType, resourcev3.EndpointType}
+
+// Lists of Resources, by their position in listTypes and sums.
 const (
 	listListeners = iota
 	listRoutes
@@ -574,7 +578,7 @@ const (
 	listEndpoints
 )
 
-// lists are r's four lists, in fragmentTypes' order.
+// lists are r's four lists, in listTypes' order.
 func (r *Resources) lists() [4]*[]types.Resource {
 	return [4]*[]types.Resource{&r.Listeners, &r.Routes, &r.Clusters, &r.Endpoints}
 }

@@ -43,7 +43,7 @@ func digestAll(res *Resources) error {
 			}
 			b, err := opts.MarshalAppend(buf[:0], r)
 			if err != nil {
-				return fmt.Errorf("encode %s %s: %w", shortType(fragmentTypes[i]), cachev3.GetResourceName(r), err)
+				return fmt.Errorf("encode %s %s: %w", shortType(listTypes[i]), cachev3.GetResourceName(r), err)
 			}
 			buf = b
 			res.setSum(i, j, sha256.Sum256(b))
@@ -60,7 +60,7 @@ func (t *internTable) intern(res *Resources) []internKey {
 	for i, list := range res.lists() {
 		items := *list
 		for j, r := range items {
-			k := internKey{fragmentTypes[i], res.sums[i][j]}
+			k := internKey{listTypes[i], res.sums[i][j]}
 			e := t.entries[k]
 			if e == nil {
 				e = &internEntry{res: r}

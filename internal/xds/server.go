@@ -547,8 +547,9 @@ func (s *Server) Set(ctx context.Context, nodeID string, res *Resources) error {
 		return nil
 	}
 	snap := &cachev3.Snapshot{}
-	for typeURL, items := range res.ByType() {
-		snap.Resources[cachev3.GetResponseType(typeURL)] = cachev3.NewResources(versions[typeURL], items)
+	for i, list := range res.lists() {
+		typeURL := listTypes[i]
+		snap.Resources[cachev3.GetResponseType(typeURL)] = cachev3.NewResources(versions[typeURL], *list)
 	}
 	return s.cache.SetSnapshot(ctx, nodeID, snap)
 }
@@ -620,9 +621,9 @@ func Versions(res *Resources) (map[string]string, error) {
 	if err := digestAll(res); err != nil {
 		return nil, err
 	}
-	out := make(map[string]string, len(fragmentTypes))
+	out := make(map[string]string, len(listTypes))
 	for i, list := range res.lists() {
-		out[fragmentTypes[i]] = versionOf(*list, res.sums[i])
+		out[listTypes[i]] = versionOf(*list, res.sums[i])
 	}
 	return out, nil
 }
