@@ -665,6 +665,9 @@ func (e *envoyGen) emitClusters() error {
 		if err := e.inFragment("cluster:"+name, key, func() error { return e.emitCluster(name, spec) }); err != nil {
 			return err
 		}
+		if err := e.emitPending(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -697,7 +700,8 @@ func (e *envoyGen) emitCluster(name string, spec clusterSpec) error {
 	}
 	e.shape(resourcev3.ClusterType, name, clusterShapers(policies))
 	e.out.Clusters = append(e.out.Clusters, c)
-	return e.emitAssignment(name, spec, lb.locality)
+	e.askAssignment(name, spec, lb.locality)
+	return nil
 }
 
 // clusterShapers are the policies behind an outbound's clusters.

@@ -13,17 +13,19 @@ import (
 
 // Rendering again only what changed (docs/dataplane.md#xds). A rendering
 // is made of fragments: a gRPC client's listener and routes for one
-// service, an Envoy outbound listener, one cluster and its endpoints. Each
-// fragment's inputs are summed up in a key: the engine's result ids of the
-// outbound policies it reads (policy.OutboundPolicy.ResultID, unchanged
-// when a change does not reach the outbound), the faults it injects, the
-// cluster's endpoints. Rendering a proxy again (Input.Previous), a
-// fragment whose key is unchanged is not rendered: its resources are taken
-// from the previous rendering with their digests (so they are neither
-// built nor encoded again), and what it recorded (the policies behind its
-// resources, what it left out, the clusters it named) is replayed. After
-// one policy change among 10,000, a proxy with 100 outbounds renders the
-// one outbound the change reaches.
+// service, an Envoy outbound listener, one cluster. Each fragment's inputs
+// are summed up in a key: the engine's result ids of the outbound policies
+// it reads (policy.OutboundPolicy.ResultID, unchanged when a change does
+// not reach the outbound), the faults it injects. Rendering a proxy again
+// (Input.Previous), a fragment whose key is unchanged is not rendered: its
+// resources are taken from the previous rendering with their digests (so
+// they are neither built nor encoded again), and what it recorded (the
+// policies behind its resources, what it left out, the clusters it named,
+// the assignments it asked for) is replayed. After one policy change among
+// 10,000, a proxy with 100 outbounds renders the one outbound the change
+// reaches. A cluster's endpoints are not in its fragment: the assignment
+// it asks for is taken from the rendering's shared assignments (cached per
+// endpoints map), so a change of endpoints renders no fragment again.
 //
 // A fragment is not kept when its key cannot be told (a legacy policy, an
 // engine result without id) or when it reaches beyond itself (an Envoy
@@ -38,6 +40,10 @@ type fragment struct {
 	drops     []fragmentDrop
 	carried   [][]policy.Origin
 	clusters  []fragmentCluster
+	// assignments are the clusters' endpoints the fragment asked for:
+	// taken from the rendering's shared assignments, which change with
+	// the endpoints while the fragment stands.
+	assignments []fragmentAssignment
 	// escapes: the render reached beyond the fragment (a collector
 	// cluster): it is not kept.
 	escapes bool
@@ -66,13 +72,18 @@ type fragmentCluster struct {
 	spec clusterSpec
 }
 
+type fragmentAssignment struct {
+	name string
+	spec clusterSpec
+	plan localityPlan
+}
+
 // fragmentState is what a rendering keeps for the next one: its fragments
 // by id, and the context they were rendered in (a different context
 // reuses none).
 type fragmentState struct {
-	context     string
-	assignments *LoadAssignments
-	byID        map[string]placed
+	context string
+	byID    map[string]placed
 }
 
 // placed is a fragment as a rendering holds it: where its resources of
@@ -100,17 +111,17 @@ func (g *generator) renderContext(kind string) string {
 }
 
 // startFragments prepares the reuse of the previous rendering's
-// fragments, when it was made in the same context from the same shared
-// endpoints.
+// fragments, when it was made in the same context. Endpoints are no part
+// of a fragment (its assignments are asked for again), so a change of
+// endpoints alone renders no fragment again.
 func (g *generator) startFragments(kind string) {
 	prev := g.in.Previous
 	sized := 0 // the previous rendering's size: this one's, mostly
 	if prev != nil && prev.fragments != nil {
 		sized = len(prev.fragments.byID)
 	}
-	g.out.fragments = &fragmentState{context: g.renderContext(kind), assignments: g.in.LoadAssignments, byID: make(map[string]placed, sized)}
-	if prev == nil || prev.fragments == nil || g.in.LoadAssignments == nil ||
-		prev.fragments.context != g.out.fragments.context || prev.fragments.assignments != g.in.LoadAssignments {
+	g.out.fragments = &fragmentState{context: g.renderContext(kind), byID: make(map[string]placed, sized)}
+	if prev == nil || prev.fragments == nil || prev.fragments.context != g.out.fragments.context {
 		return
 	}
 	g.prev = prev
@@ -204,6 +215,7 @@ func (f *fragment) absorb(inner *fragment) {
 	f.drops = append(f.drops, inner.drops...)
 	f.carried = append(f.carried, inner.carried...)
 	f.clusters = append(f.clusters, inner.clusters...)
+	f.assignments = append(f.assignments, inner.assignments...)
 	f.escapes = f.escapes || inner.escapes
 }
 
@@ -249,6 +261,7 @@ func (g *generator) replay(p placed) ([4]int32, bool) {
 	for _, c := range f.clusters {
 		g.clusters[c.name] = c.spec
 	}
+	g.pending = append(g.pending, f.assignments...)
 	if g.rec != nil {
 		g.rec.absorb(f)
 	}

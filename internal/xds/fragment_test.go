@@ -16,8 +16,8 @@ import (
 )
 
 // TestRenderingAfterAChangeReusesTheRest: a proxy calling three services
-// is rendered, one service's MeshTimeout changes, and the proxy is
-// rendered again from its previous rendering. The result is what a fresh
+// is rendered, one service's MeshTimeout or endpoints change, and the
+// proxy is rendered again from its previous rendering. The result is what a fresh
 // rendering gives, and the parts the change does not reach are the
 // previous rendering's own (not rendered again), for both kinds of proxy.
 func TestRenderingAfterAChangeReusesTheRest(t *testing.T) {
@@ -59,45 +59,70 @@ func TestRenderingAfterAChangeReusesTheRest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	assignments := NewLoadAssignments(endpoints, "zone-1")
-	input := func(s *policy.MeshSnapshot, prev *Resources) Input {
-		dp, err := ParseDataplane(s.Dataplane("web-1", ""), "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := s.Config("web-1", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return Input{Dataplane: dp, Zone: "zone-1", Config: cfg, Endpoints: endpoints, MTLS: true, LoadAssignments: assignments, Previous: prev}
+	// The change of endpoints: b gains an instance in another zone.
+	moreEndpoints := maps.Clone(endpoints)
+	moreEndpoints["b"] = append(slices.Clip(endpoints["b"]), Endpoint{Address: "10.0.2.1", Port: 9090, Zone: "zone-2", Healthy: true,
+		Tags: map[string]string{"kuma.io/service": "b", "kuma.io/protocol": "http"}})
+	type state struct {
+		snap      *policy.MeshSnapshot
+		endpoints map[string][]Endpoint
 	}
-	for _, kind := range []struct {
+	assignments := map[*Endpoint]*LoadAssignments{}
+	input := func(s state, prev *Resources) Input {
+		dp, err := ParseDataplane(s.snap.Dataplane("web-1", ""), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := s.snap.Config("web-1", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Shared assignments, one per endpoints map, as the controller
+		// keeps them.
+		a := assignments[&s.endpoints["b"][0]]
+		if a == nil {
+			a = NewLoadAssignments(s.endpoints, "zone-1")
+			assignments[&s.endpoints["b"][0]] = a
+		}
+		return Input{Dataplane: dp, Zone: "zone-1", Config: cfg, Endpoints: s.endpoints, MTLS: true, LoadAssignments: a, Previous: prev}
+	}
+	before := state{snap, endpoints}
+	for _, tc := range []struct {
 		name   string
+		after  state
 		render func(Input) (*Resources, error)
 		// unchanged and changed are resources the change does not and
 		// does reach.
 		unchanged, changed []typedName
 	}{
-		{ProxyGRPC, Generate,
+		{"policy/" + ProxyGRPC, state{next, endpoints}, Generate,
 			[]typedName{{resourcev3.ListenerType, "a"}, {resourcev3.RouteType, "c"}, {resourcev3.ClusterType, "a"}},
 			[]typedName{{resourcev3.RouteType, "b"}}},
-		{ProxyEnvoy, GenerateEnvoy,
+		{"policy/" + ProxyEnvoy, state{next, endpoints}, GenerateEnvoy,
 			[]typedName{{resourcev3.ListenerType, "outbound:127.0.0.1:10001"}, {resourcev3.ClusterType, "c"}},
 			[]typedName{{resourcev3.ListenerType, "outbound:127.0.0.1:10002"}, {resourcev3.ClusterType, "b"}}},
+		// Endpoints are no part of a fragment: only the assignment of
+		// the service whose endpoints changed is new.
+		{"endpoints/" + ProxyGRPC, state{snap, moreEndpoints}, Generate,
+			[]typedName{{resourcev3.ListenerType, "b"}, {resourcev3.RouteType, "b"}, {resourcev3.ClusterType, "b"}},
+			[]typedName{{resourcev3.EndpointType, "b"}}},
+		{"endpoints/" + ProxyEnvoy, state{snap, moreEndpoints}, GenerateEnvoy,
+			[]typedName{{resourcev3.ListenerType, "outbound:127.0.0.1:10002"}, {resourcev3.ClusterType, "b"}},
+			[]typedName{{resourcev3.EndpointType, "b"}}},
 	} {
-		t.Run(kind.name, func(t *testing.T) {
-			first, err := kind.render(input(snap, nil))
+		t.Run(tc.name, func(t *testing.T) {
+			first, err := tc.render(input(before, nil))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if err := digestAll(first); err != nil {
 				t.Fatal(err)
 			}
-			reused, err := kind.render(input(next, first))
+			reused, err := tc.render(input(tc.after, first))
 			if err != nil {
 				t.Fatal(err)
 			}
-			fresh, err := kind.render(input(next, nil))
+			fresh, err := tc.render(input(tc.after, nil))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -117,7 +142,7 @@ func TestRenderingAfterAChangeReusesTheRest(t *testing.T) {
 			slices.Reverse(moved.Listeners)
 			moved.Clusters = slices.Clone(first.Clusters)
 			slices.Reverse(moved.Clusters)
-			fromMoved, err := kind.render(input(next, &moved))
+			fromMoved, err := tc.render(input(tc.after, &moved))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -127,12 +152,12 @@ func TestRenderingAfterAChangeReusesTheRest(t *testing.T) {
 			if vm, _ := Versions(fromMoved); !maps.Equal(vf, vm) {
 				t.Fatalf("versions: fresh %v, from a reordered rendering %v", vf, vm)
 			}
-			for _, r := range kind.unchanged {
+			for _, r := range tc.unchanged {
 				if find(first, r) == nil || find(first, r) != find(reused, r) {
 					t.Errorf("%s %s was rendered again", r.typeURL, r.name)
 				}
 			}
-			for _, r := range kind.changed {
+			for _, r := range tc.changed {
 				if find(first, r) == find(reused, r) {
 					t.Errorf("%s %s was not rendered again", r.typeURL, r.name)
 				}

@@ -249,6 +249,9 @@ type generator struct {
 	prev  *Resources
 	rec   *fragment
 	parts sharedParts
+	// pending are the assignments asked for by the cluster just rendered
+	// or replayed, added after it (emitPending).
+	pending []fragmentAssignment
 	// outbounds are the Config's outbound policies by service, and
 	// policyKeys their policiesKey, made once per rendering.
 	outbounds  map[string]map[string]*policy.OutboundPolicy
@@ -506,6 +509,9 @@ func (g *generator) emitClusters() error {
 		if err := g.inFragment("cluster:"+name, g.clusterKey(name, spec), func() error { return g.emitCluster(name, spec) }); err != nil {
 			return err
 		}
+		if err := g.emitPending(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -525,18 +531,31 @@ func (g *generator) emitCluster(name string, spec clusterSpec) error {
 	shape.shapeCluster(c)
 	g.shape(resourcev3.ClusterType, name, shape.clusterPolicies)
 	g.out.Clusters = append(g.out.Clusters, c)
-	return g.emitAssignment(name, spec, shape.locality)
+	g.askAssignment(name, spec, shape.locality)
+	return nil
 }
 
-// emitAssignment adds cluster name's shared endpoints, spread by plan,
-// with their digest.
-func (g *generator) emitAssignment(name string, spec clusterSpec, plan localityPlan) error {
-	a, err := g.assignments.get(name, spec, plan)
-	if err != nil {
-		return err
+// askAssignment asks for cluster name's endpoints, spread by plan: added
+// by emitPending after the cluster's fragment, which records the ask.
+func (g *generator) askAssignment(name string, spec clusterSpec, plan localityPlan) {
+	a := fragmentAssignment{name, spec, plan}
+	if g.rec != nil {
+		g.rec.assignments = append(g.rec.assignments, a)
 	}
-	g.out.Endpoints = append(g.out.Endpoints, a.cla)
-	g.out.setSum(listEndpoints, len(g.out.Endpoints)-1, a.digest)
+	g.pending = append(g.pending, a)
+}
+
+// emitPending adds the shared endpoints asked for, with their digests.
+func (g *generator) emitPending() error {
+	for _, p := range g.pending {
+		a, err := g.assignments.get(p.name, p.spec, p.plan)
+		if err != nil {
+			return err
+		}
+		g.out.Endpoints = append(g.out.Endpoints, a.cla)
+		g.out.setSum(listEndpoints, len(g.out.Endpoints)-1, a.digest)
+	}
+	g.pending = g.pending[:0]
 	return nil
 }
 

@@ -132,10 +132,13 @@ type nodeState struct {
 	since   time.Time
 	types   map[string]*TypeStatus
 	// res are the resources last set, and versions their versions by
-	// type; held are res's references in the intern table.
+	// type; held are res's references in the intern table; snap is the
+	// cache's snapshot of them, whose unchanged types the next one
+	// shares.
 	res      *Resources
 	versions map[string]string
 	held     []internKey
+	snap     *cachev3.Snapshot
 }
 
 // TypeStatus is the state of one resource type on one proxy.
@@ -541,16 +544,26 @@ func (s *Server) Set(ctx context.Context, nodeID string, res *Resources) error {
 	}
 	held := s.interned.intern(res)
 	s.interned.release(n.held)
+	prevVersions, prevSnap := n.versions, n.snap
 	n.versions, n.res, n.held = versions, res, held
-	s.mu.Unlock()
 	if same {
+		s.mu.Unlock()
 		return nil
 	}
+	// A type whose version did not change keeps the cache's resources
+	// of the last snapshot (its index by name is not built again).
 	snap := &cachev3.Snapshot{}
 	for i, list := range res.lists() {
 		typeURL := listTypes[i]
-		snap.Resources[cachev3.GetResponseType(typeURL)] = cachev3.NewResources(versions[typeURL], *list)
+		rt := cachev3.GetResponseType(typeURL)
+		if prevSnap != nil && prevVersions[typeURL] == versions[typeURL] {
+			snap.Resources[rt] = prevSnap.Resources[rt]
+			continue
+		}
+		snap.Resources[rt] = cachev3.NewResources(versions[typeURL], *list)
 	}
+	n.snap = snap
+	s.mu.Unlock()
 	return s.cache.SetSnapshot(ctx, nodeID, snap)
 }
 
@@ -573,7 +586,7 @@ func (s *Server) Forget(nodeID string) {
 		return
 	}
 	s.interned.release(n.held)
-	n.res, n.versions, n.held = nil, nil, nil
+	n.res, n.versions, n.held, n.snap = nil, nil, nil, nil
 	if n.streams == 0 {
 		delete(s.nodes, nodeID)
 	}
