@@ -391,8 +391,11 @@ func (c *Controller) generateFor(kind string, id Identity, from renderedFrom, pr
 	if res == nil {
 		return nil, nil
 	}
-	dp, err := ParseDataplane(res, id.Namespace)
-	if err != nil {
+	var err error
+	var dp *Dataplane
+	if prev != nil && prev.parsed.res == res && prev.parsed.namespace == id.Namespace {
+		dp = prev.parsed.dp // the same resource: parsed by the last rendering
+	} else if dp, err = ParseDataplane(res, id.Namespace); err != nil {
 		return nil, err
 	}
 	cfg, err := from.snap.Config(id.Name, id.Namespace)
@@ -401,10 +404,16 @@ func (c *Controller) generateFor(kind string, id Identity, from renderedFrom, pr
 	}
 	in := Input{Dataplane: dp, Zone: c.cfg.Zone, Config: cfg, Endpoints: from.endpoints, MTLS: from.mtls,
 		LoadAssignments: from.assignments, Faults: from.faults, AccessLogPipe: id.AccessLogPipe, Previous: prev}
+	generate := Generate
 	if kind == ProxyEnvoy {
-		return GenerateEnvoy(in)
+		generate = GenerateEnvoy
 	}
-	return Generate(in)
+	out, err := generate(in)
+	if err != nil {
+		return nil, err
+	}
+	out.parsed = parsedDataplane{res: res, namespace: id.Namespace, dp: dp}
+	return out, nil
 }
 
 // Inspect renders what a Dataplane's proxy of kind (ProxyGRPC,

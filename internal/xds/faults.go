@@ -62,12 +62,22 @@ func (f *Faults) index() {
 	}
 }
 
+// ClientTags are a client's tags with their canonical key.
+type ClientTags struct {
+	Tags map[string]string
+	key  string
+}
+
 // For returns the MeshFaultInjection conf service's destination gives a
 // client with tags client (nil: none), its origin, and whether the
-// service's instances disagree.
-func (f *Faults) For(service string, client map[string]string) (json.RawMessage, []policy.Origin, bool) {
+// service's instances disagree. A mesh without MeshFaultInjection
+// answers at once: nothing is indexed or evaluated.
+func (f *Faults) For(service string, client ClientTags) (json.RawMessage, []policy.Origin, bool) {
+	if !f.snap.HasPolicies("MeshFaultInjection") {
+		return nil, nil, false
+	}
 	f.once.Do(f.index)
-	key := service + "\x00" + tagKey(client)
+	key := service + "\x00" + client.key
 	f.mu.Lock()
 	if r, ok := f.memo[key]; ok {
 		f.mu.Unlock()
@@ -76,7 +86,7 @@ func (f *Faults) For(service string, client map[string]string) (json.RawMessage,
 	f.mu.Unlock()
 	var r faultResult
 	for i, d := range f.dest[service][:min(len(f.dest[service]), maxCompared)] {
-		ev, err := f.snap.EvaluateInbound(d.name, d.namespace, d.port, client)
+		ev, err := f.snap.EvaluateInbound(d.name, d.namespace, d.port, client.Tags)
 		if err != nil {
 			continue
 		}

@@ -106,6 +106,17 @@ type Resources struct {
 	// parts (fragment.go); reused counts the previous one's it reused.
 	fragments *fragmentState
 	reused    int
+	// parsed is the Dataplane the resources were rendered for, which
+	// the next rendering takes when its resource is the same.
+	parsed parsedDataplane
+}
+
+// parsedDataplane is a Dataplane resource (stored resources are never
+// changed in place) parsed in a namespace.
+type parsedDataplane struct {
+	res       *resource.Resource
+	namespace string
+	dp        *Dataplane
 }
 
 // PolicyRef names a policy: its type, name and namespace ("" for the
@@ -256,6 +267,8 @@ type generator struct {
 	// policyKeys their policiesKey, made once per rendering.
 	outbounds  map[string]map[string]*policy.OutboundPolicy
 	policyKeys map[string]policyKey
+	// tags are the proxy's client tags (clientTags).
+	tags ClientTags
 }
 
 type policyKey struct {

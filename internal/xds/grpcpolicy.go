@@ -650,8 +650,11 @@ func (g *generator) faultsFromConf(of string, conf json.RawMessage, origin []pol
 }
 
 // clientTags are what a destination's from-rules match this proxy by: its
-// first inbound's tags and its zone.
-func (g *generator) clientTags() map[string]string {
+// first inbound's tags and its zone; made once per rendering.
+func (g *generator) clientTags() ClientTags {
+	if g.tags.Tags != nil {
+		return g.tags
+	}
 	tags := map[string]string{}
 	if ins := g.in.Dataplane.Inbounds; len(ins) > 0 {
 		maps.Copy(tags, ins[0].Tags)
@@ -659,7 +662,8 @@ func (g *generator) clientTags() map[string]string {
 	if g.in.Zone != "" {
 		tags["kuma.io/zone"] = g.in.Zone
 	}
-	return tags
+	g.tags = ClientTags{Tags: tags, key: tagKey(tags)}
+	return g.tags
 }
 
 // fraction is a Kuma percentage (an integer or a decimal string, 0-100) in
