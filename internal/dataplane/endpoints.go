@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -262,7 +263,7 @@ func (e *Endpoints) writeSummaries(ctx context.Context, local map[string]map[str
 			r.Labels.Set(resource.LabelOrigin, resource.OriginZone)
 			r.Labels.Set(resource.LabelZone, e.cfg.Plane.Zone)
 			keep[r.Key()] = true
-			if have := own[r.Key()]; have != nil && sameSpec(have.Spec, raw) {
+			if have := own[r.Key()]; have != nil && sameSummary(have.Spec, raw, spec) {
 				continue
 			}
 			if _, _, err := e.cfg.Store.Put(ctx, r); err != nil {
@@ -279,12 +280,21 @@ func (e *Endpoints) writeSummaries(ctx context.Context, local map[string]map[str
 	}
 }
 
-func sameSpec(a, b []byte) bool {
-	var x, y any
-	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+// sameSummary says whether a stored summary's spec is the one rendered
+// (raw, the encoding of want). The store keeps the bytes written, so an
+// unchanged summary is the same bytes; one written otherwise (by an older
+// encoder, in another field order) is compared decoded.
+func sameSummary(stored, raw []byte, want summarySpec) bool {
+	if bytes.Equal(stored, raw) {
+		return true
+	}
+	var have summarySpec
+	if json.Unmarshal(stored, &have) != nil {
 		return false
 	}
-	return reflect.DeepEqual(x, y)
+	return have.Service == want.Service && slices.EqualFunc(have.Endpoints, want.Endpoints, func(a, b summaryEndpoint) bool {
+		return a.Address == b.Address && a.Port == b.Port && a.Healthy == b.Healthy && maps.Equal(a.Tags, b.Tags)
+	})
 }
 
 // SummaryName is the name of a service's summary: the service name made a

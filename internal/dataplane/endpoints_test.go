@@ -163,3 +163,35 @@ func TestSummaryName(t *testing.T) {
 		seen[n] = svc
 	}
 }
+
+// TestSameSummary: a stored summary is unchanged when it holds the same
+// endpoints, whatever its encoding's field order.
+func TestSameSummary(t *testing.T) {
+	want := summarySpec{Service: "web", Endpoints: []summaryEndpoint{
+		{Address: "10.0.0.1", Port: 80, Healthy: true, Tags: map[string]string{"version": "v1"}},
+		{Address: "10.0.0.2", Port: 80},
+	}}
+	raw, err := json.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		stored string
+		same   bool
+	}{
+		{"the same bytes", string(raw), true},
+		{"other field order", `{"endpoints":[{"tags":{"version":"v1"},"port":80,"healthy":true,"address":"10.0.0.1"},{"port":80,"address":"10.0.0.2","tags":{}}],"service":"web"}`, true},
+		{"health changed", `{"service":"web","endpoints":[{"address":"10.0.0.1","port":80,"healthy":false,"tags":{"version":"v1"}},{"address":"10.0.0.2","port":80}]}`, false},
+		{"tags changed", `{"service":"web","endpoints":[{"address":"10.0.0.1","port":80,"healthy":true,"tags":{"version":"v2"}},{"address":"10.0.0.2","port":80}]}`, false},
+		{"an endpoint fewer", `{"service":"web","endpoints":[{"address":"10.0.0.1","port":80,"healthy":true,"tags":{"version":"v1"}}]}`, false},
+		{"another service", `{"service":"api","endpoints":[{"address":"10.0.0.1","port":80,"healthy":true,"tags":{"version":"v1"}},{"address":"10.0.0.2","port":80}]}`, false},
+		{"not JSON", `{`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := sameSummary([]byte(tc.stored), raw, want); got != tc.same {
+				t.Errorf("sameSummary = %v, want %v", got, tc.same)
+			}
+		})
+	}
+}
