@@ -72,8 +72,9 @@ type Controller struct {
 	// reportedVersion is the programmed index's version ProgrammedChanged
 	// was last called for.
 	reportedVersion uint64
-	// renders counts renderings (tests: untouched proxies are skipped).
-	renders int
+	// renders counts renderings (tests: untouched proxies are skipped),
+	// reassigns the proxies given new endpoints alone.
+	renders, reassigns int
 }
 
 type renderedFrom struct {
@@ -169,17 +170,30 @@ func (c *Controller) renderAll(ctx context.Context) {
 		}
 		from.faults = c.faults[mesh]
 		for _, id := range ids {
-			if last, ok := c.last[id.NodeID]; ok && sameEndpoints(last.endpoints, from.endpoints) && last.mtls == from.mtls &&
-				last.id.Kind == id.Kind && last.id.AccessLogPipe == id.AccessLogPipe {
-				if last.snap == from.snap {
-					continue
-				}
-				if !touched.touches(id, last) {
-					// The change is not this proxy's: its resources stand,
-					// and the next change is counted from this snapshot.
-					last.snap, last.gen = from.snap, from.gen
+			if last, ok := c.last[id.NodeID]; ok && last.mtls == from.mtls &&
+				last.id.Kind == id.Kind && last.id.AccessLogPipe == id.AccessLogPipe &&
+				(last.snap == from.snap || !touched.touches(id, last)) {
+				// The policy change, if any, is not this proxy's: its
+				// resources stand, and the next change is counted from
+				// this snapshot.
+				last.snap, last.gen, last.faults = from.snap, from.gen, from.faults
+				if sameEndpoints(last.endpoints, from.endpoints) {
 					c.last[id.NodeID] = last
 					continue
+				}
+				if sameServices(last.endpoints, from.endpoints) {
+					// Instances came or went: the proxy's endpoints are
+					// taken again, nothing else is rendered.
+					done, err := c.reassign(ctx, id, from)
+					if err != nil {
+						c.cfg.Logger.Warn("updating a proxy's endpoints", "node", id.NodeID, "error", err)
+						continue
+					}
+					if done {
+						last.endpoints, last.assignments = from.endpoints, from.assignments
+						c.last[id.NodeID] = last
+						continue
+					}
 				}
 			}
 			if err := c.render(ctx, id, from); err != nil {
@@ -319,6 +333,41 @@ func sameEndpoints(a, b map[string][]Endpoint) bool {
 		}
 	}
 	return true
+}
+
+// sameServices: the same services, each with the same protocol
+// (protocolOf), so that a rendering from b differs from one from a in
+// its endpoints only.
+func sameServices(a, b map[string][]Endpoint) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		w, ok := b[k]
+		if !ok {
+			return false
+		}
+		if (len(v) == 0 || len(w) == 0 || &v[0] != &w[0]) && protocolOf(v) != protocolOf(w) {
+			return false
+		}
+	}
+	return true
+}
+
+// reassign gives id's proxy its current resources with every cluster's
+// endpoints taken from from's assignments; false when its resources do
+// not tell them (it is rendered instead).
+func (c *Controller) reassign(ctx context.Context, id Identity, from renderedFrom) (bool, error) {
+	cur := c.cfg.Server.current(id.NodeID)
+	if cur == nil || from.assignments == nil {
+		return false, nil
+	}
+	out, ok, err := cur.withAssignments(from.assignments)
+	if err != nil || !ok {
+		return false, err
+	}
+	c.reassigns++
+	return true, c.cfg.Server.Set(ctx, id.NodeID, out)
 }
 
 // render computes one proxy's resources and hands them to the server.

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -236,22 +237,66 @@ func TestControllerSkipsUntouchedProxies(t *testing.T) {
 		mu.Unlock()
 		src.change(func() { src.snap = next })
 	}
+	db := func(protocol string, addrs ...string) []Endpoint {
+		var out []Endpoint
+		for _, a := range addrs {
+			ep := Endpoint{Address: a, Port: 9000, Zone: "zone-1", Healthy: true}
+			if protocol != "" {
+				ep.Tags = map[string]string{"kuma.io/protocol": protocol}
+			}
+			out = append(out, ep)
+		}
+		return out
+	}
 	for _, tc := range []struct {
-		name   string
-		res    string
-		render int
+		name string
+		// res is a resource written, or endpoints the new endpoints.
+		res       string
+		endpoints map[string][]Endpoint
+		// render proxies are rendered, reassign given new endpoints
+		// alone.
+		render, reassign int
 	}{
-		{"a policy of web's touches web-1 alone", timeout("web-only", `{"kind":"MeshService","name":"web"}`, "2s"), 1},
-		{"a new mesh-wide policy touches both", timeout("everyone", `{"kind":"Mesh"}`, "3s"), 2},
-		{"a Dataplane touches itself", dp("api-1", "api", 8081), 1},
-		{"a Dataplane changing the mesh's services touches every proxy (implicit outbounds)", dp("api-1", "api2"), 2},
-		{"a service touches every proxy", `{"type":"MeshService","mesh":"default","name":"db","spec":{"selector":{"dataplaneTags":{"kuma.io/service":"db"}},"ports":[{"port":9000,"targetPort":9000,"appProtocol":"http"}]}}`, 2},
+		{name: "a policy of web's touches web-1 alone", res: timeout("web-only", `{"kind":"MeshService","name":"web"}`, "2s"), render: 1},
+		{name: "a new mesh-wide policy touches both", res: timeout("everyone", `{"kind":"Mesh"}`, "3s"), render: 2},
+		{name: "a Dataplane touches itself", res: dp("api-1", "api", 8081), render: 1},
+		{name: "a Dataplane changing the mesh's services touches every proxy (implicit outbounds)", res: dp("api-1", "api2"), render: 2},
+		{name: "a service touches every proxy", res: `{"type":"MeshService","mesh":"default","name":"db","spec":{"selector":{"dataplaneTags":{"kuma.io/service":"db"}},"ports":[{"port":9000,"targetPort":9000,"appProtocol":"http"}]}}`, render: 2},
+		{name: "an instance joining gives every proxy new endpoints, rendering none",
+			endpoints: map[string][]Endpoint{"db": db("", "10.0.0.9", "10.0.0.10")}, reassign: 2},
+		{name: "an instance leaving too", endpoints: map[string][]Endpoint{"db": db("", "10.0.0.10")}, reassign: 2},
+		{name: "a service whose protocol changed renders every proxy", endpoints: map[string][]Endpoint{"db": db("http", "10.0.0.10")}, render: 2},
+		{name: "a new service renders every proxy",
+			endpoints: map[string][]Endpoint{"db": db("http", "10.0.0.10"), "cache": db("", "10.0.0.11")}, render: 2},
 	} {
-		before := ctrl.renders
-		change(decode(tc.res))
+		renders, reassigns := ctrl.renders, ctrl.reassigns
+		if tc.endpoints != nil {
+			src.change(func() { src.endpoints = tc.endpoints })
+		} else {
+			change(decode(tc.res))
+		}
 		ctrl.renderAll(ctx)
-		if got := ctrl.renders - before; got != tc.render {
+		if got := ctrl.renders - renders; got != tc.render {
 			t.Errorf("%s: %d renderings, want %d", tc.name, got, tc.render)
+		}
+		if got := ctrl.reassigns - reassigns; got != tc.reassign {
+			t.Errorf("%s: %d proxies given endpoints alone, want %d", tc.name, got, tc.reassign)
+		}
+		// Whatever the path, each proxy holds what a fresh rendering
+		// gives.
+		for _, name := range []string{"web-1", "api-1"} {
+			fresh, err := ctrl.Inspect(ctx, ProxyGRPC, "default", name, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := Versions(fresh)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, got, _ := srv.Current("default." + name)
+			if !maps.Equal(got, want) {
+				t.Errorf("%s: %s holds versions %v, a fresh rendering %v", tc.name, name, got, want)
+			}
 		}
 	}
 }

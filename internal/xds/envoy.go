@@ -143,9 +143,13 @@ func (e *envoyGen) lbOf(svc string) *envoyLB {
 	return lb
 }
 
-// protocol is what a service speaks: its instances' kuma.io/protocol.
-func (e *envoyGen) protocol(svc string) string {
-	for _, ep := range e.in.Endpoints[svc] {
+// protocol is what a service speaks (protocolOf its endpoints).
+func (e *envoyGen) protocol(svc string) string { return protocolOf(e.in.Endpoints[svc]) }
+
+// protocolOf is what a service's instances say it speaks: the first
+// kuma.io/protocol among them, else tcp.
+func protocolOf(eps []Endpoint) string {
+	for _, ep := range eps {
 		if p := ep.Tags["kuma.io/protocol"]; p != "" {
 			return p
 		}

@@ -109,6 +109,9 @@ type Resources struct {
 	// parsed is the Dataplane the resources were rendered for, which
 	// the next rendering takes when its resource is the same.
 	parsed parsedDataplane
+	// asked are the assignments behind Endpoints, one each, in order:
+	// what withAssignments takes again from other endpoints.
+	asked []fragmentAssignment
 }
 
 // parsedDataplane is a Dataplane resource (stored resources are never
@@ -567,9 +570,34 @@ func (g *generator) emitPending() error {
 		}
 		g.out.Endpoints = append(g.out.Endpoints, a.cla)
 		g.out.setSum(listEndpoints, len(g.out.Endpoints)-1, a.digest)
+		g.out.asked = append(g.out.asked, p)
 	}
 	g.pending = g.pending[:0]
 	return nil
+}
+
+// withAssignments are r with every cluster's endpoints taken from a
+// instead: what a rendering from other endpoints (of the same services,
+// with the same protocols, sameServices) gives when nothing else changed.
+// r is not changed; the result shares its resources but not its lists.
+// ok is false when r's endpoints cannot be told apart (a rendering that
+// did not record them).
+func (r *Resources) withAssignments(a *LoadAssignments) (out *Resources, ok bool, err error) {
+	if len(r.asked) != len(r.Endpoints) {
+		return nil, false, nil
+	}
+	c := *r
+	c.Listeners, c.Routes, c.Clusters = slices.Clone(r.Listeners), slices.Clone(r.Routes), slices.Clone(r.Clusters)
+	c.Endpoints = make([]types.Resource, len(r.asked))
+	c.sums[listEndpoints] = make([][sha256.Size]byte, len(r.asked))
+	for i, p := range r.asked {
+		sa, err := a.get(p.name, p.spec, p.plan)
+		if err != nil {
+			return nil, false, err
+		}
+		c.Endpoints[i], c.sums[listEndpoints][i] = sa.cla, sa.digest
+	}
+	return &c, true, nil
 }
 
 // clientKey sums up what a gRPC client's listener and routes for svc are

@@ -56,7 +56,11 @@ func digestAll(res *Resources) error {
 // (adding the others) and returns the keys res now holds. res's digests
 // must be complete (digestAll).
 func (t *internTable) intern(res *Resources) []internKey {
-	var keys []internKey
+	n := 0
+	for _, list := range res.lists() {
+		n += len(*list)
+	}
+	keys := make([]internKey, 0, n)
 	for i, list := range res.lists() {
 		items := *list
 		for j, r := range items {
