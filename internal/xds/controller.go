@@ -238,6 +238,14 @@ type touchedSet struct {
 	snap    *policy.MeshSnapshot
 	gen     uint64
 	matched map[matchedKey]map[string]bool // a nil entry: the snapshot does not hold the policy
+	// since are the changes after each generation the proxies were last
+	// rendered at (most share one), asked once.
+	since map[uint64]changedKeys
+}
+
+type changedKeys struct {
+	keys []resource.Key
+	ok   bool
 }
 
 type matchedKey struct {
@@ -255,7 +263,15 @@ func (t *touchedSet) touches(id Identity, last renderedFrom) bool {
 	if t.c.cfg.Sources.ChangedSince == nil || last.gen == 0 || t.gen == 0 {
 		return true
 	}
-	keys, ok := t.c.cfg.Sources.ChangedSince(t.mesh, last.gen, t.gen)
+	ch, asked := t.since[last.gen]
+	if !asked {
+		ch.keys, ch.ok = t.c.cfg.Sources.ChangedSince(t.mesh, last.gen, t.gen)
+		if t.since == nil {
+			t.since = map[uint64]changedKeys{}
+		}
+		t.since[last.gen] = ch
+	}
+	keys, ok := ch.keys, ch.ok
 	if !ok {
 		return true
 	}

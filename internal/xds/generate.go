@@ -579,15 +579,14 @@ func (g *generator) emitPending() error {
 // withAssignments are r with every cluster's endpoints taken from a
 // instead: what a rendering from other endpoints (of the same services,
 // with the same protocols, sameServices) gives when nothing else changed.
-// r is not changed; the result shares its resources but not its lists.
-// ok is false when r's endpoints cannot be told apart (a rendering that
-// did not record them).
+// r is not changed; the result shares its other lists (Server.Set keeps
+// such lists as they are). ok is false when r's endpoints cannot be told
+// apart (a rendering that did not record them).
 func (r *Resources) withAssignments(a *LoadAssignments) (out *Resources, ok bool, err error) {
 	if len(r.asked) != len(r.Endpoints) {
 		return nil, false, nil
 	}
 	c := *r
-	c.Listeners, c.Routes, c.Clusters = slices.Clone(r.Listeners), slices.Clone(r.Routes), slices.Clone(r.Clusters)
 	c.Endpoints = make([]types.Resource, len(r.asked))
 	c.sums[listEndpoints] = make([][sha256.Size]byte, len(r.asked))
 	for i, p := range r.asked {

@@ -52,28 +52,23 @@ func digestAll(res *Resources) error {
 	return nil
 }
 
-// intern replaces res's resources by the table's copies of equal ones
-// (adding the others) and returns the keys res now holds. res's digests
-// must be complete (digestAll).
-func (t *internTable) intern(res *Resources) []internKey {
-	n := 0
-	for _, list := range res.lists() {
-		n += len(*list)
-	}
-	keys := make([]internKey, 0, n)
-	for i, list := range res.lists() {
-		items := *list
-		for j, r := range items {
-			k := internKey{listTypes[i], res.sums[i][j]}
-			e := t.entries[k]
-			if e == nil {
-				e = &internEntry{res: r}
-				t.entries[k] = e
-			}
-			e.refs++
-			items[j] = e.res
-			keys = append(keys, k)
+// intern replaces the resources of list (in listTypes' order) by the
+// table's copies of equal ones (adding the others) and returns the keys
+// they now hold. sums are their digests (digestAll).
+func (t *internTable) intern(list int, items []types.Resource, sums [][sha256.Size]byte) []internKey {
+	keys := make([]internKey, len(items))
+	for j, r := range items {
+		k := internKey{listTypes[list], sums[j]}
+		e := t.entries[k]
+		if e == nil {
+			e = &internEntry{res: r}
+			t.entries[k] = e
 		}
+		e.refs++
+		if items[j] != e.res { // a list shared with the last rendering holds interned ones: never written
+			items[j] = e.res
+		}
+		keys[j] = k
 	}
 	return keys
 }

@@ -132,12 +132,12 @@ type nodeState struct {
 	since   time.Time
 	types   map[string]*TypeStatus
 	// res are the resources last set, and versions their versions by
-	// type; held are res's references in the intern table; snap is the
-	// cache's snapshot of them, whose unchanged types the next one
-	// shares.
+	// type; held are res's references in the intern table, by list;
+	// snap is the cache's snapshot of them, whose unchanged types the
+	// next one shares.
 	res      *Resources
 	versions map[string]string
-	held     []internKey
+	held     [4][]internKey
 	snap     *cachev3.Snapshot
 }
 
@@ -530,22 +530,48 @@ func (s *Server) Status(nodeID string) (NodeStatus, bool) {
 // Set makes res the node's resources: each type's version is a hash of
 // its resources, so a type that did not change is not sent again. The
 // server keeps res, whose resources it replaces by equal ones other nodes
-// hold (internTable): neither may change afterwards.
+// hold (internTable): neither may change afterwards. A list holding the
+// very resources of the node's last one (a rendering that reused them)
+// keeps its version, references and cache resources as they are. Set is
+// called for a node by one goroutine at a time (the controller).
 func (s *Server) Set(ctx context.Context, nodeID string, res *Resources) error {
-	versions, err := Versions(res)
-	if err != nil {
+	if err := digestAll(res); err != nil {
 		return err
 	}
 	s.mu.Lock()
+	last := s.node(nodeID).res
+	lastVersions := s.nodes[nodeID].versions
+	s.mu.Unlock()
+	versions := make(map[string]string, len(listTypes))
+	var kept [4]bool
+	for i, list := range res.lists() {
+		if last != nil && sameItems(*list, *last.lists()[i]) {
+			kept[i] = true
+			versions[listTypes[i]] = lastVersions[listTypes[i]]
+			continue
+		}
+		versions[listTypes[i]] = versionOf(*list, res.sums[i])
+	}
+
+	s.mu.Lock()
 	n := s.node(nodeID)
+	if n.res != last { // forgotten meanwhile: nothing of the last is held
+		kept = [4]bool{}
+	}
 	same := n.res != nil && len(n.versions) == len(versions)
 	for t, v := range versions {
 		same = same && n.versions[t] == v
 	}
-	held := s.interned.intern(res)
-	s.interned.release(n.held)
+	for i, list := range res.lists() {
+		if kept[i] {
+			continue
+		}
+		held := s.interned.intern(i, *list, res.sums[i])
+		s.interned.release(n.held[i])
+		n.held[i] = held
+	}
 	prevVersions, prevSnap := n.versions, n.snap
-	n.versions, n.res, n.held = versions, res, held
+	n.versions, n.res = versions, res
 	if same {
 		s.mu.Unlock()
 		return nil
@@ -567,6 +593,19 @@ func (s *Server) Set(ctx context.Context, nodeID string, res *Resources) error {
 	return s.cache.SetSnapshot(ctx, nodeID, snap)
 }
 
+// sameItems: the very same resources in the same order.
+func sameItems(a, b []types.Resource) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
 // OnConnect sets the function called when a node's first stream opens.
 // Call it before serving.
 func (s *Server) OnConnect(fn func(nodeID string)) { s.cfg.Connected = fn }
@@ -585,8 +624,10 @@ func (s *Server) Forget(nodeID string) {
 	if n == nil {
 		return
 	}
-	s.interned.release(n.held)
-	n.res, n.versions, n.held, n.snap = nil, nil, nil, nil
+	for _, keys := range n.held {
+		s.interned.release(keys)
+	}
+	n.res, n.versions, n.held, n.snap = nil, nil, [4][]internKey{}, nil
 	if n.streams == 0 {
 		delete(s.nodes, nodeID)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"maps"
 	"net"
 	"strings"
 	"testing"
@@ -397,6 +398,19 @@ func TestEqualResourcesAreShared(t *testing.T) {
 	// Setting equal resources again keeps one reference per node.
 	if err := s.Set(ctx, "m.web-2", listenerResources("a", "b")); err != nil {
 		t.Fatal(err)
+	}
+	// So does setting the very list the node holds (a rendering that
+	// changed another type): its version and references stand.
+	held, versions, _ := s.Current("m.web-2")
+	again := *held
+	if err := s.Set(ctx, "m.web-2", &again); err != nil {
+		t.Fatal(err)
+	}
+	if _, v, _ := s.Current("m.web-2"); !maps.Equal(v, versions) {
+		t.Fatalf("versions after setting the same lists: %v, before %v", v, versions)
+	}
+	if n := len(s.interned.entries); n != 3 {
+		t.Fatalf("%d interned resources after setting the same lists, want 3", n)
 	}
 	s.Forget("m.web-2")
 	if n := len(s.interned.entries); n != 2 {
