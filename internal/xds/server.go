@@ -12,13 +12,16 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	deltav3 "github.com/envoyproxy/go-control-plane/pkg/server/delta/v3"
+	sotwv3 "github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -97,8 +100,13 @@ type ServerConfig struct {
 // Server serves xDS. Safe for concurrent use.
 type Server struct {
 	cfg   ServerConfig
+	ctx   context.Context // the server's life: its end ends every stream
 	cache cachev3.SnapshotCache
-	xds   serverv3.Server
+	// watcher is the cache the streams watch (nackCache).
+	watcher nackCache
+	// lastStream numbers the streams (go-control-plane's own numbers
+	// start again with each of its servers, one per stream).
+	lastStream atomic.Int64
 
 	mu      sync.Mutex
 	streams map[int64]*streamInfo
@@ -194,7 +202,7 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	// exist gets an answer without it at once (gRPC then fails the call)
 	// instead of a watch that waits forever.
 	s.cache = cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil)
-	s.xds = serverv3.NewServer(ctx, nackCache{SnapshotCache: s.cache, s: s}, s.callbacks())
+	s.ctx, s.watcher = ctx, nackCache{SnapshotCache: s.cache, s: s}
 	return s, nil
 }
 
@@ -212,15 +220,21 @@ type adsService struct {
 
 type identityKey struct{}
 
+// Each stream runs on a go-control-plane server of its own whose context
+// is the stream's: go-control-plane's stream loop ends with its server's
+// context, not with the stream's, so a stream the server ends (a revoked
+// token, a takeover) returns at once, in the handler's goroutine, with no
+// goroutine of ours waiting beside it.
+
 func (a *adsService) StreamAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
-	return a.s.serve(stream.Context(), func(ctx context.Context) error {
-		return a.s.xds.StreamAggregatedResources(sotwStream{stream, ctx})
+	return a.s.serve(stream.Context(), func(ctx context.Context, cb streamCallbacks) error {
+		return sotwv3.NewServer(ctx, a.s.watcher, cb).StreamHandler(sotwStream{stream, ctx}, resourcev3.AnyType)
 	})
 }
 
 func (a *adsService) DeltaAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
-	return a.s.serve(stream.Context(), func(ctx context.Context) error {
-		return a.s.xds.DeltaAggregatedResources(deltaStream{stream, ctx})
+	return a.s.serve(stream.Context(), func(ctx context.Context, cb streamCallbacks) error {
+		return deltav3.NewServer(ctx, a.s.watcher, cb).DeltaStreamHandler(deltaStream{stream, ctx}, resourcev3.AnyType)
 	})
 }
 
@@ -243,12 +257,13 @@ var errStreamEnded = errors.New("xds stream ended by the control plane")
 
 // serve identifies a stream and runs it until it ends or the server ends
 // it; the stream's error then tells the proxy why.
-func (s *Server) serve(ctx context.Context, run func(context.Context) error) error {
+func (s *Server) serve(ctx context.Context, run func(context.Context, streamCallbacks) error) error {
 	id, err := s.cfg.Identify(ctx)
 	if err != nil {
 		return status.Error(codes.Unauthenticated, err.Error())
 	}
 	ctx, cancel := context.WithCancelCause(context.WithValue(ctx, identityKey{}, id))
+	stop := context.AfterFunc(s.ctx, func() { cancel(nil) })
 	ls := &liveStream{id: id, cancel: cancel}
 	s.mu.Lock()
 	s.live[ls] = struct{}{}
@@ -257,23 +272,19 @@ func (s *Server) serve(ctx context.Context, run func(context.Context) error) err
 		s.mu.Lock()
 		delete(s.live, ls)
 		s.mu.Unlock()
+		stop()
 		cancel(nil)
 	}()
-	done := make(chan error, 1)
-	go func() { done <- run(ctx) }()
-	select {
-	case err := <-done:
+	err = run(ctx, streamCallbacks{s: s, id: s.lastStream.Add(1)})
+	if ctx.Err() == nil {
 		return err
-	case <-ctx.Done():
-		cause := context.Cause(ctx)
-		if errors.Is(cause, errStreamEnded) {
-			return status.Error(codes.PermissionDenied, cause.Error())
-		}
-		return status.FromContextError(ctx.Err()).Err()
 	}
+	if cause := context.Cause(ctx); errors.Is(cause, errStreamEnded) {
+		return status.Error(codes.PermissionDenied, cause.Error())
+	}
+	return status.FromContextError(ctx.Err()).Err()
 }
 
-// End ends the running streams whose identity match selects, with reason.
 func (s *Server) End(match func(Identity) bool, reason string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -287,30 +298,35 @@ func (s *Server) End(match func(Identity) bool, reason string) int {
 	return n
 }
 
-func (s *Server) callbacks() serverv3.Callbacks {
-	return serverv3.CallbackFuncs{
-		StreamOpenFunc:      s.open,
-		DeltaStreamOpenFunc: s.open,
-		StreamClosedFunc:    func(id int64, _ *corev3.Node) { s.closed(id) },
-		DeltaStreamClosedFunc: func(id int64, _ *corev3.Node) {
-			s.closed(id)
-		},
-		StreamRequestFunc: func(id int64, req *discoveryv3.DiscoveryRequest) error {
-			return s.request(id, req.GetNode(), req.GetTypeUrl(), req.GetVersionInfo(), req.GetResponseNonce(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
-		},
-		StreamDeltaRequestFunc: func(id int64, req *discoveryv3.DeltaDiscoveryRequest) error {
-			return s.request(id, req.GetNode(), req.GetTypeUrl(), "", req.GetResponseNonce(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
-		},
-		StreamResponseFunc: func(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
-			s.sent(id, resp.GetTypeUrl(), resp.GetVersionInfo())
-		},
-		StreamDeltaResponseFunc: func(id int64, _ *discoveryv3.DeltaDiscoveryRequest, resp *discoveryv3.DeltaDiscoveryResponse) {
-			s.sent(id, resp.GetTypeUrl(), resp.GetSystemVersionInfo())
-		},
-	}
+// streamCallbacks are go-control-plane's callbacks for one stream, which
+// the server knows by id (go-control-plane's stream ids are ignored).
+type streamCallbacks struct {
+	s  *Server
+	id int64
 }
 
-func (s *Server) open(ctx context.Context, id int64, _ string) error {
+func (c streamCallbacks) OnStreamOpen(ctx context.Context, _ int64, _ string) error {
+	return c.s.open(ctx, c.id)
+}
+func (c streamCallbacks) OnStreamClosed(int64, *corev3.Node) { c.s.closed(c.id) }
+func (c streamCallbacks) OnStreamRequest(_ int64, req *discoveryv3.DiscoveryRequest) error {
+	return c.s.request(c.id, req.GetNode(), req.GetTypeUrl(), req.GetVersionInfo(), req.GetResponseNonce(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
+}
+func (c streamCallbacks) OnStreamResponse(_ context.Context, _ int64, _ *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
+	c.s.sent(c.id, resp.GetTypeUrl(), resp.GetVersionInfo())
+}
+func (c streamCallbacks) OnDeltaStreamOpen(ctx context.Context, _ int64, _ string) error {
+	return c.s.open(ctx, c.id)
+}
+func (c streamCallbacks) OnDeltaStreamClosed(int64, *corev3.Node) { c.s.closed(c.id) }
+func (c streamCallbacks) OnStreamDeltaRequest(_ int64, req *discoveryv3.DeltaDiscoveryRequest) error {
+	return c.s.request(c.id, req.GetNode(), req.GetTypeUrl(), "", req.GetResponseNonce(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
+}
+func (c streamCallbacks) OnStreamDeltaResponse(_ int64, _ *discoveryv3.DeltaDiscoveryRequest, resp *discoveryv3.DeltaDiscoveryResponse) {
+	c.s.sent(c.id, resp.GetTypeUrl(), resp.GetSystemVersionInfo())
+}
+
+func (s *Server) open(ctx context.Context, id int64) error {
 	ident, ok := ctx.Value(identityKey{}).(Identity)
 	if !ok {
 		return status.Error(codes.Unauthenticated, "stream without an identity")
