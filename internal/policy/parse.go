@@ -260,15 +260,15 @@ func (b *builder) ownNamespace(r *resource.Resource) string {
 func (b *builder) effectiveTop(p *policy, top targetRef) {
 	switch {
 	case p.role == resource.RoleConsumer || p.role == resource.RoleWorkloadOwner:
-		scope := map[string]string{resource.LabelZone: p.zone, resource.LabelNamespace: p.ownNS}
-		p.scope = tagList(scope)
+		p.scope = b.s.refs.scope(p.zone, p.ownNS, true)
 		if top.Kind == "" || top.Kind == resource.KindMesh {
 			// "Mesh" (or nothing) in a consumer/workload-owner
 			// policy means MeshSubset{kuma.io/zone, k8s.kuma.io/namespace}.
+			scope := map[string]string{resource.LabelZone: p.zone, resource.LabelNamespace: p.ownNS}
 			top = targetRef{Kind: resource.KindMeshSubset, Tags: scope, ProxyTypes: top.ProxyTypes}
 		}
 	case p.origin == originZone && p.role != resource.RoleProducer && p.zone != "":
-		p.scope = []tag{{resource.LabelZone, p.zone}}
+		p.scope = b.s.refs.scope(p.zone, "", false)
 	}
 	if top.Kind == "" {
 		top.Kind = resource.KindMesh

@@ -1,6 +1,10 @@
 package policy
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/meridian-mesh/meridian/internal/resource"
+)
 
 // refTable shares equal targetRefs between parsed policies. A targetRef is
 // 120 bytes, and each policy kept two or more of them (its top-level one
@@ -12,6 +16,15 @@ import "sync"
 type refTable struct {
 	mu sync.Mutex
 	m  map[refKey]*targetRef
+	// scopes shares the implicit scopes of policies (a zone, with a
+	// namespace for consumer and workload-owner policies): equal scopes
+	// are then one slice, which matching compares by address first.
+	scopes map[scopeKey][]tag
+}
+
+type scopeKey struct {
+	zone, namespace string
+	withNamespace   bool
 }
 
 type refKey struct{ kind, name, namespace, mesh, section string }
@@ -21,7 +34,31 @@ type refKey struct{ kind, name, namespace, mesh, section string }
 // names of services long gone do not accumulate over a zone's life.
 const maxSharedRefs = 4096
 
-func newRefTable() *refTable { return &refTable{m: map[refKey]*targetRef{}} }
+func newRefTable() *refTable {
+	return &refTable{m: map[refKey]*targetRef{}, scopes: map[scopeKey][]tag{}}
+}
+
+// scope returns the implicit scope of a policy of zone (and of namespace
+// when withNamespace), shared, sorted by key; the caller must not write it.
+func (t *refTable) scope(zone, namespace string, withNamespace bool) []tag {
+	k := scopeKey{zone, namespace, withNamespace}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s, ok := t.scopes[k]; ok {
+		return s
+	}
+	if len(t.scopes) >= maxSharedRefs {
+		t.scopes = make(map[scopeKey][]tag)
+	}
+	var s []tag
+	if withNamespace {
+		s = tagList(map[string]string{resource.LabelZone: zone, resource.LabelNamespace: namespace})
+	} else {
+		s = []tag{{resource.LabelZone, zone}}
+	}
+	t.scopes[k] = s
+	return s
+}
 
 // intern returns a ref equal to r that the caller must not write. r is
 // copied to the heap only when it is new: taking &r made every call

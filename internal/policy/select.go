@@ -186,7 +186,7 @@ func newSectionFacts(secs []section) *sectionFacts {
 }
 
 func (f *sectionFacts) inScope(scope []tag) []bool {
-	if f.in != nil && slices.Equal(f.scope, scope) {
+	if f.in != nil && sameTags(f.scope, scope) {
 		return f.in
 	}
 	if f.in == nil {
@@ -209,6 +209,15 @@ type quickSel struct {
 	kind    quickKind
 	scope   []tag  // the policy's scope (shared with its definition)
 	service string // quickService: the kuma.io/service it selects
+}
+
+// sameTags: equal tag lists; the implicit scopes are shared (refTable),
+// so equal ones are mostly the same slice.
+func sameTags(a, b []tag) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	return len(a) == 0 || &a[0] == &b[0] || slices.Equal(a, b)
 }
 
 // inScope reports whether sec carries every tag of the scope.
