@@ -320,6 +320,25 @@ type typeIndex struct {
 	toOnce sync.Once
 	toIdx  atomic.Pointer[toIndex]
 	toSeed *toSeed
+
+	// warned are the indexes of the policies with warnings of their own,
+	// in order, listed on first use: a finished type's policies keep
+	// their warnings, and most have none, so a Dataplane's view reads
+	// those of its matched policies without visiting every policy.
+	warnedOnce sync.Once
+	warned     []int32
+}
+
+// warnedPolicies lists t's policies with warnings of their own (warned).
+func (t *typeIndex) warnedPolicies() []int32 {
+	t.warnedOnce.Do(func() {
+		for i, p := range t.policies {
+			if len(p.warnings) > 0 {
+				t.warned = append(t.warned, int32(i))
+			}
+		}
+	})
+	return t.warned
 }
 
 type meshService struct {

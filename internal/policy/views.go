@@ -48,9 +48,9 @@ func (s *MeshSnapshot) view(t *typeIndex, dp *dataplane, lazy bool) *typeView {
 		return v
 	}
 	matched := s.matchedPolicies(t, dp)
-	for _, p := range t.policies {
-		if matched[p.idx] {
-			v.warnings = append(v.warnings, p.warnings...)
+	for _, i := range t.warnedPolicies() {
+		if matched[i] {
+			v.warnings = append(v.warnings, t.policies[i].warnings...)
 		}
 	}
 	if t.desc.ProxyWide {
