@@ -285,6 +285,7 @@ func (s *Server) serve(ctx context.Context, run func(context.Context, streamCall
 	return status.FromContextError(ctx.Err()).Err()
 }
 
+// End ends the running streams whose identity match selects, with reason.
 func (s *Server) End(match func(Identity) bool, reason string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
