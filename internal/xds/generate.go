@@ -564,12 +564,9 @@ func (g *generator) askAssignment(name string, spec clusterSpec, plan localityPl
 // emitPending adds the shared endpoints asked for, with their digests.
 func (g *generator) emitPending() error {
 	for _, p := range g.pending {
-		a, err := g.assignments.get(p.name, p.spec, p.plan)
-		if err != nil {
+		if err := g.out.addAssignment(g.assignments, p); err != nil {
 			return err
 		}
-		g.out.Endpoints = append(g.out.Endpoints, a.cla)
-		g.out.setSum(listEndpoints, len(g.out.Endpoints)-1, a.digest)
 		g.out.asked = append(g.out.asked, p)
 	}
 	g.pending = g.pending[:0]
@@ -587,16 +584,26 @@ func (r *Resources) withAssignments(a *LoadAssignments) (out *Resources, ok bool
 		return nil, false, nil
 	}
 	c := *r
-	c.Endpoints = make([]types.Resource, len(r.asked))
-	c.sums[listEndpoints] = make([][sha256.Size]byte, len(r.asked))
-	for i, p := range r.asked {
-		sa, err := a.get(p.name, p.spec, p.plan)
-		if err != nil {
+	c.Endpoints = make([]types.Resource, 0, len(r.asked))
+	c.sums[listEndpoints] = make([][sha256.Size]byte, 0, len(r.asked))
+	for _, p := range r.asked {
+		if err := c.addAssignment(a, p); err != nil {
 			return nil, false, err
 		}
-		c.Endpoints[i], c.sums[listEndpoints][i] = sa.cla, sa.digest
 	}
 	return &c, true, nil
+}
+
+// addAssignment appends the shared endpoints of the cluster p asks for,
+// from a, with their digest.
+func (r *Resources) addAssignment(a *LoadAssignments, p fragmentAssignment) error {
+	sa, err := a.get(p.name, p.spec, p.plan)
+	if err != nil {
+		return err
+	}
+	r.Endpoints = append(r.Endpoints, sa.cla)
+	r.setSum(listEndpoints, len(r.Endpoints)-1, sa.digest)
+	return nil
 }
 
 // clientKey sums up what a gRPC client's listener and routes for svc are
