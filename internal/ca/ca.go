@@ -229,7 +229,8 @@ type Leaf struct {
 
 // IssueLeaf signs csr as a leaf for client and server authentication with
 // leaf's names, valid for validity but never past this CA; the result is
-// the leaf followed by this CA's chain (what a TLS peer presents).
+// the leaf followed by this CA's chain without the root (what a TLS peer
+// presents).
 func (a *Authority) IssueLeaf(csr *x509.CertificateRequest, leaf Leaf, validity time.Duration) ([]*x509.Certificate, error) {
 	tmpl := &x509.Certificate{
 		Subject:               pkix.Name{CommonName: leaf.CommonName},
@@ -243,7 +244,19 @@ func (a *Authority) IssueLeaf(csr *x509.CertificateRequest, leaf Leaf, validity 
 	if err != nil {
 		return nil, err
 	}
-	return append([]*x509.Certificate{cert}, a.Chain...), nil
+	return append([]*x509.Certificate{cert}, a.presented()...), nil
+}
+
+// presented is the part of the chain a leaf's holder sends with it: the
+// issuer and its intermediates, not the root. Peers verify against the
+// root they hold, so a root sent along is bytes on every handshake and a
+// parsed copy kept by every peer's connection (a zone holds one
+// connection per proxy).
+func (a *Authority) presented() []*x509.Certificate {
+	if n := len(a.Chain); n > 0 && a.Chain[n-1].Equal(a.Root) {
+		return a.Chain[:n-1]
+	}
+	return a.Chain
 }
 
 func (a *Authority) sign(tmpl *x509.Certificate, csr *x509.CertificateRequest, validity time.Duration) (*x509.Certificate, error) {

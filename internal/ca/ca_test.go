@@ -108,6 +108,32 @@ func TestRootIntermediateLeaf(t *testing.T) {
 	}
 }
 
+// TestRootLeafComesAlone: a leaf a root signs is presented alone (its
+// peers hold the root), and verifies to that root.
+func TestRootLeafComesAlone(t *testing.T) {
+	rootPEM, rootKeyPEM, err := NewRoot(rand.Reader, t0, "zone-1 xDS clients", 365*24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := mustAuthority(t, rootPEM, rootKeyPEM, rootPEM)
+	key, _ := NewKey(rand.Reader)
+	csrPEM, _ := NewCSR(rand.Reader, key, "ignored")
+	csr, _ := ParseCSR(csrPEM)
+	chain, err := root.IssueLeaf(csr, Leaf{CommonName: "default.web-1"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(chain) != 1 {
+		t.Fatalf("chain: %d certificates, want the leaf alone", len(chain))
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(root.Cert)
+	if _, err := chain[0].Verify(x509.VerifyOptions{Roots: roots, CurrentTime: t0,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Fatalf("leaf does not verify to the root: %v", err)
+	}
+}
+
 func TestLoadAuthorityRefusesMismatchedKey(t *testing.T) {
 	certPEM, _, _ := NewRoot(rand.Reader, t0, "a", time.Hour)
 	_, otherKey, _ := NewRoot(rand.Reader, t0, "b", time.Hour)
