@@ -23,10 +23,12 @@ import (
 // policy changes, the snapshot is rebuilt from the change, and web-1 is
 // rendered from it (its _config, then the resources): for proxyless gRPC
 // and for Envoy. The Envoy configuration's size is its encoded bytes.
+// There are renderRounds rounds because a p99 needs more than a hundred
+// samples: of 60, it is their maximum, one stall of the machine.
 
 const (
 	renderServices = 100
-	renderRounds   = 60
+	renderRounds   = 300
 )
 
 // renderFixture is the rendering scenario's mesh: its snapshot, web-1 and
