@@ -90,11 +90,13 @@ func GenerateEnvoy(in Input) (*Resources, error) {
 			// listeners.
 			continue
 		}
-		key := ""
+		var key []byte
 		if pk, ok := e.policiesKey(o.Service); ok && o.Service != "" {
-			key = "o|" + strconv.Itoa(o.Port) + "|" + o.Service + "|" + e.protocol(o.Service) + "|" + pk
+			key = strconv.AppendInt(append(e.keyBuf[:0], "o|"...), int64(o.Port), 10)
+			key = appendKey(key, o.Service, e.protocol(o.Service), pk)
+			e.keyBuf = key
 		}
-		if err := e.inFragment("outbound:"+strconv.Itoa(o.Port), key, func() error { return e.outbound(o) }); err != nil {
+		if err := e.inFragment(fragmentID{kind: "outbound", port: o.Port}, key, func() error { return e.outbound(o) }); err != nil {
 			return nil, err
 		}
 	}
@@ -663,10 +665,11 @@ func (e *envoyGen) emitClusters() error {
 	for _, name := range names {
 		spec := e.clusters[name]
 		key := e.clusterKey(name, spec)
-		if key != "" {
-			key += "|" + e.protocol(spec.service)
+		if key != nil {
+			key = appendKey(key, e.protocol(spec.service))
+			e.keyBuf = key
 		}
-		if err := e.inFragment("cluster:"+name, key, func() error { return e.emitCluster(name, spec) }); err != nil {
+		if err := e.inFragment(fragmentID{kind: "cluster", name: name}, key, func() error { return e.emitCluster(name, spec) }); err != nil {
 			return err
 		}
 		if err := e.emitPending(); err != nil {

@@ -2,6 +2,9 @@ package xds
 
 import (
 	"encoding/json"
+	"maps"
+	"slices"
+	"strconv"
 	"sync"
 
 	"github.com/meridian-mesh/meridian/internal/policy"
@@ -108,8 +111,28 @@ func (f *Faults) For(service string, client ClientTags) (json.RawMessage, []poli
 	return r.conf, r.origin, r.differ
 }
 
-// tagKey is a canonical key of a tag set.
+// tagKey is a canonical key of a tag set: its pairs in key order, each
+// string prefixed by its length, so that no two sets share a key ("" for
+// none). Fragment keys make one per cluster and rendering.
 func tagKey(tags map[string]string) string {
-	b, _ := json.Marshal(tags) // map keys are sorted
+	if len(tags) == 0 {
+		return ""
+	}
+	keys := slices.Sorted(maps.Keys(tags))
+	n := 0
+	for _, k := range keys {
+		n += len(k) + len(tags[k]) + 8
+	}
+	b := make([]byte, 0, n)
+	for _, k := range keys {
+		b = appendSized(b, k)
+		b = appendSized(b, tags[k])
+	}
 	return string(b)
+}
+
+func appendSized(b []byte, s string) []byte {
+	b = strconv.AppendInt(b, int64(len(s)), 10)
+	b = append(b, ':')
+	return append(b, s...)
 }

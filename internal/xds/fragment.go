@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 
 	"github.com/meridian-mesh/meridian/internal/policy"
@@ -83,7 +84,7 @@ type fragmentAssignment struct {
 // reuses none).
 type fragmentState struct {
 	context string
-	byID    map[string]placed
+	byID    map[fragmentID]placed
 }
 
 // placed is a fragment as a rendering holds it: where its resources of
@@ -120,14 +121,19 @@ func (g *generator) startFragments(kind string) {
 	if prev != nil && prev.fragments != nil {
 		sized = len(prev.fragments.byID)
 	}
-	g.out.fragments = &fragmentState{context: g.renderContext(kind), byID: make(map[string]placed, sized)}
+	g.out.fragments = &fragmentState{context: g.renderContext(kind), byID: make(map[fragmentID]placed, sized)}
 	if prev == nil || prev.fragments == nil || prev.fragments.context != g.out.fragments.context {
 		return
 	}
 	g.prev = prev
-	for i := range g.out.sums {
+	// This rendering is about the size of the previous one: its lists
+	// and maps are made at that size instead of grown to it.
+	for i, list := range g.out.lists() {
 		g.out.sums[i] = make([][sha256.Size]byte, 0, len(prev.sums[i]))
+		*list = make([]types.Resource, 0, len(*prev.lists()[i]))
 	}
+	g.out.asked = make([]fragmentAssignment, 0, len(prev.asked))
+	g.clusters = make(map[string]clusterSpec, len(prev.Clusters))
 }
 
 // policiesKey sums up the outbound policies of svc by result id; ok is
@@ -138,42 +144,56 @@ func (g *generator) policiesKey(svc string) (string, bool) {
 	}
 	key, ok := g.makePoliciesKey(svc)
 	if g.policyKeys == nil {
-		g.policyKeys = map[string]policyKey{}
+		g.policyKeys = make(map[string]policyKey, len(g.in.Config.Outbounds))
 	}
 	g.policyKeys[svc] = policyKey{key, ok}
 	return key, ok
 }
 
+// makePoliciesKey writes the key in the rendering's scratch buffer, in
+// type order, and allocates only the string it returns.
 func (g *generator) makePoliciesKey(svc string) (string, bool) {
 	policies := g.outboundPolicies(svc)
-	types := make([]string, 0, len(policies))
+	var typesArr [8]string
+	types := typesArr[:0]
 	for t := range policies {
 		types = append(types, t)
 	}
 	slices.Sort(types)
-	var b strings.Builder
+	b := g.scratch[:0]
 	for _, t := range types {
 		id := policies[t].ResultID()
 		if id == 0 {
 			return "", false
 		}
-		b.WriteString(t)
-		b.WriteByte('=')
-		b.WriteString(strconv.FormatUint(id, 36))
-		b.WriteByte(';')
+		b = append(b, t...)
+		b = append(b, '=')
+		b = strconv.AppendUint(b, id, 36)
+		b = append(b, ';')
 	}
-	return b.String(), true
+	g.scratch = b
+	return string(b), true
+}
+
+// fragmentID names a fragment within a rendering: its kind ("client",
+// "cluster", "outbound") and the service, cluster name or port it is for.
+// A struct, not a string: a rendering that replays its fragments makes no
+// id strings.
+type fragmentID struct {
+	kind, name string
+	port       int
 }
 
 // inFragment renders one fragment: replayed from the previous rendering
 // when it has fragment id with key, else rendered by render and recorded.
-// key "" renders without keeping.
-func (g *generator) inFragment(id, key string, render func() error) error {
-	if key == "" || g.out.fragments == nil {
+// A nil key renders without keeping. key may be the rendering's key buffer
+// (keyBuf): it is read before render runs, which may write that buffer.
+func (g *generator) inFragment(id fragmentID, key []byte, render func() error) error {
+	if key == nil || g.out.fragments == nil {
 		return render()
 	}
 	if g.prev != nil {
-		if p, ok := g.prev.fragments.byID[id]; ok && p.f.key == key {
+		if p, ok := g.prev.fragments.byID[id]; ok && p.f.key == string(key) {
 			if at, ok := g.replay(p); ok {
 				g.out.fragments.byID[id] = placed{p.f, at}
 				g.out.reused++
@@ -181,7 +201,7 @@ func (g *generator) inFragment(id, key string, render func() error) error {
 			}
 		}
 	}
-	rec := &fragment{key: key}
+	rec := &fragment{key: string(key)}
 	outer := g.rec
 	g.rec = rec
 	at := g.out.ends()

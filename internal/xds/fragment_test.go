@@ -177,3 +177,32 @@ func find(res *Resources, r typedName) types.Resource {
 	}
 	return nil
 }
+
+// TestTagKeyTellsSetsApart: two tag sets share a key exactly when they are
+// equal, over every set of up to two pairs drawn from strings that embed
+// the encoding's separator and digits.
+func TestTagKeyTellsSetsApart(t *testing.T) {
+	words := []string{"", "a", ":", "1", "1:a", "a:1", "b"}
+	var sets []map[string]string
+	sets = append(sets, nil, map[string]string{})
+	for _, k1 := range words {
+		for _, v1 := range words {
+			sets = append(sets, map[string]string{k1: v1})
+			for _, k2 := range words {
+				for _, v2 := range words {
+					if k2 != k1 {
+						sets = append(sets, map[string]string{k1: v1, k2: v2})
+					}
+				}
+			}
+		}
+	}
+	byKey := map[string]map[string]string{}
+	for _, s := range sets {
+		k := tagKey(s)
+		if other, ok := byKey[k]; ok && !maps.Equal(other, s) {
+			t.Fatalf("%v and %v share the key %q", other, s, k)
+		}
+		byKey[k] = s
+	}
+}

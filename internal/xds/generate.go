@@ -185,10 +185,18 @@ func (r *Resources) shape(typeURL, name string, lists [][]policy.Origin) {
 	if r.shaped == nil {
 		r.shaped = map[string]map[string][][]policy.Origin{}
 	}
-	if r.shaped[typeURL] == nil {
-		r.shaped[typeURL] = map[string][][]policy.Origin{}
+	byName := r.shaped[typeURL]
+	if byName == nil {
+		byName = map[string][][]policy.Origin{}
+		r.shaped[typeURL] = byName
 	}
-	r.shaped[typeURL][name] = append(r.shaped[typeURL][name], lists...)
+	if cur, ok := byName[name]; ok {
+		byName[name] = append(cur, lists...)
+	} else {
+		// lists is shared, not copied (a replayed fragment's): its
+		// capacity is cut so that a later append copies it.
+		byName[name] = lists[:len(lists):len(lists)]
+	}
 }
 
 // Shaped names the policies behind each resource, by type URL and
@@ -214,7 +222,7 @@ func Generate(in Input) (*Resources, error) {
 	g := newGenerator(in)
 	g.startFragments(ProxyGRPC)
 	for _, svc := range g.callable() {
-		if err := g.inFragment("client:"+svc, g.clientKey(svc), func() error { return g.client(svc) }); err != nil {
+		if err := g.inFragment(fragmentID{kind: "client", name: svc}, g.clientKey(svc), func() error { return g.client(svc) }); err != nil {
 			return nil, err
 		}
 	}
@@ -272,6 +280,9 @@ type generator struct {
 	policyKeys map[string]policyKey
 	// tags are the proxy's client tags (clientTags).
 	tags ClientTags
+	// scratch is a buffer keys are written in before they are made
+	// strings; keyBuf holds the fragment key being made (inFragment).
+	scratch, keyBuf []byte
 }
 
 type policyKey struct {
@@ -522,7 +533,7 @@ func (g *generator) emitClusters() error {
 	sort.Strings(names)
 	for _, name := range names {
 		spec := g.clusters[name]
-		if err := g.inFragment("cluster:"+name, g.clusterKey(name, spec), func() error { return g.emitCluster(name, spec) }); err != nil {
+		if err := g.inFragment(fragmentID{kind: "cluster", name: name}, g.clusterKey(name, spec), func() error { return g.emitCluster(name, spec) }); err != nil {
 			return err
 		}
 		if err := g.emitPending(); err != nil {
@@ -607,30 +618,45 @@ func (r *Resources) addAssignment(a *LoadAssignments, p fragmentAssignment) erro
 }
 
 // clientKey sums up what a gRPC client's listener and routes for svc are
-// rendered from; "" when it cannot be told.
-func (g *generator) clientKey(svc string) string {
+// rendered from, in keyBuf; nil when it cannot be told.
+func (g *generator) clientKey(svc string) []byte {
 	pk, ok := g.policiesKey(svc)
 	if !ok {
-		return ""
+		return nil
 	}
-	key := "c|" + svc + "|" + pk
+	b := appendKey(g.keyBuf[:0], "c", svc, pk)
 	if g.in.Faults != nil {
 		conf, origin, differ := g.in.Faults.For(svc, g.clientTags())
-		key += "|" + string(conf) + "|" + strconv.FormatBool(differ)
+		b = appendKey(b, string(conf), strconv.FormatBool(differ))
 		for _, o := range origin {
-			key += "|" + refOf(o).String()
+			b = appendKey(b, refOf(o).String())
 		}
 	}
-	return key
+	g.keyBuf = b
+	return b
 }
 
-// clusterKey sums up what cluster name (spec) is rendered from.
-func (g *generator) clusterKey(name string, spec clusterSpec) string {
+// clusterKey sums up what cluster name (spec) is rendered from, in
+// keyBuf; nil when it cannot be told.
+func (g *generator) clusterKey(name string, spec clusterSpec) []byte {
 	pk, ok := g.policiesKey(spec.service)
 	if !ok {
-		return ""
+		return nil
 	}
-	return "k|" + name + "|" + spec.service + "|" + tagKey(spec.tags) + "|" + pk
+	g.keyBuf = appendKey(g.keyBuf[:0], "k", name, spec.service, tagKey(spec.tags), pk)
+	return g.keyBuf
+}
+
+// appendKey appends parts to a fragment key, each after a '|' but the
+// key's first.
+func appendKey(b []byte, parts ...string) []byte {
+	for _, p := range parts {
+		if len(b) > 0 {
+			b = append(b, '|')
+		}
+		b = append(b, p...)
+	}
+	return b
 }
 
 // listTypes are the type URLs of Resources' four lists, in order.
