@@ -139,6 +139,9 @@ func TestChangesBuildAsFresh(t *testing.T) {
 			t.Fatalf("round %d: changes %s: answers differ:\n%s", round, describe(ch), firstDiff(want, got))
 		}
 		for name, nt := range next.types {
+			checkSummary(t, fmt.Sprintf("round %d: %s", round, name), nt)
+		}
+		for name, nt := range next.types {
 			if err := sameToIndex(nt.toEntryIndex(), buildToIndex(nt.to)); err != nil {
 				t.Fatalf("round %d: changes %s: %s's index (carried: %v): %v", round, describe(ch), name, carried[name], err)
 			}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"strconv"
+	"unsafe"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
@@ -148,21 +149,93 @@ func (s *MeshSnapshot) selectsDP(p *policy, dp *dataplane) bool {
 func (s *MeshSnapshot) matchedPolicies(t *typeIndex, dp *dataplane) []bool {
 	matched := make([]bool, len(t.policies))
 	secs := newSectionFacts(dp.sections)
-	for i, p := range t.policies {
-		q := &t.quick[i]
-		if q.kind == quickNone {
-			matched[i] = s.selectsDP(p, dp)
+	for _, r := range t.summary().runs {
+		if r.q == nil {
+			for i := r.start; i < r.end; i++ {
+				matched[i] = s.selectsDP(t.policies[i], dp)
+			}
 			continue
 		}
-		in := secs.inScope(q.scope)
+		in := secs.inScope(r.q.scope)
 		for j := range dp.sections {
-			if q.selects(in[j], secs.service[j]) {
-				matched[i] = true
+			if r.q.selects(in[j], secs.service[j]) {
+				for i := range matched[r.start:r.end] {
+					matched[r.start+int32(i)] = true
+				}
 				break
 			}
 		}
 	}
 	return matched
+}
+
+// selectionRun is a run of consecutive policies of a type that select
+// alike: all by q, or (q nil) each as selectsDP decides.
+type selectionRun struct {
+	start, end int32
+	q          *quickSel
+}
+
+// typeSummary is what every Dataplane's view reads of a type's policies,
+// made once per type index from its quick array (summary).
+type typeSummary struct {
+	// runs cover the policies in order. A type's policies sort by their
+	// top-level targetRef's kind and mostly share the zone's scope, so
+	// 10,000 policies make a few runs: matching reads those, not every
+	// policy's selector.
+	runs []selectionRun
+	// warned are the indexes of the policies with warnings of their own,
+	// in order: a view reads those of its matched policies.
+	warned []int32
+}
+
+// summarize makes a typeSummary of quick.
+func summarize(quick []quickSel) *typeSummary {
+	sum := &typeSummary{}
+	start := 0
+	for i := range quick {
+		q := &quick[i]
+		if q.warned {
+			sum.warned = append(sum.warned, int32(i))
+		}
+		if i > start && !alike(q, &quick[start]) {
+			sum.runs = append(sum.runs, runOf(quick, start, i))
+			start = i
+		}
+	}
+	if start < len(quick) {
+		sum.runs = append(sum.runs, runOf(quick, start, len(quick)))
+	}
+	return sum
+}
+
+// alike: q and o select alike (both by selectsDP, or the same way). The
+// scopes of a type's policies are mostly one interned slice, and their
+// services one string each: compared by address first.
+func alike(q, o *quickSel) bool {
+	if q.kind != o.kind || len(q.scope) != len(o.scope) || len(q.service) != len(o.service) {
+		return false
+	}
+	if q.kind == quickNone {
+		return true
+	}
+	if len(q.scope) > 0 && &q.scope[0] != &o.scope[0] && !slices.Equal(q.scope, o.scope) {
+		return false
+	}
+	return unsafe.StringData(q.service) == unsafe.StringData(o.service) || q.service == o.service
+}
+
+func runOf(quick []quickSel, start, end int) selectionRun {
+	r := selectionRun{start: int32(start), end: int32(end)}
+	if q := &quick[start]; q.kind != quickNone {
+		r.q = q
+	}
+	return r
+}
+
+// sameAs: q and o select the same sections.
+func (q *quickSel) sameAs(o *quickSel) bool {
+	return q.kind == o.kind && q.service == o.service && sameTags(q.scope, o.scope)
 }
 
 // sectionFacts is what quick selectors read of a Dataplane's sections,
@@ -206,7 +279,9 @@ func (f *sectionFacts) inScope(scope []tag) []bool {
 // miss each: the largest part of a `_rules` query at that size once folds
 // stopped walking saturated patches.
 type quickSel struct {
-	kind    quickKind
+	kind quickKind
+	// warned: the policy has warnings of its own (typeSummary.warned).
+	warned  bool
 	scope   []tag  // the policy's scope (shared with its definition)
 	service string // quickService: the kuma.io/service it selects
 }
@@ -239,6 +314,12 @@ const (
 )
 
 func quickSelOf(p *policy) quickSel {
+	q := selectorOf(p)
+	q.warned = len(p.warnings) > 0
+	return q
+}
+
+func selectorOf(p *policy) quickSel {
 	ref := p.top
 	if len(ref.ProxyTypes) > 0 {
 		return quickSel{}

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -19,6 +20,7 @@ func TestQuickSelectionAgrees(t *testing.T) {
 		_, snap := loadCase(t, path)
 		for _, name := range snap.typeNames {
 			ti := snap.types[name]
+			checkSummary(t, path+": "+name, ti)
 			for _, dp := range snap.dpList {
 				matched := snap.matchedPolicies(ti, dp)
 				for i, p := range ti.policies {
@@ -38,5 +40,38 @@ func TestQuickSelectionAgrees(t *testing.T) {
 	}
 	if quick[quickAll] == 0 || quick[quickService] == 0 || quick[quickNone] == 0 {
 		t.Fatalf("the golden cases do not exercise every kind of summary: %v", quick)
+	}
+}
+
+// checkSummary: a type's summary lists exactly its policies with warnings,
+// and its runs cover its policies in order, each run's policies selecting
+// alike.
+func checkSummary(t *testing.T, where string, ti *typeIndex) {
+	t.Helper()
+	sum := ti.summary()
+	var warned []int32
+	for i, p := range ti.policies {
+		if len(p.warnings) > 0 {
+			warned = append(warned, int32(i))
+		}
+	}
+	if !slices.Equal(sum.warned, warned) {
+		t.Errorf("%s: summary lists warned policies %v, want %v", where, sum.warned, warned)
+	}
+	next := int32(0)
+	for _, r := range sum.runs {
+		if r.start != next || r.end <= r.start {
+			t.Fatalf("%s: run [%d, %d) after %d", where, r.start, r.end, next)
+		}
+		for i := r.start; i < r.end; i++ {
+			q := &ti.quick[i]
+			if r.q == nil && q.kind != quickNone || r.q != nil && !q.sameAs(r.q) {
+				t.Errorf("%s: policy %d does not select as its run", where, i)
+			}
+		}
+		next = r.end
+	}
+	if int(next) != len(ti.policies) {
+		t.Errorf("%s: runs cover %d of %d policies", where, next, len(ti.policies))
 	}
 }

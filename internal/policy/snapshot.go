@@ -297,7 +297,7 @@ type typeIndex struct {
 	desc     *resource.TypeDescriptor
 	merger   merger
 	policies []*policy  // sorted by docs/policy.md#ordering keys 1-4
-	quick    []quickSel // quick[i] summarizes how policies[i] selects (select.go)
+	quick    []quickSel // quick[i] summarizes how policies[i] selects, and its warnings (select.go)
 	to, from []*entry   // concatenated and sorted by docs/policy.md#ordering's entry keys
 	// overTo and overFrom are the entries of to and from with an override
 	// block, overProxy the policies with a proxy-wide one, in the
@@ -321,24 +321,16 @@ type typeIndex struct {
 	toIdx  atomic.Pointer[toIndex]
 	toSeed *toSeed
 
-	// warned are the indexes of the policies with warnings of their own,
-	// in order, listed on first use: a finished type's policies keep
-	// their warnings, and most have none, so a Dataplane's view reads
-	// those of its matched policies without visiting every policy.
-	warnedOnce sync.Once
-	warned     []int32
+	// summed is the summary of quick (select.go), made on first use: a
+	// finished type's policies keep their selectors and warnings.
+	summaryOnce sync.Once
+	summed      *typeSummary
 }
 
-// warnedPolicies lists t's policies with warnings of their own (warned).
-func (t *typeIndex) warnedPolicies() []int32 {
-	t.warnedOnce.Do(func() {
-		for i, p := range t.policies {
-			if len(p.warnings) > 0 {
-				t.warned = append(t.warned, int32(i))
-			}
-		}
-	})
-	return t.warned
+// summary is t's typeSummary.
+func (t *typeIndex) summary() *typeSummary {
+	t.summaryOnce.Do(func() { t.summed = summarize(t.quick) })
+	return t.summed
 }
 
 type meshService struct {

@@ -48,7 +48,7 @@ func (s *MeshSnapshot) view(t *typeIndex, dp *dataplane, lazy bool) *typeView {
 		return v
 	}
 	matched := s.matchedPolicies(t, dp)
-	for _, i := range t.warnedPolicies() {
+	for _, i := range t.summary().warned {
 		if matched[i] {
 			v.warnings = append(v.warnings, t.policies[i].warnings...)
 		}
