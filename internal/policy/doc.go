@@ -48,7 +48,9 @@
 //     caller that builds from changes need not keep the resources either.
 //   - shape.go: a fold skips a default block whose patch shape already
 //     filled nothing into the same state; select.go's quickSel matches the
-//     common top-level kinds from an array beside the policies.
+//     common top-level kinds from an array beside the policies, summarized
+//     once per type into runs of policies that select alike (a Dataplane's
+//     view decides each run once) and the list of policies with warnings.
 //   - select.go: top-level selection per section of a Dataplane (each
 //     inbound, embedded listener and the gateway): tag kinds over the
 //     inbound's tags (plus the implicit kuma.io/zone and
