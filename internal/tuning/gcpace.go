@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"sync"
 	"sync/atomic"
 )
 
@@ -37,8 +38,9 @@ type gcHeadroom struct {
 	maxPercent int
 	live       func() uint64
 	setPercent func(int) int
-	// current is the percentage last set; touched only by adjust, which
-	// runs on one cleanup at a time.
+	// mu orders a collection's adjust with halt; current is the
+	// percentage last set.
+	mu      sync.Mutex
 	current int
 	stopped atomic.Bool
 }
@@ -58,6 +60,19 @@ const (
 // unless GOGC is set in the environment. The binaries call it once, first
 // thing: the collector's percentage is process-wide.
 func StartGCPacing() { startGCPacing(os.Getenv, liveHeap, debug.SetGCPercent) }
+
+// PaceGC paces the collector as StartGCPacing does until stop is called,
+// which sets the percentage back to Go's default (100). It is for a
+// program that runs a control plane's work in process for a while:
+// cmd/bench renders proxies under the pacing zone-cp runs with. With GOGC
+// set in the environment it does nothing.
+func PaceGC() (stop func()) {
+	g := startGCPacing(os.Getenv, liveHeap, debug.SetGCPercent)
+	if g == nil {
+		return func() {}
+	}
+	return func() { g.halt(100) }
+}
 
 // startGCPacing starts the pacing with these hooks into the environment and
 // the runtime; nil when GOGC is set.
@@ -96,12 +111,23 @@ func (g *gcHeadroom) arm() {
 	// shared by other objects and may stay reachable.
 	sentinel := new([32]byte)
 	runtime.AddCleanup(sentinel, func(g *gcHeadroom) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
 		if g.stopped.Load() {
 			return
 		}
 		g.adjust()
 		g.arm()
 	}, g)
+}
+
+// halt stops the pacing and sets the percentage to restore.
+func (g *gcHeadroom) halt(restore int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.stopped.Store(true)
+	g.setPercent(restore)
+	g.current = restore
 }
 
 func liveHeap() uint64 {

@@ -115,3 +115,29 @@ func collectUntilSet(t *testing.T, sets <-chan int) int {
 
 // stop ends the pacing (tests start and stop it).
 func (g *gcHeadroom) stop() { g.stopped.Store(true) }
+
+// TestGCHeadroomHalts: once halted, the percentage is the one restored and
+// collections set no other.
+func TestGCHeadroomHalts(t *testing.T) {
+	sets := make(chan int, 100)
+	g := &gcHeadroom{headroom: 64 << 20, maxPercent: 800, live: func() uint64 { return 16 << 20 }, current: 100,
+		setPercent: func(p int) int { sets <- p; return 0 }}
+	g.adjust()
+	g.arm()
+	if p := <-sets; p != 400 {
+		t.Fatalf("adjust set %d, want 400", p)
+	}
+	g.halt(100)
+	if p := <-sets; p != 100 {
+		t.Fatalf("halt set %d, want 100", p)
+	}
+	for range 3 {
+		runtime.GC()
+	}
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case p := <-sets:
+		t.Fatalf("set %d after halt", p)
+	default:
+	}
+}
