@@ -125,6 +125,9 @@ type envoyGen struct {
 	patched []patchedResource
 	// traced says an HTTP connection manager was given MeshTrace.
 	traced bool
+	// optionsMemo are the clusters' upstream HTTP options by what they
+	// hold (protocolOptions).
+	optionsMemo map[protocolOptionsKey]map[string]*anypb.Any
 }
 
 // envoyLB is what a service's MeshLoadBalancingStrategy gives Envoy.
@@ -768,20 +771,53 @@ func (e *envoyGen) clusterTimeouts(c *clusterv3.Cluster, svc string, policies ma
 			common.MaxConnectionDuration = durationpb.New(d)
 		}
 	}
-	opts := &httpv3.HttpProtocolOptions{CommonHttpProtocolOptions: common}
-	if protocol == "http" {
-		opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
-			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_HttpProtocolOptions{HttpProtocolOptions: &corev3.Http1ProtocolOptions{}}}}
-	} else {
-		opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
-			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}}}}
-	}
-	a, err := anyOf(opts)
+	opts, err := e.protocolOptions(protocol == "http", common)
 	if err != nil {
 		return err
 	}
-	c.TypedExtensionProtocolOptions = map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": a}
+	c.TypedExtensionProtocolOptions = opts
 	return nil
+}
+
+// protocolOptions is a cluster's upstream HTTP options: HTTP/1.1 or
+// HTTP/2, with common. Clusters mostly have equal options (Kuma's defaults,
+// a mesh-wide MeshTimeout): equal ones are encoded once per rendering and
+// share one map (resources are never changed in place).
+func (e *envoyGen) protocolOptions(http1 bool, common *corev3.HttpProtocolOptions) (map[string]*anypb.Any, error) {
+	key := protocolOptionsKey{http1, common.GetIdleTimeout().AsDuration(), common.GetMaxStreamDuration() != nil,
+		common.GetMaxStreamDuration().AsDuration(), common.GetMaxConnectionDuration() != nil, common.GetMaxConnectionDuration().AsDuration()}
+	if opts, ok := e.optionsMemo[key]; ok {
+		return opts, nil
+	}
+	o := &httpv3.HttpProtocolOptions{CommonHttpProtocolOptions: common}
+	if http1 {
+		o.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
+			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_HttpProtocolOptions{HttpProtocolOptions: &corev3.Http1ProtocolOptions{}}}}
+	} else {
+		o.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
+			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}}}}
+	}
+	a, err := anyOf(o)
+	if err != nil {
+		return nil, err
+	}
+	opts := map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": a}
+	if e.optionsMemo == nil {
+		e.optionsMemo = map[protocolOptionsKey]map[string]*anypb.Any{}
+	}
+	e.optionsMemo[key] = opts
+	return opts, nil
+}
+
+// protocolOptionsKey is what protocolOptions encodes: the protocol and
+// the common options' durations (set or not).
+type protocolOptionsKey struct {
+	http1         bool
+	idle          time.Duration
+	hasStream     bool
+	stream        time.Duration
+	hasConnection bool
+	connection    time.Duration
 }
 
 // healthCheck is MeshHealthCheck's active health check: TCP, or HTTP on
