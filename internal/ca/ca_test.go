@@ -22,16 +22,22 @@ func mustAuthority(t *testing.T, chain, key, root []byte) *Authority {
 	return a
 }
 
+// mustRoot makes a root authority and its certificate, PEM.
+func mustRoot(t *testing.T, name string, validity time.Duration) (*Authority, []byte) {
+	t.Helper()
+	certPEM, keyPEM, err := NewRoot(rand.Reader, t0, name, validity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mustAuthority(t, certPEM, keyPEM, certPEM), certPEM
+}
+
 // TestRootIntermediateLeaf: a root signs a zone's intermediate over its
 // CSR; the intermediate signs a workload leaf over the workload's CSR; the
 // leaf verifies to the root, carries the identities as URI SANs, and
 // never outlives its issuer.
 func TestRootIntermediateLeaf(t *testing.T) {
-	rootPEM, rootKey, err := NewRoot(rand.Reader, t0, "mesh default root", 10*365*24*time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := mustAuthority(t, rootPEM, rootKey, rootPEM)
+	root, rootPEM := mustRoot(t, "mesh default root", 10*365*24*time.Hour)
 
 	zoneKey, _ := NewKey(rand.Reader)
 	zoneCSRPEM, _ := NewCSR(rand.Reader, zoneKey, "zone-1")
@@ -111,11 +117,7 @@ func TestRootIntermediateLeaf(t *testing.T) {
 // TestRootLeafComesAlone: a leaf a root signs is presented alone (its
 // peers hold the root), and verifies to that root.
 func TestRootLeafComesAlone(t *testing.T) {
-	rootPEM, rootKeyPEM, err := NewRoot(rand.Reader, t0, "zone-1 xDS clients", 365*24*time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := mustAuthority(t, rootPEM, rootKeyPEM, rootPEM)
+	root, _ := mustRoot(t, "zone-1 xDS clients", 365*24*time.Hour)
 	key, _ := NewKey(rand.Reader)
 	csrPEM, _ := NewCSR(rand.Reader, key, "ignored")
 	csr, _ := ParseCSR(csrPEM)
