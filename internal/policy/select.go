@@ -159,8 +159,8 @@ func (s *MeshSnapshot) matchedPolicies(t *typeIndex, dp *dataplane) []bool {
 		in := secs.inScope(r.q.scope)
 		for j := range dp.sections {
 			if r.q.selects(in[j], secs.service[j]) {
-				for i := range matched[r.start:r.end] {
-					matched[r.start+int32(i)] = true
+				for i := r.start; i < r.end; i++ {
+					matched[i] = true
 				}
 				break
 			}
@@ -231,11 +231,6 @@ func runOf(quick []quickSel, start, end int) selectionRun {
 		r.q = q
 	}
 	return r
-}
-
-// sameAs: q and o select the same sections.
-func (q *quickSel) sameAs(o *quickSel) bool {
-	return q.kind == o.kind && q.service == o.service && sameTags(q.scope, o.scope)
 }
 
 // sectionFacts is what quick selectors read of a Dataplane's sections,

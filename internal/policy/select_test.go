@@ -65,7 +65,7 @@ func checkSummary(t *testing.T, where string, ti *typeIndex) {
 		}
 		for i := r.start; i < r.end; i++ {
 			q := &ti.quick[i]
-			if r.q == nil && q.kind != quickNone || r.q != nil && !q.sameAs(r.q) {
+			if r.q == nil && q.kind != quickNone || r.q != nil && !alike(q, r.q) {
 				t.Errorf("%s: policy %d does not select as its run", where, i)
 			}
 		}
