@@ -291,6 +291,7 @@ func DefaultTypes() []*TypeDescriptor {
 		{Name: "ExternalService", Plural: "externalservices", UniversalTopLevel: true, Spec: externalServiceSpec(), Sync: globalToZone, KeyMaterial: true},
 		{Name: "MeshIdentity", Plural: "meshidentities", Spec: meshIdentitySpec(), Sync: globalToZone, KeyMaterial: true},
 		{Name: "MeshTrust", Plural: "meshtrusts", Spec: meshTrustSpec(), Sync: bothWays},
+		{Name: "MeshOpenTelemetryBackend", Plural: "meshopentelemetrybackends", Spec: meshOpenTelemetryBackendSpec(), Sync: bothWays},
 		{Name: "Secret", Plural: "secrets", UniversalTopLevel: true, Spec: secretSpec(), Sync: globalToZone, Secret: true},
 		{Name: "GlobalSecret", Plural: "globalsecrets", Scope: ScopeGlobal, UniversalTopLevel: true, Spec: secretSpec(),
 			Sync: globalToZone, Secret: true},

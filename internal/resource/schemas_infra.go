@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 )
 
 // Spec schemas of the infrastructure types. Where Kuma's structure is deep
@@ -255,6 +256,47 @@ func meshTrustSpec() *Schema {
 			opt("pem", object(req("value", nonEmptyStr()))),
 		))),
 	)
+}
+
+// meshOpenTelemetryBackendSpec: Kuma 2.14's shared OpenTelemetry collector,
+// which MeshAccessLog, MeshTrace and MeshMetric backends reference by
+// labels. Everything is optional: an empty spec is the node-local default
+// (port 4317, gRPC). A path is for an HTTP collector only.
+func meshOpenTelemetryBackendSpec() *Schema {
+	return object(
+		opt("endpoint", object(
+			opt("address", nonEmptyStr().with(stringCheck(checkAddress))),
+			opt("port", port()),
+			opt("path", str()),
+		)),
+		opt("protocol", enum("grpc", "http")),
+		opt("env", object(
+			opt("mode", enum("Disabled", "Optional", "Required")),
+			opt("precedence", enum("ExplicitFirst", "EnvFirst")),
+			opt("allowSignalOverrides", boolean()),
+		)),
+	).with(checkCollectorPath)
+}
+
+// checkCollectorPath: endpoint.path prefixes an HTTP collector's signal
+// paths (/v1/traces, ...): it starts with "/", has no query or fragment,
+// and is not set for gRPC (the default protocol).
+func checkCollectorPath(path string, v any, errs *ValidationError) {
+	obj := v.(map[string]any)
+	endpoint, _ := obj["endpoint"].(map[string]any)
+	p, _ := endpoint["path"].(string)
+	if p == "" {
+		return
+	}
+	at := joinPath(joinPath(path, "endpoint"), "path")
+	switch protocol, _ := obj["protocol"].(string); {
+	case protocol != "http":
+		errs.Add(at, "must not be set when protocol is grpc")
+	case !strings.HasPrefix(p, "/"):
+		errs.Add(at, "invalid path %q: must start with /", p)
+	case strings.ContainsAny(p, "?#"):
+		errs.Add(at, "invalid path %q: must not contain a query or fragment", p)
+	}
 }
 
 // externalServiceSpec: Kuma's legacy ExternalService (Universal shape:

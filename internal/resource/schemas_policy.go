@@ -2,6 +2,7 @@ package resource
 
 import (
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -348,10 +349,54 @@ func meshAccessLogConf() *Schema {
 			opt("endpoint", str().withDefault("")),
 			opt("attributes", listOf(object(req("key", nonEmptyStr()), req("value", str())))),
 			opt("body", anyValue()),
-			opt("backendRef", object(req("kind", enum("MeshOpenTelemetryBackend")), opt("labels", stringMap()))),
-		)),
+			opt("backendRef", otelBackendRef()),
+		).with(otelEndpointOrBackendRef(nil))),
 	).with(exactlyOneOf("tcp", "file", "openTelemetry"), blocks.check)
 	return object(opt("backends", listOf(backend)))
+}
+
+// otelBackendRef points an OpenTelemetry backend at a
+// MeshOpenTelemetryBackend of the mesh by labels (Kuma 2.14's
+// BackendResourceRef).
+func otelBackendRef() *Schema {
+	return object(req("kind", enum("MeshOpenTelemetryBackend")), opt("labels", stringMap())).
+		with(func(path string, v any, errs *ValidationError) {
+			if labels, _ := v.(map[string]any)["labels"].(map[string]any); len(labels) == 0 {
+				errs.Add(path, "labels must be set: a MeshOpenTelemetryBackend is referenced by labels")
+			}
+		})
+}
+
+// otelEndpointOrBackendRef: an OpenTelemetry backend names its collector
+// either inline (endpoint, host:port; Kuma 2.14 deprecates it) or by
+// backendRef, exactly one. extra, when set, further checks an endpoint.
+func otelEndpointOrBackendRef(extra func(string) string) checkFunc {
+	return func(path string, v any, errs *ValidationError) {
+		obj := v.(map[string]any)
+		endpoint, _ := obj["endpoint"].(string)
+		_, hasRef := obj["backendRef"].(map[string]any)
+		switch {
+		case endpoint != "" && hasRef:
+			errs.Add(path, "only one of endpoint, backendRef may be set")
+		case endpoint == "" && !hasRef:
+			errs.Add(path, "exactly one of endpoint, backendRef must be set")
+		case hasRef:
+		case strings.ContainsAny(endpoint, "/?#"):
+			errs.Add(joinPath(path, "endpoint"), "invalid endpoint %q: must be host:port, not a URL", endpoint)
+		case extra != nil:
+			if msg := extra(endpoint); msg != "" {
+				errs.Add(joinPath(path, "endpoint"), "%s", msg)
+			}
+		}
+	}
+}
+
+// checkHostPortForm: MeshMetric's OpenTelemetry endpoint is host:port.
+func checkHostPortForm(s string) string {
+	if _, _, err := net.SplitHostPort(s); err != nil {
+		return fmt.Sprintf("invalid endpoint %q: must be host:port", s)
+	}
+	return ""
 }
 
 // accessLogFormat: type Plain or Json with its block; Kuma's docs also
@@ -450,7 +495,7 @@ func meshTraceConf() *Schema {
 			opt("sharedSpanContext", boolean().withDefault(true)),
 		)),
 		opt("datadog", object(req("url", nonEmptyStr()), opt("splitService", boolean().withDefault(false)))),
-		opt("openTelemetry", object(req("endpoint", nonEmptyStr()))),
+		opt("openTelemetry", object(opt("endpoint", str()), opt("backendRef", otelBackendRef())).with(otelEndpointOrBackendRef(nil))),
 	).with(exactlyOneOf("zipkin", "datadog", "openTelemetry"), blocks.check)
 	backends := listOf(backend).with(func(path string, v any, errs *ValidationError) {
 		// Envoy takes one tracing provider; Kuma keeps a list for the future.
@@ -491,7 +536,8 @@ func meshMetricConf() *Schema {
 				opt("path", str().withDefault("/metrics")),
 				opt("tls", object(opt("mode", enum("Disabled", "ProvidedTLS", "ActiveMTLSBackend").withDefault("Disabled")))),
 			)),
-			opt("openTelemetry", object(req("endpoint", nonEmptyStr()), opt("refreshInterval", positiveDuration()))),
+			opt("openTelemetry", object(opt("endpoint", str()), opt("backendRef", otelBackendRef()), opt("refreshInterval", positiveDuration())).
+				with(otelEndpointOrBackendRef(checkHostPortForm))),
 		).with(blocks.check))),
 	)
 }

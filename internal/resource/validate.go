@@ -84,7 +84,8 @@ func knownLabelValues(key string) []string {
 
 // validateNamespace: custom namespaces exist only in Kubernetes zones, and
 // only for namespace-scoped types. Mesh, Zone, legacy policies,
-// MeshGateway and MeshExternalService live in the system namespace.
+// MeshGateway, MeshExternalService and MeshOpenTelemetryBackend live in the
+// system namespace.
 func validateNamespace(d *TypeDescriptor, ns string, opts plane.Plane, errs *ValidationError) {
 	if isSystemNamespace(ns, opts.SystemNamespace) {
 		return
@@ -105,7 +106,7 @@ func namespaced(d *TypeDescriptor) bool {
 	switch {
 	case d.Scope == ScopeGlobal, d.Shape == ShapeLegacySourceDestination, d.Shape == ShapeLegacySelectors:
 		return false
-	case d.Name == "MeshGateway", d.Name == "MeshExternalService":
+	case d.Name == "MeshGateway", d.Name == "MeshExternalService", d.Name == "MeshOpenTelemetryBackend":
 		return false
 	}
 	return true
