@@ -493,6 +493,9 @@ func (e *envoyGen) tracingProvider(c meshTraceConf, direction, destination strin
 			}
 		}
 		name, cfg = "envoy.tracers.datadog", &tracev3.DatadogConfig{CollectorCluster: cluster, ServiceName: service}
+	case b.OpenTelemetry != nil && b.OpenTelemetry.Endpoint == "":
+		e.drop("MeshTrace (whole proxy): a backendRef to a MeshOpenTelemetryBackend is not rendered for Envoy; set endpoint")
+		return nil, false
 	case b.OpenTelemetry != nil:
 		cluster, ok = e.collector("meshtrace_otel_"+cleanName(b.OpenTelemetry.Endpoint), b.OpenTelemetry.Endpoint, true)
 		name, cfg = "envoy.tracers.opentelemetry", &tracev3.OpenTelemetryConfig{ServiceName: e.ownService(),
