@@ -67,6 +67,9 @@ type Controller struct {
 	// faults, for the snapshot they were built from.
 	assignments map[string]*LoadAssignments
 	faults      map[string]*Faults
+	// otel are each mesh's MeshOpenTelemetryBackends, for the snapshot
+	// they were read from.
+	otel map[string]meshOTel
 	// programmed aggregates what the renderings did with each policy.
 	programmed *programmedIndex
 	// reportedVersion is the programmed index's version ProgrammedChanged
@@ -85,6 +88,7 @@ type renderedFrom struct {
 	mtls        bool
 	assignments *LoadAssignments // of endpoints; nil renders them per proxy
 	faults      *Faults          // of snap
+	otel        []OTelBackend    // of snap
 }
 
 // NewController checks cfg.
@@ -101,7 +105,8 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 		cfg.Settle = 2 * time.Millisecond
 	}
 	return &Controller{cfg: cfg, kick: make(chan struct{}, 1), last: map[string]renderedFrom{},
-		assignments: map[string]*LoadAssignments{}, faults: map[string]*Faults{}, programmed: newProgrammedIndex()}, nil
+		assignments: map[string]*LoadAssignments{}, faults: map[string]*Faults{}, otel: map[string]meshOTel{},
+		programmed: newProgrammedIndex()}, nil
 }
 
 // Kick asks for a rendering soon (a node connected).
@@ -154,6 +159,7 @@ func (c *Controller) renderAll(ctx context.Context) {
 		if byMesh[mesh] == nil {
 			delete(c.assignments, mesh)
 			delete(c.faults, mesh)
+			delete(c.otel, mesh)
 		}
 	}
 	for mesh, ids := range byMesh {
@@ -169,6 +175,10 @@ func (c *Controller) renderAll(ctx context.Context) {
 			c.faults[mesh] = NewFaults(snap)
 		}
 		from.faults = c.faults[mesh]
+		if o := c.otel[mesh]; o.snap != snap {
+			c.otel[mesh] = meshOTel{snap, otelBackendsOf(snap)}
+		}
+		from.otel = c.otel[mesh].backends
 		for _, id := range ids {
 			if last, ok := c.last[id.NodeID]; ok && last.mtls == from.mtls &&
 				last.id.Kind == id.Kind && last.id.AccessLogPipe == id.AccessLogPipe &&
@@ -176,7 +186,7 @@ func (c *Controller) renderAll(ctx context.Context) {
 				// The policy change, if any, is not this proxy's: its
 				// resources stand, and the next change is counted from
 				// this snapshot.
-				last.snap, last.gen, last.faults = from.snap, from.gen, from.faults
+				last.snap, last.gen, last.faults, last.otel = from.snap, from.gen, from.faults, from.otel
 				if sameEndpoints(last.endpoints, from.endpoints) {
 					c.last[id.NodeID] = last
 					continue
@@ -468,7 +478,7 @@ func (c *Controller) generateFor(kind string, id Identity, from renderedFrom, pr
 		return nil, err
 	}
 	in := Input{Dataplane: dp, Zone: c.cfg.Zone, Config: cfg, Endpoints: from.endpoints, MTLS: from.mtls,
-		LoadAssignments: from.assignments, Faults: from.faults, AccessLogPipe: id.AccessLogPipe, Previous: prev}
+		LoadAssignments: from.assignments, Faults: from.faults, AccessLogPipe: id.AccessLogPipe, OTelBackends: from.otel, Previous: prev}
 	generate := Generate
 	if kind == ProxyEnvoy {
 		generate = GenerateEnvoy
@@ -503,9 +513,20 @@ func (c *Controller) InspectWith(snap *policy.MeshSnapshot, kind, mesh, name, na
 			id.AccessLogPipe = last.AccessLogPipe
 		}
 	}
-	out, err := c.generateFor(kind, id, renderedFrom{snap: snap, endpoints: s.Endpoints(mesh), mtls: s.MTLS(mesh), faults: NewFaults(snap)}, nil)
+	out, err := c.generateFor(kind, id, renderedFrom{snap: snap, endpoints: s.Endpoints(mesh), mtls: s.MTLS(mesh), faults: NewFaults(snap),
+		otel: otelBackendsOf(snap)}, nil)
 	if err == nil && out == nil {
 		err = fmt.Errorf("%w: Dataplane %s in mesh %s", policy.ErrNotFound, name, mesh)
 	}
 	return out, err
+}
+
+// meshOTel are a mesh's MeshOpenTelemetryBackends as snap holds them.
+type meshOTel struct {
+	snap     *policy.MeshSnapshot
+	backends []OTelBackend
+}
+
+func otelBackendsOf(snap *policy.MeshSnapshot) []OTelBackend {
+	return OTelBackends(snap.Infrastructure("MeshOpenTelemetryBackend"))
 }

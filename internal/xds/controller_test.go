@@ -261,6 +261,8 @@ func TestControllerSkipsUntouchedProxies(t *testing.T) {
 		{name: "a new mesh-wide policy touches both", res: timeout("everyone", `{"kind":"Mesh"}`, "3s"), render: 2},
 		{name: "a Dataplane touches itself", res: dp("api-1", "api", 8081), render: 1},
 		{name: "a Dataplane changing the mesh's services touches every proxy (implicit outbounds)", res: dp("api-1", "api2"), render: 2},
+		{name: "a collector touches every proxy (its references are by labels)",
+			res: `{"type":"MeshOpenTelemetryBackend","mesh":"default","name":"collector","spec":{"endpoint":{"address":"10.0.0.5"}}}`, render: 2},
 		{name: "a service touches every proxy", res: `{"type":"MeshService","mesh":"default","name":"db","spec":{"selector":{"dataplaneTags":{"kuma.io/service":"db"}},"ports":[{"port":9000,"targetPort":9000,"appProtocol":"http"}]}}`, render: 2},
 		{name: "an instance joining gives every proxy new endpoints, rendering none",
 			endpoints: map[string][]Endpoint{"db": db("", "10.0.0.9", "10.0.0.10")}, reassign: 2},

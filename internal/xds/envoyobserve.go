@@ -209,13 +209,14 @@ func (e *envoyGen) accessLogs(where string, conf json.RawMessage, values logValu
 			name, cfg = "envoy.access_loggers.file", &filelogv3.FileAccessLog{Path: e.in.AccessLogPipe,
 				AccessLogFormat: &filelogv3.FileAccessLog_LogFormat{LogFormat: tcpLogFormat(b.TCP.Address, b.TCP.Format, def, values)}}
 		case b.OpenTelemetry != nil:
-			if b.OpenTelemetry.Endpoint == "" {
-				e.drop("MeshAccessLog backends[%d] (openTelemetry) on %s: a backendRef to a MeshOpenTelemetryBackend is not rendered for Envoy; set endpoint", i, where)
+			endpoint, problem := e.otelEndpoint(b.OpenTelemetry.Endpoint, b.OpenTelemetry.BackendRef)
+			if endpoint == "" {
+				e.drop("MeshAccessLog backends[%d] (openTelemetry) on %s: %s", i, where, problem)
 				continue
 			}
-			cluster, ok := e.collector("meshaccesslog_"+cleanName(b.OpenTelemetry.Endpoint), b.OpenTelemetry.Endpoint, true)
+			cluster, ok := e.collector("meshaccesslog_"+cleanName(endpoint), endpoint, true)
 			if !ok {
-				e.drop("MeshAccessLog backends[%d] (openTelemetry) on %s: endpoint %q is not host:port", i, where, b.OpenTelemetry.Endpoint)
+				e.drop("MeshAccessLog backends[%d] (openTelemetry) on %s: endpoint %q is not host:port", i, where, endpoint)
 				continue
 			}
 			name, cfg = "envoy.access_loggers.open_telemetry", otelLog(b.OpenTelemetry.Body, b.OpenTelemetry.Attributes, cluster, def, values)
@@ -400,7 +401,8 @@ type meshTraceConf struct {
 			SplitService bool   `json:"splitService"`
 		} `json:"datadog"`
 		OpenTelemetry *struct {
-			Endpoint string `json:"endpoint"`
+			Endpoint   string          `json:"endpoint"`
+			BackendRef json.RawMessage `json:"backendRef"`
 		} `json:"openTelemetry"`
 	} `json:"backends"`
 	Sampling *struct {
@@ -493,11 +495,13 @@ func (e *envoyGen) tracingProvider(c meshTraceConf, direction, destination strin
 			}
 		}
 		name, cfg = "envoy.tracers.datadog", &tracev3.DatadogConfig{CollectorCluster: cluster, ServiceName: service}
-	case b.OpenTelemetry != nil && b.OpenTelemetry.Endpoint == "":
-		e.drop("MeshTrace (whole proxy): a backendRef to a MeshOpenTelemetryBackend is not rendered for Envoy; set endpoint")
-		return nil, false
 	case b.OpenTelemetry != nil:
-		cluster, ok = e.collector("meshtrace_otel_"+cleanName(b.OpenTelemetry.Endpoint), b.OpenTelemetry.Endpoint, true)
+		endpoint, problem := e.otelEndpoint(b.OpenTelemetry.Endpoint, b.OpenTelemetry.BackendRef)
+		if endpoint == "" {
+			e.drop("MeshTrace (whole proxy): %s", problem)
+			return nil, false
+		}
+		cluster, ok = e.collector("meshtrace_otel_"+cleanName(endpoint), endpoint, true)
 		name, cfg = "envoy.tracers.opentelemetry", &tracev3.OpenTelemetryConfig{ServiceName: e.ownService(),
 			GrpcService: &corev3.GrpcService{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: cluster}}}}
 	}

@@ -108,6 +108,8 @@ func (g *generator) renderContext(kind string) string {
 		b.WriteString(in.Address + ":" + strconv.Itoa(in.Port) + tagKey(in.Tags))
 		b.WriteByte(0)
 	}
+	// Parts reference collectors by labels, which their keys do not say.
+	b.WriteString(otelContext(g.in.OTelBackends))
 	return b.String()
 }
 

@@ -78,6 +78,9 @@ type Input struct {
 	// lines for tcp backends (node metadata meridian.io/access-log-pipe);
 	// "" when it reads none.
 	AccessLogPipe string
+	// OTelBackends are the mesh's MeshOpenTelemetryBackends (OTelBackends),
+	// which OpenTelemetry backends reference by labels.
+	OTelBackends []OTelBackend
 }
 
 // Resources are a proxy's resources by type, with the policies that shaped

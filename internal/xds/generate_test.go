@@ -130,7 +130,7 @@ func loadGenCase(t *testing.T, path string) Input {
 		t.Fatal(err)
 	}
 	return Input{Dataplane: dp, Zone: gc.Zone, Config: cfg, MTLS: gc.MTLS, Endpoints: gc.endpoints(), Faults: NewFaults(snap),
-		AccessLogPipe: gc.AccessLogPipe}
+		AccessLogPipe: gc.AccessLogPipe, OTelBackends: otelBackendsOf(snap)}
 }
 
 func (gc *genCase) endpoints() map[string][]Endpoint {
