@@ -144,4 +144,41 @@ spec:
 	case <-time.After(10 * time.Second):
 		t.Error("the agent forwarded nothing to the access log backend")
 	}
+
+	// Kuma 2.14's shared collector: an access log names it by backendRef
+	// (labels, the display name being its name), and Envoy exports to it
+	// directly; moving the collector moves the proxy's cluster.
+	collector := func(address string) string {
+		return fmt.Sprintf("type: MeshOpenTelemetryBackend\nmesh: default\nname: main-collector\nspec:\n  endpoint: {address: %s, port: 4317}\n  protocol: grpc\n", address)
+	}
+	apply(t, z, collector("otel-a.observability"))
+	apply(t, z, `type: MeshAccessLog
+mesh: default
+name: to-collector
+spec:
+  targetRef: {kind: Mesh}
+  to:
+    - targetRef: {kind: Mesh}
+      default:
+        backends:
+          - type: OpenTelemetry
+            openTelemetry:
+              backendRef:
+                kind: MeshOpenTelemetryBackend
+                labels: {kuma.io/display-name: main-collector}
+`)
+	for _, address := range []string{"otel-a.observability", "otel-b.observability"} {
+		if address != "otel-a.observability" {
+			apply(t, z, collector(address))
+		}
+		cluster := "system_meshaccesslog_" + strings.ReplaceAll(address, ".", "-") + "-4317"
+		eventually(t, 10*time.Second, func() error {
+			_, body := z.request("GET", "/meshes/default/dataplanes/web-1/_xds?proxy=envoy", "")
+			if !strings.Contains(string(body), `"cluster_name":"`+cluster+`"`) || !strings.Contains(string(body), `"address":"`+address+`"`) {
+				i := max(0, strings.Index(string(body), "meshaccesslog_")-200)
+				return fmt.Errorf("no access log to %s in ...%.600s", cluster, body[i:])
+			}
+			return nil
+		})
+	}
 }
