@@ -108,18 +108,8 @@ func TestEnvoySidecar(t *testing.T) {
 		line, _ := bufio.NewReader(c).ReadString('\n')
 		received <- line
 	}()
-	apply(t, z, fmt.Sprintf(`type: MeshAccessLog
-mesh: default
-name: to-logstash
-spec:
-  targetRef: {kind: Mesh}
-  to:
-    - targetRef: {kind: Mesh}
-      default:
-        backends:
-          - type: Tcp
-            tcp: {address: %q}
-`, logs.Addr().String()))
+	apply(t, z, accessLogToAll("to-logstash", fmt.Sprintf(`type: Tcp
+            tcp: {address: %q}`, logs.Addr().String())))
 	pipe := filepath.Join(dir, "agent", agent.AccessLogPipe)
 	eventually(t, 10*time.Second, func() error {
 		_, body := z.request("GET", "/meshes/default/dataplanes/web-1/_xds?proxy=envoy", "")
@@ -152,21 +142,11 @@ spec:
 		return fmt.Sprintf("type: MeshOpenTelemetryBackend\nmesh: default\nname: main-collector\nspec:\n  endpoint: {address: %s, port: 4317}\n  protocol: grpc\n", address)
 	}
 	apply(t, z, collector("otel-a.observability"))
-	apply(t, z, `type: MeshAccessLog
-mesh: default
-name: to-collector
-spec:
-  targetRef: {kind: Mesh}
-  to:
-    - targetRef: {kind: Mesh}
-      default:
-        backends:
-          - type: OpenTelemetry
+	apply(t, z, accessLogToAll("to-collector", `type: OpenTelemetry
             openTelemetry:
               backendRef:
                 kind: MeshOpenTelemetryBackend
-                labels: {kuma.io/display-name: main-collector}
-`)
+                labels: {kuma.io/display-name: main-collector}`))
 	for _, address := range []string{"otel-a.observability", "otel-b.observability"} {
 		if address != "otel-a.observability" {
 			apply(t, z, collector(address))
@@ -181,4 +161,19 @@ spec:
 			return nil
 		})
 	}
+}
+
+// accessLogToAll is a MeshAccessLog of every outbound with one backend
+// (its YAML, indented as the list item's body).
+func accessLogToAll(name, backend string) string {
+	return `type: MeshAccessLog
+mesh: default
+name: ` + name + `
+spec:
+  targetRef: {kind: Mesh}
+  to:
+    - targetRef: {kind: Mesh}
+      default:
+        backends:
+          - ` + backend + "\n"
 }
