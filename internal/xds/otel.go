@@ -98,7 +98,7 @@ func (b *OTelBackend) selectedBy(want map[string]string) bool {
 // selects. problem says why there is none.
 func (g *generator) otelEndpoint(endpoint string, backendRef json.RawMessage) (string, string) {
 	if endpoint != "" {
-		return endpoint, ""
+		return inlineOTelEndpoint(endpoint), ""
 	}
 	var ref struct {
 		Labels map[string]string `json:"labels"`
@@ -117,6 +117,20 @@ func (g *generator) otelEndpoint(endpoint string, backendRef json.RawMessage) (s
 		return b.Endpoint, ""
 	}
 	return "", "no MeshOpenTelemetryBackend has labels " + formatLabels(ref.Labels)
+}
+
+// inlineOTelEndpoint is an inline endpoint with its port, 4317 when it
+// names none (Kuma: "an empty port defaults to 4317"); a bare IPv6
+// address is a host.
+func inlineOTelEndpoint(endpoint string) string {
+	host, port, err := net.SplitHostPort(endpoint)
+	switch {
+	case err != nil: // no port: a host, or a bare IPv6 address
+		host = strings.TrimSuffix(strings.TrimPrefix(endpoint, "["), "]")
+	case port != "":
+		return endpoint
+	}
+	return net.JoinHostPort(host, strconv.Itoa(defaultOTelPort))
 }
 
 // formatLabels is labels as k=v pairs in key order.

@@ -32,6 +32,10 @@ func TestOTelEndpoint(t *testing.T) {
 		want, problem       string
 	}{
 		{"inline", "c:4317", ``, "c:4317", ""},
+		{"inline without a port", "otel-collector", ``, "otel-collector:4317", ""},
+		{"inline with an empty port", "otel-collector:", ``, "otel-collector:4317", ""},
+		{"inline IPv6", "2001:db8::1", ``, "[2001:db8::1]:4317", ""},
+		{"inline IPv6 with a port", "[2001:db8::1]:4318", ``, "[2001:db8::1]:4318", ""},
 		{"oldest of two", "", `{"kind":"MeshOpenTelemetryBackend","labels":{"team":"obs"}}`, "10.0.0.1:4317", ""},
 		{"all labels", "", `{"kind":"MeshOpenTelemetryBackend","labels":{"team":"obs","tier":"2"}}`, "", "no MeshOpenTelemetryBackend has labels {team=obs, tier=2}"},
 		{"display name is the name", "", `{"kind":"MeshOpenTelemetryBackend","labels":{"kuma.io/display-name":"local"}}`, "127.0.0.1:4317", ""},
