@@ -16,10 +16,11 @@ import (
 // MeshOpenTelemetryBackend references (docs/dataplane.md#envoy). Kuma 2.14's
 // MeshAccessLog, MeshTrace and MeshMetric OpenTelemetry backends may name
 // their collector by a backendRef to a MeshOpenTelemetryBackend of the mesh,
-// selected by labels (the oldest when several match). An Envoy sidecar
-// exports to it directly, as Kuma does without its kuma-dp pipe: Envoy's
-// OpenTelemetry logger and tracer speak gRPC, so an http collector (which
-// Kuma reaches through kuma-dp) is named as not rendered.
+// selected by labels (the oldest when several match). An Envoy sidecar's
+// access logs and tracing export to it directly, as Kuma does without its
+// kuma-dp pipe: Envoy's OpenTelemetry logger and tracer speak gRPC, so an
+// http collector (which Kuma reaches through kuma-dp) is named as not
+// rendered. MeshMetric's push is kuma-dp's, which meridian-dp does not do.
 
 // defaultOTelPort is where a collector listens when its
 // MeshOpenTelemetryBackend names no port (OTLP over gRPC).
