@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"slices"
 	"strconv"
-	"unsafe"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
@@ -210,8 +209,8 @@ func summarize(quick []quickSel) *typeSummary {
 }
 
 // alike: q and o select alike (both by selectsDP, or the same way). The
-// scopes of a type's policies are mostly one interned slice, and their
-// services one string each: compared by address first.
+// scopes of a type's policies are mostly one interned slice: compared by
+// address first.
 func alike(q, o *quickSel) bool {
 	if q.kind != o.kind || len(q.scope) != len(o.scope) || len(q.service) != len(o.service) {
 		return false
@@ -222,7 +221,7 @@ func alike(q, o *quickSel) bool {
 	if len(q.scope) > 0 && &q.scope[0] != &o.scope[0] && !slices.Equal(q.scope, o.scope) {
 		return false
 	}
-	return unsafe.StringData(q.service) == unsafe.StringData(o.service) || q.service == o.service
+	return q.service == o.service
 }
 
 func runOf(quick []quickSel, start, end int) selectionRun {
