@@ -528,5 +528,5 @@ type meshOTel struct {
 }
 
 func otelBackendsOf(snap *policy.MeshSnapshot) []OTelBackend {
-	return OTelBackends(snap.Infrastructure("MeshOpenTelemetryBackend"))
+	return otelBackends(snap.Infrastructure("MeshOpenTelemetryBackend"))
 }

@@ -135,7 +135,6 @@ func (g *generator) startFragments(kind string) {
 		*list = make([]types.Resource, 0, len(*prev.lists()[i]))
 	}
 	g.out.asked = make([]fragmentAssignment, 0, len(prev.asked))
-	g.clusters = make(map[string]clusterSpec, len(prev.Clusters))
 }
 
 // policiesKey sums up the outbound policies of svc by result id; ok is

@@ -78,7 +78,7 @@ type Input struct {
 	// lines for tcp backends (node metadata meridian.io/access-log-pipe);
 	// "" when it reads none.
 	AccessLogPipe string
-	// OTelBackends are the mesh's MeshOpenTelemetryBackends (OTelBackends),
+	// OTelBackends are the mesh's MeshOpenTelemetryBackends (otelBackends),
 	// which OpenTelemetry backends reference by labels.
 	OTelBackends []OTelBackend
 }
@@ -243,7 +243,11 @@ func Generate(in Input) (*Resources, error) {
 
 // newGenerator starts a rendering of in.
 func newGenerator(in Input) *generator {
-	g := &generator{in: in, out: &Resources{}, clusters: map[string]clusterSpec{},
+	sized := 0 // the previous rendering's clusters: this one's, mostly
+	if in.Previous != nil {
+		sized = len(in.Previous.Clusters)
+	}
+	g := &generator{in: in, out: &Resources{}, clusters: make(map[string]clusterSpec, sized),
 		assignments: in.LoadAssignments, shapes: map[string]*outboundShape{}}
 	if g.assignments == nil {
 		g.assignments = NewLoadAssignments(in.Endpoints, in.Zone)

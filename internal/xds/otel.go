@@ -39,11 +39,11 @@ type OTelBackend struct {
 	labels resource.Labels
 }
 
-// OTelBackends reads a mesh's MeshOpenTelemetryBackends, oldest first (a
+// otelBackends reads a mesh's MeshOpenTelemetryBackends, oldest first (a
 // reference matching several takes the oldest, as in Kuma). A backend whose
 // spec cannot be read is left out: the API validated it, so only a store
 // written around the API holds one.
-func OTelBackends(rs []*resource.Resource) []OTelBackend {
+func otelBackends(rs []*resource.Resource) []OTelBackend {
 	sorted := slices.Clone(rs)
 	slices.SortStableFunc(sorted, func(a, b *resource.Resource) int {
 		return cmp.Or(a.CreationTime.Compare(b.CreationTime), strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))

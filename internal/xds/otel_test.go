@@ -19,7 +19,7 @@ func TestOTelEndpoint(t *testing.T) {
 		return &resource.Resource{Type: "MeshOpenTelemetryBackend", Mesh: "default", Name: name, Spec: json.RawMessage(spec),
 			Labels: resource.NewLabels(labels), CreationTime: t0.Add(-age)}
 	}
-	backends := OTelBackends([]*resource.Resource{
+	backends := otelBackends([]*resource.Resource{
 		backend("newer", time.Hour, map[string]string{"team": "obs"}, `{"endpoint":{"address":"10.0.0.2","port":4317}}`),
 		backend("older", 2*time.Hour, map[string]string{"team": "obs", "tier": "1"}, `{"endpoint":{"address":"10.0.0.1"}}`),
 		backend("local", 0, nil, `{}`),
