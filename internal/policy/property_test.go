@@ -540,11 +540,11 @@ func TestStatusTraceDecidesAsExplain(t *testing.T) {
 		}
 		for b, bt := range full.blocks {
 			st := status.blocks[b]
-			if st.fate != bt.fate || len(st.fields) != len(bt.fields) || len(st.unsets) != len(bt.unsets) {
-				t.Fatalf("case %d block %d: fate %d, %d fields; explain: %d, %d", i, b, st.fate, len(st.fields), bt.fate, len(bt.fields))
+			if st.fate != bt.fate || st.fieldCount() != len(bt.fields) || len(st.unsets) != len(bt.unsets) {
+				t.Fatalf("case %d block %d: fate %d, %d fields; explain: %d, %d", i, b, st.fate, st.fieldCount(), bt.fate, len(bt.fields))
 			}
 			for f, ff := range bt.fields {
-				sf := st.fields[f]
+				sf := st.fieldAt(f)
 				if sf.path != ff.path || sf.won != ff.won || sf.by != ff.by {
 					t.Fatalf("case %d block %d field %s: won %v by %p; explain: won %v by %p (%s)", i, b, ff.path, sf.won, sf.by, ff.won, ff.by, ff.reason)
 				}

@@ -86,6 +86,8 @@ func (a *policyAgg) lose(winner string, at lossAt) {
 		a.lostSet[l] = true
 	case slices.Contains(a.lost, l):
 		return
+	case a.lost == nil:
+		a.lost = make([]loss, 0, 4) // a policy's conf has a few fields
 	case len(a.lost) >= 32: // a policy many others override somewhere
 		a.lostSet = make(map[loss]bool, 2*len(a.lost))
 		for _, have := range a.lost {
@@ -120,9 +122,10 @@ func (s *MeshSnapshot) statuses() map[string]map[nsName]*PolicyStatus {
 func (s *MeshSnapshot) computeStatuses() map[string]map[nsName]*PolicyStatus {
 	out := map[string]map[nsName]*PolicyStatus{}
 	same := statusInterner{}
+	memo := statusMemo{}
 	for _, name := range s.typeNames {
 		t := s.types[name]
-		byName := map[nsName]*PolicyStatus{}
+		byName := make(map[nsName]*PolicyStatus, len(t.policies)+len(t.skipped))
 		out[name] = byName
 		for key := range t.skipped {
 			byName[key] = &PolicyStatus{Conditions: []Condition{{Type: CondAccepted, Status: conditionFalse,
@@ -134,10 +137,50 @@ func (s *MeshSnapshot) computeStatuses() map[string]map[nsName]*PolicyStatus {
 		}
 		aggs := s.aggregate(t)
 		for i, p := range t.policies {
-			byName[nsName{s.normNS(p.resNS), p.resName}] = same.intern(s.statusOf(p, &aggs[i]))
+			byName[nsName{s.normNS(p.resNS), p.resName}] = memo.statusOf(s, p, &aggs[i], same)
 		}
 	}
 	return out
+}
+
+// statusMemo keeps the status of policies that were reached, by what
+// their status is made of (statusKeyOf): at 100,000 MeshTimeouts most lost
+// the same fields to the same winner, and writing each one's messages was
+// a third of computing statuses.
+type statusMemo struct {
+	byKey map[string]*PolicyStatus
+	buf   []byte
+}
+
+func (m *statusMemo) statusOf(s *MeshSnapshot, p *policy, a *policyAgg, same statusInterner) *PolicyStatus {
+	if !a.selected || !a.reached || len(a.whenFalse) > 0 || len(a.ignored) > 0 {
+		return same.intern(s.statusOf(p, a))
+	}
+	m.buf = statusKeyOf(m.buf[:0], a)
+	if st, ok := m.byKey[string(m.buf)]; ok {
+		return st
+	}
+	st := same.intern(s.statusOf(p, a))
+	if m.byKey == nil {
+		m.byKey = map[string]*PolicyStatus{}
+	}
+	m.byKey[string(m.buf)] = st
+	return st
+}
+
+// statusKeyOf writes what the status of a selected and reached policy
+// without when-false blocks or ignored unsets is made of: whether a field
+// of it won, and its losses in their order (length-prefixed). Two
+// policies with the same key have the same status (enforced sorts).
+func statusKeyOf(b []byte, a *policyAgg) []byte {
+	b = append(b, byte(min(a.won, 1)))
+	for _, l := range a.lost {
+		for _, part := range [...]string{l.winner, l.at.where, l.at.path} {
+			b = binary.AppendUvarint(b, uint64(len(part)))
+			b = append(b, part...)
+		}
+	}
+	return b
 }
 
 // statusInterner hands out one PolicyStatus per distinct content: many
@@ -307,16 +350,9 @@ func accumulate(t *typeIndex, aggs []policyAgg, tr *trace) {
 			}
 			continue
 		}
-		for _, f := range bt.fields {
-			switch {
-			case f.won:
-				a.won++
-			case f.by != nil && f.by.pol == p:
-				// Lost to another entry of the same policy: the author's own
-				// choice, neither enforced nor overridden by someone else.
-			case f.by != nil:
-				a.lose(policyName(f.by.pol), lossAt{bt.c.where(), f.path})
-			}
+		for i := range bt.fieldCount() {
+			f := bt.fieldAt(i)
+			a.field(bt.c, f.path, f.won, f.by)
 		}
 		for _, u := range bt.unsets {
 			if u.ignored {
@@ -326,6 +362,19 @@ func accumulate(t *typeIndex, aggs []policyAgg, tr *trace) {
 				a.ignored["unset "+u.path+" ignored: "+u.by.name()+" overrides it"] = true
 			}
 		}
+	}
+}
+
+// field adds the fate of one field of block c (at path) to a.
+func (a *policyAgg) field(c *contribution, path string, won bool, by *contribution) {
+	switch {
+	case won:
+		a.won++
+	case by != nil && by.pol == c.pol:
+		// Lost to another entry of the same policy: the author's own
+		// choice, neither enforced nor overridden by someone else.
+	case by != nil:
+		a.lose(policyName(by.pol), lossAt{c.where(), path})
 	}
 }
 

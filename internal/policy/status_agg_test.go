@@ -19,3 +19,45 @@ func TestLoseRecordsEachLossOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusMemoTellsAggsApart: policies share a memoized status only when
+// their statuses are the same; each case's pair differs in one thing a
+// status says.
+func TestStatusMemoTellsAggsApart(t *testing.T) {
+	s := &MeshSnapshot{zone: "zone-1"}
+	p := &policy{policyDef: &policyDef{top: &targetRef{Kind: "Mesh"}}}
+	lost := func(parts ...string) []loss {
+		var out []loss
+		for i := 0; i+2 < len(parts)+1; i += 3 {
+			out = append(out, loss{parts[i], lossAt{parts[i+1], parts[i+2]}})
+		}
+		return out
+	}
+	reached := policyAgg{selected: true, reached: true}
+	with := func(f func(*policyAgg)) policyAgg { a := reached; f(&a); return a }
+	for _, tc := range []struct {
+		name string
+		a, b policyAgg
+	}{
+		{"won or not", with(func(a *policyAgg) { a.won = 1 }), reached},
+		{"won once or twice is alike", with(func(a *policyAgg) { a.won = 1 }), with(func(a *policyAgg) { a.won = 2 })},
+		{"winner", with(func(a *policyAgg) { a.lost = lost("w1", "to[0].default", "x") }),
+			with(func(a *policyAgg) { a.lost = lost("w2", "to[0].default", "x") })},
+		{"parts' boundaries", with(func(a *policyAgg) { a.lost = lost("w", "to[0].defaultx", "") }),
+			with(func(a *policyAgg) { a.lost = lost("w", "to[0].default", "x") })},
+		{"when false", with(func(a *policyAgg) { a.whenFalse = map[string]bool{"to[0].default": true} }), reached},
+		{"ignored unset", with(func(a *policyAgg) { a.ignored = map[string]bool{"unset x ignored: o overrides it": true} }), reached},
+		{"not reached", policyAgg{selected: true}, reached},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			memo, same := statusMemo{}, statusInterner{}
+			a, b := tc.a, tc.b
+			want := fmt.Sprint(s.statusOf(p, &a)) == fmt.Sprint(s.statusOf(p, &b))
+			a, b = tc.a, tc.b
+			got := memo.statusOf(s, p, &a, same) == memo.statusOf(s, p, &b, same)
+			if got != want {
+				t.Fatalf("shared: %v; statuses equal: %v", got, want)
+			}
+		})
+	}
+}

@@ -36,6 +36,24 @@ type blockTrace struct {
 	fields []fieldFate
 	// unsets are the block's unset paths with what became of each.
 	unsets []unsetFate
+	// leaves, for a plain block of a trace without detail, replace fields:
+	// its shape's leaves in the final conf, shared by every block of the
+	// shape (a trace over 100,000 blocks made a list for each).
+	leaves []located
+}
+
+// fieldCount and fieldAt read the fates of the block's fields, judged when
+// traced or, for leaves, as they are read.
+func (bt *blockTrace) fieldCount() int { return len(bt.leaves) + len(bt.fields) }
+
+func (bt *blockTrace) fieldAt(i int) fieldFate {
+	if i >= len(bt.leaves) {
+		return bt.fields[i-len(bt.leaves)]
+	}
+	l := bt.leaves[i]
+	ff := fieldFate{path: l.path}
+	ff.won, ff.by = winnerAt(bt.c, l.node, l.depth, len(l.parts))
+	return ff
 }
 
 // fieldFate: won is true when the block's value is the one in effect;
@@ -94,11 +112,17 @@ func statusTrace(m merger, defaults, overrides []*contribution) *trace {
 func foldTrace(m merger, defaults, overrides []*contribution, detail bool) *trace {
 	tr := &trace{detail: detail}
 	var st foldState
-	byC := map[*contribution]*blockTrace{}
+	// One array holds every block's trace (defaults in apply order, then
+	// overrides): a trace over 100,000 blocks made as many objects.
+	bts := make([]blockTrace, len(defaults)+len(overrides))
+	tr.blocks = make([]*blockTrace, len(bts))
+	for i := range bts {
+		tr.blocks[i] = &bts[i]
+	}
 	for i := len(defaults) - 1; i >= 0; i-- {
 		c := defaults[i]
-		bt := &blockTrace{c: c}
-		byC[c] = bt
+		bt := &bts[i]
+		bt.c = c
 		if !c.active() {
 			bt.fate = fateNotReached
 			continue
@@ -117,16 +141,13 @@ func foldTrace(m merger, defaults, overrides []*contribution, detail bool) *trac
 			bt.fate = fateNoEffect
 		}
 	}
-	for _, c := range defaults {
-		tr.blocks = append(tr.blocks, byC[c])
-	}
-	for _, c := range overrides {
-		bt := &blockTrace{c: c, fate: preFate(m, c, st)}
+	for j, c := range overrides {
+		bt := &bts[len(defaults)+j]
+		bt.c, bt.fate = c, preFate(m, c, st)
 		if c.when != nil && bt.fate != fateApplied {
 			bt.whenErr = whenError(m, c, st)
 		}
 		st, _ = m.override(st, c)
-		tr.blocks = append(tr.blocks, bt)
 	}
 	tr.final = st
 	for _, bt := range tr.blocks {
@@ -161,12 +182,9 @@ func (tr *trace) judge(bt *blockTrace) {
 	c := bt.c
 	if !tr.detail && c.plain != 0 {
 		// A plain block (a conf, no when, no unset, not atomic) was folded
-		// in: each leaf won or lost by its shape's node alone.
-		for _, l := range tr.leavesOf(c) {
-			ff := fieldFate{path: l.path}
-			ff.won, ff.by = winnerAt(c, l.node, l.depth, len(l.parts))
-			bt.fields = append(bt.fields, ff)
-		}
+		// in: each leaf won or lost by its shape's node alone, judged as
+		// the fields are read (fieldAt).
+		bt.leaves = tr.leavesOf(c)
 		return
 	}
 	if c.patch != nil && c.hasConf {
