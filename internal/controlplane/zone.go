@@ -18,6 +18,7 @@ import (
 	"github.com/meridian-mesh/meridian/internal/admission"
 	"github.com/meridian-mesh/meridian/internal/auth"
 	"github.com/meridian-mesh/meridian/internal/kds"
+	"github.com/meridian-mesh/meridian/internal/policy"
 	"github.com/meridian-mesh/meridian/internal/policyview"
 	"github.com/meridian-mesh/meridian/internal/xds"
 	syncv1 "github.com/meridian-mesh/meridian/proto/meridian/sync/v1"
@@ -131,10 +132,28 @@ func (r viewReports) PolicyStatusReport() (*syncv1.PolicyStatusReport, <-chan st
 		return nil, changed
 	}
 	rep := &syncv1.PolicyStatusReport{Statuses: make([]*syncv1.PolicyStatus, 0, len(list))}
+	// Policies with the same status share its conditions (the engine
+	// hands them out once per distinct status), and so do their messages:
+	// the report is only marshaled. At 100,000 policies, most overridden
+	// alike, that is a few condition messages instead of 200,000.
+	type condsKey struct {
+		first *policy.Condition
+		n     int
+	}
+	shared := map[condsKey][]*syncv1.Condition{}
 	for _, st := range list {
 		ps := &syncv1.PolicyStatus{Key: &syncv1.ResourceKey{Type: st.Type, Mesh: st.Mesh, Name: st.Name}}
-		for _, c := range st.Conditions {
-			ps.Conditions = append(ps.Conditions, &syncv1.Condition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message})
+		if len(st.Conditions) > 0 {
+			key := condsKey{&st.Conditions[0], len(st.Conditions)}
+			conds, ok := shared[key]
+			if !ok {
+				conds = make([]*syncv1.Condition, 0, len(st.Conditions))
+				for _, c := range st.Conditions {
+					conds = append(conds, &syncv1.Condition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message})
+				}
+				shared[key] = conds
+			}
+			ps.Conditions = conds
 		}
 		rep.Statuses = append(rep.Statuses, ps)
 	}
