@@ -364,7 +364,7 @@ func TestEqualStatusesAreShared(t *testing.T) {
 	}
 	distinct := map[*PolicyStatus]bool{}
 	contents := map[string]bool{}
-	for _, st := range s.statuses()["MeshTimeout"] {
+	for _, st := range s.statuses().byName["MeshTimeout"] {
 		distinct[st] = true
 		b, _ := json.Marshal(st)
 		contents[string(b)] = true

@@ -128,7 +128,7 @@ type MeshSnapshot struct {
 
 	// statuses of every policy (docs/policy.md#status), computed on first use.
 	statusOnce sync.Once
-	status     map[string]map[nsName]*PolicyStatus
+	status     *statusSet
 
 	// parses lets the next snapshot reuse parsed policies (Inputs.Previous).
 	// The next snapshot built from this one takes it (parseTable.take), so

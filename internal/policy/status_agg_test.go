@@ -2,7 +2,10 @@ package policy
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
+
+	"github.com/meridian-mesh/meridian/internal/resource"
 )
 
 // TestLoseRecordsEachLossOnce: past the list's switch to a set too.
@@ -59,5 +62,37 @@ func TestStatusMemoTellsAggsApart(t *testing.T) {
 				t.Fatalf("shared: %v; statuses equal: %v", got, want)
 			}
 		})
+	}
+}
+
+// TestGlobalPolicyStatusesAgreeWithLookups: the report lists every global
+// policy once, each with the status PolicyStatus gives it, and none of the
+// zone's own.
+func TestGlobalPolicyStatusesAgreeWithLookups(t *testing.T) {
+	rs := timeouts(300)
+	for i, r := range rs {
+		if i%3 != 0 {
+			r.Labels = resource.LabelsOf("kuma.io/origin", "global", "kuma.io/display-name", r.Name)
+		}
+	}
+	s, err := NewMeshSnapshot(Inputs{SystemNamespace: "kuma-system", Registry: resource.NewDefaultRegistry(), Mesh: "default", Zone: "zone-1",
+		Resources: append(rs, benchDataplane("dp", 2, 0))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := s.GlobalPolicyStatuses()
+	if len(report) != 200 {
+		t.Fatalf("%d statuses reported, want the 200 global policies'", len(report))
+	}
+	seen := map[string]bool{}
+	for _, st := range report {
+		want, err := s.PolicyStatus(st.Type, st.LocalName, st.LocalNamespace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[st.Name] || !reflect.DeepEqual(st.Conditions, want.Conditions) {
+			t.Fatalf("%s: reported twice (%v) or %v, PolicyStatus %v", st.Name, seen[st.Name], st.Conditions, want.Conditions)
+		}
+		seen[st.Name] = true
 	}
 }
