@@ -820,6 +820,18 @@ type protocolOptionsKey struct {
 	connection    time.Duration
 }
 
+// meshHealthCheckConf is what Envoy renders of a MeshHealthCheck conf.
+type meshHealthCheckConf struct {
+	Interval           *string `json:"interval"`
+	Timeout            *string `json:"timeout"`
+	UnhealthyThreshold *uint32 `json:"unhealthyThreshold"`
+	HealthyThreshold   *uint32 `json:"healthyThreshold"`
+	HTTP               *struct {
+		Disabled *bool   `json:"disabled"`
+		Path     *string `json:"path"`
+	} `json:"http"`
+}
+
 // healthCheck is MeshHealthCheck's active health check: TCP, or HTTP on
 // "/" for HTTP services.
 func (e *envoyGen) healthCheck(c *clusterv3.Cluster, svc string, policies map[string]*policy.OutboundPolicy) {
@@ -827,16 +839,7 @@ func (e *envoyGen) healthCheck(c *clusterv3.Cluster, svc string, policies map[st
 	if !ok || p.Conf == nil {
 		return
 	}
-	var conf struct {
-		Interval           *string `json:"interval"`
-		Timeout            *string `json:"timeout"`
-		UnhealthyThreshold *uint32 `json:"unhealthyThreshold"`
-		HealthyThreshold   *uint32 `json:"healthyThreshold"`
-		HTTP               *struct {
-			Disabled *bool   `json:"disabled"`
-			Path     *string `json:"path"`
-		} `json:"http"`
-	}
+	var conf meshHealthCheckConf
 	e.about = p.Origin
 	defer func() { e.about = nil }()
 	if !e.decode("MeshHealthCheck", svc, p.Conf, &conf) {
@@ -1111,6 +1114,12 @@ func headerMatchers(in []struct {
 	return out
 }
 
+// meshTCPRouteConf is a MeshTCPRoute conf: its rules (Kuma's one rule
+// shape, which HTTP rules share).
+type meshTCPRouteConf struct {
+	Rules []httpRule `json:"rules"`
+}
+
 // tcpRoute is where a TCP outbound sends its connections: the
 // MeshTCPRoute's backends by weight (its one rule), else the service.
 func (e *envoyGen) tcpRoute(svc string, policies map[string]*policy.OutboundPolicy, listener string) (string, *tcpproxyv3.TcpProxy_WeightedCluster) {
@@ -1118,9 +1127,7 @@ func (e *envoyGen) tcpRoute(svc string, policies map[string]*policy.OutboundPoli
 	if !ok || p.Conf == nil {
 		return e.cluster(svc, nil), nil
 	}
-	var conf struct {
-		Rules []httpRule `json:"rules"`
-	}
+	var conf meshTCPRouteConf
 	e.about = p.Origin
 	defer func() { e.about = nil }()
 	if !e.decode("MeshTCPRoute", svc, p.Conf, &conf) || len(conf.Rules) == 0 {

@@ -2,6 +2,8 @@ package xds
 
 import (
 	"encoding/json"
+	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -140,4 +142,42 @@ func TestGRPCPoliciesNameTheirResources(t *testing.T) {
 	if got := res.Shaped()["type.googleapis.com/envoy.config.cluster.v3.Cluster"]["backend"]; !slices.Equal(got, []string{"MeshCircuitBreaker p"}) {
 		t.Errorf("cluster shaped by %v", got)
 	}
+}
+
+// FuzzDecodeConfMatchesUnmarshal: decodeConf reads every conf type the
+// generators decode as encoding/json reads it: the same value, or the same
+// error.
+func FuzzDecodeConfMatchesUnmarshal(f *testing.F) {
+	confTypes := []func() any{
+		func() any { return new(meshTimeoutConf) },
+		func() any { return new(meshRetryConf) },
+		func() any { return new(meshCircuitBreakerConf) },
+		func() any { return new(meshLoadBalancingConf) },
+		func() any { return new(meshHealthCheckConf) },
+		func() any { return new(meshTCPRouteConf) },
+	}
+	for i, seed := range []string{
+		`{"connectionTimeout":"5s","idleTimeout":"1h","http":{"requestTimeout":"15s","streamIdleTimeout":"30m","maxStreamDuration":"0s"}}`,
+		`{"http":{"requestTimeout":"15s","RequestTimeout":"1s"}}`,
+		`{"grpc":{"numRetries":4,"perTryTimeout":"1s","backOff":{"baseInterval":"1s","maxInterval":"2s"},"retryOn":["Unavailable"]},"http":{"numRetries":1}}`,
+		`{"connectionLimits":{"maxRequests":3,"maxConnections":1.5},"outlierDetection":{"disabled":true,"interval":"1s","detectors":{"totalFailures":{"consecutive":2}}}}`,
+		`{"loadBalancer":{"type":"RingHash","ringHash":{"hashFunction":"MurmurHash2","hashPolicies":[{"type":"Header","header":{"name":"x"}}]}},"localityAwareness":{"disabled":false,"localZone":{"affinityTags":[{"key":"k8s.io/node","weight":9}]}}}`,
+		`{"interval":"10s","timeout":"2s","unhealthyThreshold":3,"healthyThreshold":1,"http":{"path":"/h","expectedStatuses":[200]},"tcp":{}}`,
+		`{"rules":[{"default":{"backendRefs":[{"kind":"MeshService","name":"b","weight":90},{"kind":"MeshService","name":"c","port":80,"weight":10}]}}]}`,
+		`{"http":null,"idleTimeout":null}`, `{"idleTimeout":"1s","idleTimeout":"2s"}`, `{"idleTimeout":"\xff"}`,
+		`{"idleTimeout":"\ud800"}`, `{"rules":{}}`, `[]`, `null`, `"x"`, `{"connectionLimits":{"maxRequests":"3"}}`,
+	} {
+		f.Add(uint8(i), []byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, which uint8, raw []byte) {
+		newConf := confTypes[int(which)%len(confTypes)]
+		got, want := newConf(), newConf()
+		gotErr, wantErr := decodeConf(raw, got), json.Unmarshal(raw, want)
+		if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+			t.Fatalf("%T from %q: error %v, Unmarshal's %v", got, raw, gotErr, wantErr)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%T from %q:\n%#v\nUnmarshal:\n%#v", got, raw, got, want)
+		}
+	})
 }
