@@ -156,7 +156,7 @@ func FuzzDecodeConfMatchesUnmarshal(f *testing.F) {
 		func() any { return new(meshHealthCheckConf) },
 		func() any { return new(meshTCPRouteConf) },
 	}
-	for i, seed := range []string{
+	for _, seed := range []string{
 		`{"connectionTimeout":"5s","idleTimeout":"1h","http":{"requestTimeout":"15s","streamIdleTimeout":"30m","maxStreamDuration":"0s"}}`,
 		`{"http":{"requestTimeout":"15s","RequestTimeout":"1s"}}`,
 		`{"grpc":{"numRetries":4,"perTryTimeout":"1s","backOff":{"baseInterval":"1s","maxInterval":"2s"},"retryOn":["Unavailable"]},"http":{"numRetries":1}}`,
@@ -167,7 +167,9 @@ func FuzzDecodeConfMatchesUnmarshal(f *testing.F) {
 		`{"http":null,"idleTimeout":null}`, `{"idleTimeout":"1s","idleTimeout":"2s"}`, `{"idleTimeout":"\xff"}`,
 		`{"idleTimeout":"\ud800"}`, `{"rules":{}}`, `[]`, `null`, `"x"`, `{"connectionLimits":{"maxRequests":"3"}}`,
 	} {
-		f.Add(uint8(i), []byte(seed))
+		for which := range confTypes {
+			f.Add(uint8(which), []byte(seed))
+		}
 	}
 	f.Fuzz(func(t *testing.T, which uint8, raw []byte) {
 		newConf := confTypes[int(which)%len(confTypes)]
