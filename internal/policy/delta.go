@@ -371,6 +371,7 @@ func (b *builder) splicePolicies(t, prevT *typeIndex, removed, fresh []*policy) 
 	var spP, spTo, spFrom splicing
 	t.policies, spP = spliceSorted(prevT.policies, gonePos, fresh, comparePolicies)
 	t.quick = spliceParallel(spP, prevT.quick, freshQuick)
+	t.summarySeed = seedSummary(prevT, spP, freshQuick)
 	t.to, spTo = spliceSorted(prevT.to, goneTo, freshTo, compareEntries)
 	t.from, spFrom = spliceSorted(prevT.from, goneFrom, freshFrom, compareEntries)
 

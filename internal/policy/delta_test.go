@@ -44,7 +44,7 @@ func TestChangesBuildAsFresh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spliced, full, seeded := 0, 0, 0
+	spliced, full, seeded, summaries := 0, 0, 0, 0
 	for round := 0; round < 300; round++ {
 		before := maps_Clone(live)
 		for range 1 + rng.IntN(4) {
@@ -114,6 +114,9 @@ func TestChangesBuildAsFresh(t *testing.T) {
 				if carried[name] = nt.toSeed != nil; carried[name] {
 					seeded++
 				}
+				if nt.summarySeed != nil {
+					summaries++
+				}
 			}
 		}
 		reading.Wait()
@@ -148,8 +151,9 @@ func TestChangesBuildAsFresh(t *testing.T) {
 		}
 		prev = next
 	}
-	if spliced < 100 || full < 10 || seeded < 100 {
-		t.Fatalf("%d rounds spliced and %d built in full, %d type indexes carried: every path must be exercised", spliced, full, seeded)
+	if spliced < 100 || full < 10 || seeded < 100 || summaries < 20 {
+		t.Fatalf("%d rounds spliced and %d built in full, %d type indexes and %d summaries carried: every path must be exercised",
+			spliced, full, seeded, summaries)
 	}
 }
 

@@ -63,6 +63,9 @@ func checkSummary(t *testing.T, where string, ti *typeIndex) {
 		if r.start != next || r.end <= r.start {
 			t.Fatalf("%s: run [%d, %d) after %d", where, r.start, r.end, next)
 		}
+		if r.q != nil && r.q != &ti.quick[r.start] {
+			t.Errorf("%s: run [%d, %d) reads its selector outside the type's quick array", where, r.start, r.end)
+		}
 		for i := r.start; i < r.end; i++ {
 			q := &ti.quick[i]
 			if r.q == nil && q.kind != quickNone || r.q != nil && !alike(q, r.q) {

@@ -322,15 +322,25 @@ type typeIndex struct {
 	toSeed *toSeed
 
 	// summed is the summary of quick (select.go), made on first use: a
-	// finished type's policies keep their selectors and warnings.
+	// finished type's policies keep their selectors and warnings. From
+	// summarySeed when the type was spliced from one whose summary holds
+	// for it (seedSummary).
 	summaryOnce sync.Once
-	summed      *typeSummary
+	summed      atomic.Pointer[typeSummary]
+	summarySeed *typeSummary
 }
 
 // summary is t's typeSummary.
 func (t *typeIndex) summary() *typeSummary {
-	t.summaryOnce.Do(func() { t.summed = summarize(t.quick) })
-	return t.summed
+	t.summaryOnce.Do(func() {
+		if t.summarySeed != nil {
+			t.summed.Store(t.summarySeed.rebased(t.quick))
+			t.summarySeed = nil
+			return
+		}
+		t.summed.Store(summarize(t.quick))
+	})
+	return t.summed.Load()
 }
 
 type meshService struct {
