@@ -275,9 +275,13 @@ type generator struct {
 	about []policy.Origin
 	// prev is the previous rendering whose fragments may be reused
 	// (fragment.go); rec is the fragment being rendered.
-	prev  *Resources
-	rec   *fragment
-	parts sharedParts
+	prev *Resources
+	// prevCursor is where prevFragment looks first in prev's fragments;
+	// prevIndex indexes them by id once the rendering asks out of order.
+	prevCursor int
+	prevIndex  map[fragmentID]int
+	rec        *fragment
+	parts      sharedParts
 	// pending are the assignments asked for by the cluster just rendered
 	// or replayed, added after it (emitPending).
 	pending []fragmentAssignment

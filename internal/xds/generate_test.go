@@ -99,7 +99,7 @@ func TestGenerateGolden(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if third.fragments != nil && len(again.fragments.byID) > 0 && third.reused == 0 {
+				if third.fragments != nil && len(again.fragments.list) > 0 && third.reused == 0 {
 					t.Error("nothing of the previous rendering was reused")
 				}
 				if a, b := goldenOf(t, res), goldenOf(t, third); string(a) != string(b) {

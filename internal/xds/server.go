@@ -561,13 +561,14 @@ func (s *Server) Set(ctx context.Context, nodeID string, res *Resources) error {
 	s.mu.Unlock()
 	versions := make(map[string]string, len(listTypes))
 	var kept [4]bool
+	var buf []byte // versionOf's
 	for i, list := range res.lists() {
 		if last != nil && sameItems(*list, *last.lists()[i]) {
 			kept[i] = true
 			versions[listTypes[i]] = lastVersions[listTypes[i]]
 			continue
 		}
-		versions[listTypes[i]] = versionOf(*list, res.sums[i])
+		versions[listTypes[i]], buf = versionOf(*list, res.sums[i], buf)
 	}
 
 	s.mu.Lock()
@@ -693,39 +694,55 @@ func Versions(res *Resources) (map[string]string, error) {
 		return nil, err
 	}
 	out := make(map[string]string, len(listTypes))
+	var buf []byte // every list's, in turn
 	for i, list := range res.lists() {
-		out[listTypes[i]] = versionOf(*list, res.sums[i])
+		out[listTypes[i]], buf = versionOf(*list, res.sums[i], buf)
 	}
 	return out, nil
 }
 
 // versionOf hashes resources, sorted by name, each by its digest (sums,
-// by position).
-func versionOf(items []types.Resource, sums [][sha256.Size]byte) string {
+// by position). It writes what it hashes in buf, which it returns for the
+// next list.
+func versionOf(items []types.Resource, sums [][sha256.Size]byte, buf []byte) (string, []byte) {
+	// One buffer hashed at once: hashing three small writes per
+	// resource cost more than the hash itself. Renderings mostly emit
+	// their lists in name order: then it is written as it is read.
+	buf = slices.Grow(buf[:0], len(items)*(sha256.Size+1+48)) // a name is mostly shorter
+	prev := ""
+	for i, r := range items {
+		name := cachev3.GetResourceName(r)
+		if i > 0 && name < prev {
+			return versionOfUnsorted(items, sums, buf)
+		}
+		prev = name
+		buf = append(buf, name...)
+		buf = append(buf, 0)
+		buf = append(buf, sums[i][:]...)
+	}
+	sum := sha256.Sum256(buf)
+	return hex.EncodeToString(sum[:8]), buf
+}
+
+// versionOfUnsorted is versionOf for a list out of name order.
+func versionOfUnsorted(items []types.Resource, sums [][sha256.Size]byte, buf []byte) (string, []byte) {
 	type named struct {
 		name string
 		sum  *[sha256.Size]byte
 	}
 	byName := make([]named, len(items))
-	sorted, size := true, 0
 	for i, r := range items {
 		byName[i] = named{cachev3.GetResourceName(r), &sums[i]}
-		sorted = sorted && (i == 0 || byName[i-1].name <= byName[i].name)
-		size += len(byName[i].name) + 1 + sha256.Size
 	}
-	if !sorted { // renderings mostly emit their lists in name order
-		slices.SortFunc(byName, func(a, b named) int { return strings.Compare(a.name, b.name) })
-	}
-	// One buffer hashed at once: hashing three small writes per
-	// resource cost more than the hash itself.
-	buf := make([]byte, 0, size)
+	slices.SortFunc(byName, func(a, b named) int { return strings.Compare(a.name, b.name) })
+	buf = buf[:0]
 	for _, n := range byName {
 		buf = append(buf, n.name...)
 		buf = append(buf, 0)
 		buf = append(buf, n.sum[:]...)
 	}
 	sum := sha256.Sum256(buf)
-	return hex.EncodeToString(sum[:8])
+	return hex.EncodeToString(sum[:8]), buf
 }
 
 // shortType is a type URL's last part (Listener, Cluster...).

@@ -439,3 +439,31 @@ func TestAccessLogPipeOfNodeMetadata(t *testing.T) {
 		}
 	}
 }
+
+// TestVersionIgnoresOrder: a list's version is that of its resources by
+// name, whichever order it holds them in, and changes with a digest.
+func TestVersionIgnoresOrder(t *testing.T) {
+	names := []string{"a", "b", "b2", "c"}
+	items := make([]types.Resource, len(names))
+	sums := make([][sha256.Size]byte, len(names))
+	for i, n := range names {
+		items[i] = &listenerv3.Listener{Name: n}
+		sums[i] = sha256.Sum256([]byte(n))
+	}
+	sorted, buf := versionOf(items, sums, nil)
+	for _, order := range [][]int{{3, 2, 1, 0}, {1, 0, 2, 3}, {0, 1, 3, 2}} {
+		shuffled := make([]types.Resource, len(order))
+		shuffledSums := make([][sha256.Size]byte, len(order))
+		for i, j := range order {
+			shuffled[i], shuffledSums[i] = items[j], sums[j]
+		}
+		var v string
+		if v, buf = versionOf(shuffled, shuffledSums, buf); v != sorted {
+			t.Errorf("order %v: version %s, in name order %s", order, v, sorted)
+		}
+	}
+	sums[2][0]++
+	if v, _ := versionOf(items, sums, buf); v == sorted {
+		t.Error("a changed digest kept the version")
+	}
+}
