@@ -50,8 +50,14 @@ type policyAgg struct {
 	won      int  // fields in effect, summed over targets
 	// lost is what of this policy lost, and to whom, each once: a list
 	// (a policy loses a few fields to a few winners), where two maps per
-	// policy were a sixth of what computing statuses allocated.
+	// policy were a sixth of what computing statuses allocated. While it
+	// is short it is the items of lostSeq, a sequence the type's policies
+	// share (never written): most lose the same fields to the same
+	// winners, and a list each was a third of what computing statuses
+	// allocated at 100,000 policies. Past 32 it is the policy's own, with
+	// lostSet.
 	lost      []loss
+	lostSeq   *lossSeq
 	lostSet   map[loss]bool // lost as a set, once it is long
 	whenFalse map[string]bool
 	ignored   map[string]bool // unset paths ignored because of an override
@@ -75,7 +81,29 @@ type loss struct {
 	at     lossAt
 }
 
-func (a *policyAgg) lose(winner string, at lossAt) {
+// lossSeq is a sequence of losses, shared by the policies that lost
+// those, in that order; seqs is the empty one, its sequences are its
+// extensions (with).
+type lossSeq struct {
+	items []loss // never written
+	next  map[loss]*lossSeq
+}
+
+// with is s extended by l.
+func (s *lossSeq) with(l loss) *lossSeq {
+	if n := s.next[l]; n != nil {
+		return n
+	}
+	n := &lossSeq{items: append(slices.Clip(s.items), l)}
+	if s.next == nil {
+		s.next = map[loss]*lossSeq{}
+	}
+	s.next[l] = n
+	return n
+}
+
+// lose records that at lost to winner; seqs are the type's sequences.
+func (a *policyAgg) lose(seqs *lossSeq, winner string, at lossAt) {
 	l := loss{winner, at}
 	switch {
 	case a.lostSet != nil:
@@ -83,18 +111,23 @@ func (a *policyAgg) lose(winner string, at lossAt) {
 			return
 		}
 		a.lostSet[l] = true
+		a.lost = append(a.lost, l)
 	case slices.Contains(a.lost, l):
 		return
-	case a.lost == nil:
-		a.lost = make([]loss, 0, 4) // a policy's conf has a few fields
 	case len(a.lost) >= 32: // a policy many others override somewhere
 		a.lostSet = make(map[loss]bool, 2*len(a.lost))
 		for _, have := range a.lost {
 			a.lostSet[have] = true
 		}
 		a.lostSet[l] = true
+		a.lost, a.lostSeq = append(slices.Clip(a.lost), l), nil // its own from now on
+	default:
+		if a.lostSeq == nil {
+			a.lostSeq = seqs
+		}
+		a.lostSeq = a.lostSeq.with(l)
+		a.lost = a.lostSeq.items
 	}
-	a.lost = append(a.lost, l)
 }
 
 // PolicyStatus returns the status of one policy. An unknown policy is
@@ -157,17 +190,36 @@ func (s *MeshSnapshot) computeStatuses() *statusSet {
 }
 
 // statusMemo keeps the status of policies that were reached, by what
-// their status is made of (statusKeyOf): at 100,000 MeshTimeouts most lost
-// the same fields to the same winner, and writing each one's messages was
-// a third of computing statuses.
+// their status is made of: whether a field of theirs won, and their
+// shared loss sequence, else their losses written out (statusKeyOf). At
+// 100,000 MeshTimeouts most lost the same fields to the same winner, and
+// writing each one's messages was a third of computing statuses.
 type statusMemo struct {
+	bySeq map[seqKey]*PolicyStatus
 	byKey map[string]*PolicyStatus
 	buf   []byte
+}
+
+type seqKey struct {
+	seq *lossSeq
+	won bool
 }
 
 func (m *statusMemo) statusOf(s *MeshSnapshot, p *policy, a *policyAgg, same statusInterner) *PolicyStatus {
 	if !a.selected || !a.reached || len(a.whenFalse) > 0 || len(a.ignored) > 0 {
 		return same.intern(s.statusOf(p, a))
+	}
+	if a.lostSet == nil { // a.lost is lostSeq's (nil: nothing lost)
+		k := seqKey{a.lostSeq, a.won > 0}
+		if st, ok := m.bySeq[k]; ok {
+			return st
+		}
+		st := same.intern(s.statusOf(p, a))
+		if m.bySeq == nil {
+			m.bySeq = map[seqKey]*PolicyStatus{}
+		}
+		m.bySeq[k] = st
+		return st
 	}
 	m.buf = statusKeyOf(m.buf[:0], a)
 	if st, ok := m.byKey[string(m.buf)]; ok {
@@ -237,6 +289,7 @@ func skippedMessage(t *typeIndex, key nsName) string {
 // allocations and map entries).
 func (s *MeshSnapshot) aggregate(t *typeIndex) []policyAgg {
 	aggs := make([]policyAgg, len(t.policies))
+	seqs := &lossSeq{}        // the policies' loss sequences (lossSeq)
 	seen := map[string]bool{} // traces already accumulated, by their blocks
 	// seenOut are the outbound entry lists traced (common and specific,
 	// by their keys): Dataplanes mostly call the same services through
@@ -249,7 +302,7 @@ func (s *MeshSnapshot) aggregate(t *typeIndex) []policyAgg {
 			return
 		}
 		seen[key] = true
-		accumulate(t, aggs, statusTrace(s.mergerOf(t), defaults, overrides))
+		accumulate(t, aggs, seqs, statusTrace(s.mergerOf(t), defaults, overrides))
 	}
 	for _, raw := range s.dpList {
 		dp := s.effective(raw)
@@ -342,7 +395,7 @@ func blocksKey(defaults, overrides []*contribution) string {
 }
 
 // accumulate adds a trace's outcomes to aggs, t's by policy index.
-func accumulate(t *typeIndex, aggs []policyAgg, tr *trace) {
+func accumulate(t *typeIndex, aggs []policyAgg, seqs *lossSeq, tr *trace) {
 	for _, bt := range tr.blocks {
 		p := bt.c.pol
 		if p == nil || bt.fate == fateNotReached || p.idx >= len(aggs) || t.policies[p.idx] != p {
@@ -359,13 +412,13 @@ func accumulate(t *typeIndex, aggs []policyAgg, tr *trace) {
 			continue
 		case fateAtomicLost:
 			for _, w := range winnersOf(tr, bt.c) {
-				a.lose(w, lossAt{where: bt.c.where()})
+				a.lose(seqs, w, lossAt{where: bt.c.where()})
 			}
 			continue
 		}
 		for i := range bt.fieldCount() {
 			f := bt.fieldAt(i)
-			a.field(bt.c, f.path, f.won, f.by)
+			a.field(seqs, bt.c, f.path, f.won, f.by)
 		}
 		for _, u := range bt.unsets {
 			if u.ignored {
@@ -379,7 +432,7 @@ func accumulate(t *typeIndex, aggs []policyAgg, tr *trace) {
 }
 
 // field adds the fate of one field of block c (at path) to a.
-func (a *policyAgg) field(c *contribution, path string, won bool, by *contribution) {
+func (a *policyAgg) field(seqs *lossSeq, c *contribution, path string, won bool, by *contribution) {
 	switch {
 	case won:
 		a.won++
@@ -387,7 +440,7 @@ func (a *policyAgg) field(c *contribution, path string, won bool, by *contributi
 		// Lost to another entry of the same policy: the author's own
 		// choice, neither enforced nor overridden by someone else.
 	case by != nil:
-		a.lose(policyName(by.pol), lossAt{c.where(), path})
+		a.lose(seqs, policyName(by.pol), lossAt{c.where(), path})
 	}
 }
 
@@ -420,13 +473,14 @@ func (s *MeshSnapshot) statusOf(p *policy, a *policyAgg) *PolicyStatus {
 func enforced(a *policyAgg) Condition {
 	var lost []string
 	var winners []string
-	slices.SortFunc(a.lost, func(x, y loss) int { return strings.Compare(x.winner, y.winner) })
-	for from := 0; from < len(a.lost); {
-		w := a.lost[from].winner
+	losses := slices.Clone(a.lost) // shared (lossSeq): sorted as a copy
+	slices.SortFunc(losses, func(x, y loss) int { return strings.Compare(x.winner, y.winner) })
+	for from := 0; from < len(losses); {
+		w := losses[from].winner
 		to := from
 		var paths []string
-		for ; to < len(a.lost) && a.lost[to].winner == w; to++ {
-			paths = append(paths, a.lost[to].at.String())
+		for ; to < len(losses) && losses[to].winner == w; to++ {
+			paths = append(paths, losses[to].at.String())
 		}
 		slices.Sort(paths)
 		winners = append(winners, w)

@@ -12,9 +12,10 @@ import (
 func TestLoseRecordsEachLossOnce(t *testing.T) {
 	for _, distinct := range []int{1, 31, 32, 33, 200} {
 		var a policyAgg
+		seqs := &lossSeq{}
 		for round := range 3 {
 			for i := range distinct {
-				a.lose(fmt.Sprintf("winner-%d", i%7), lossAt{where: "to[0].default", path: fmt.Sprintf("p%d", i)})
+				a.lose(seqs, fmt.Sprintf("winner-%d", i%7), lossAt{where: "to[0].default", path: fmt.Sprintf("p%d", i)})
 			}
 			if len(a.lost) != distinct {
 				t.Fatalf("%d distinct losses, round %d: %d recorded", distinct, round, len(a.lost))
@@ -29,25 +30,41 @@ func TestLoseRecordsEachLossOnce(t *testing.T) {
 func TestStatusMemoTellsAggsApart(t *testing.T) {
 	s := &MeshSnapshot{zone: "zone-1"}
 	p := &policy{policyDef: &policyDef{top: &targetRef{Kind: "Mesh"}}}
-	lost := func(parts ...string) []loss {
-		var out []loss
-		for i := 0; i+2 < len(parts)+1; i += 3 {
-			out = append(out, loss{parts[i], lossAt{parts[i+1], parts[i+2]}})
+	seqs := &lossSeq{} // one type's, as aggregate makes them
+	// lost records losses as accumulate does: (winner, where, path)...,
+	// then, past 32 losses, losses of the policy's own.
+	lost := func(n int, parts ...string) func(*policyAgg) {
+		return func(a *policyAgg) {
+			for i := 0; i+2 < len(parts); i += 3 {
+				a.lose(seqs, parts[i], lossAt{parts[i+1], parts[i+2]})
+			}
+			for i := range n {
+				a.lose(seqs, "many", lossAt{"to[0].default", fmt.Sprint("p", i)})
+			}
 		}
-		return out
 	}
 	reached := policyAgg{selected: true, reached: true}
-	with := func(f func(*policyAgg)) policyAgg { a := reached; f(&a); return a }
+	with := func(fs ...func(*policyAgg)) policyAgg {
+		a := reached
+		for _, f := range fs {
+			f(&a)
+		}
+		return a
+	}
+	won := func(n int) func(*policyAgg) { return func(a *policyAgg) { a.won = n } }
 	for _, tc := range []struct {
 		name string
 		a, b policyAgg
 	}{
-		{"won or not", with(func(a *policyAgg) { a.won = 1 }), reached},
-		{"won once or twice is alike", with(func(a *policyAgg) { a.won = 1 }), with(func(a *policyAgg) { a.won = 2 })},
-		{"winner", with(func(a *policyAgg) { a.lost = lost("w1", "to[0].default", "x") }),
-			with(func(a *policyAgg) { a.lost = lost("w2", "to[0].default", "x") })},
-		{"parts' boundaries", with(func(a *policyAgg) { a.lost = lost("w", "to[0].defaultx", "") }),
-			with(func(a *policyAgg) { a.lost = lost("w", "to[0].default", "x") })},
+		{"won or not", with(won(1)), reached},
+		{"won once or twice is alike", with(won(1)), with(won(2))},
+		{"the same losses", with(lost(0, "w1", "to[0].default", "x")), with(lost(0, "w1", "to[0].default", "x"))},
+		{"the same losses, one won", with(lost(0, "w1", "to[0].default", "x")), with(won(1), lost(0, "w1", "to[0].default", "x"))},
+		{"winner", with(lost(0, "w1", "to[0].default", "x")), with(lost(0, "w2", "to[0].default", "x"))},
+		{"parts' boundaries", with(lost(0, "w", "to[0].defaultx", "")), with(lost(0, "w", "to[0].default", "x"))},
+		{"losses in another order", with(lost(0, "w1", "a", "x", "w2", "a", "y")), with(lost(0, "w2", "a", "y", "w1", "a", "x"))},
+		{"long lists alike", with(lost(40)), with(lost(40))},
+		{"long lists apart", with(lost(40)), with(lost(41))},
 		{"when false", with(func(a *policyAgg) { a.whenFalse = map[string]bool{"to[0].default": true} }), reached},
 		{"ignored unset", with(func(a *policyAgg) { a.ignored = map[string]bool{"unset x ignored: o overrides it": true} }), reached},
 		{"not reached", policyAgg{selected: true}, reached},
