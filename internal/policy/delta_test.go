@@ -181,8 +181,8 @@ func describe(ch *Changes) string {
 // sameToIndex compares a toIndex with the reference, buildToIndex of the
 // same entries.
 func sameToIndex(got, want *toIndex) error {
-	if !slices.Equal(got.other, want.other) {
-		return fmt.Errorf("other entries %d, want %d", len(got.other), len(want.other))
+	if !slices.Equal(got.other, want.other) || got.all != want.all {
+		return fmt.Errorf("other entries %d (%d for every outbound), want %d (%d)", len(got.other), got.all, len(want.other), want.all)
 	}
 	if len(got.byService) != len(want.byService) {
 		return fmt.Errorf("services %v, want %v", slices.Sorted(maps.Keys(got.byService)), slices.Sorted(maps.Keys(want.byService)))

@@ -257,9 +257,9 @@ func (s *MeshSnapshot) outboundEntriesOf(t *typeIndex, dp *dataplane, matched []
 	oe := outboundEntryLists{specific: make([][]*entry, n), routed: make([]routeEntries, n), whole: make([]*serviceEntries, n)}
 	specific, routed := oe.specific, oe.routed
 	idx := t.toEntryIndex()
-	// Sized for every entry (at 100,000 Mesh-wide entries growing it made
-	// four times its size; it lives for the call).
-	oe.common = make([]*entry, 0, len(idx.other))
+	// Sized for every entry that may be in it (at 100,000 Mesh-wide
+	// entries, growing it made four times its size).
+	oe.common = make([]*entry, 0, idx.all)
 	for _, e := range idx.other {
 		if !matched[e.pol.idx] {
 			continue
@@ -316,6 +316,17 @@ func (s *MeshSnapshot) outboundEntriesOf(t *typeIndex, dp *dataplane, matched []
 type toIndex struct {
 	byService map[string]*serviceEntries
 	other     []*entry
+	all       int // the entries of other whose target is every outbound
+}
+
+// countAll sets idx.all from idx.other.
+func (idx *toIndex) countAll() {
+	idx.all = 0
+	for _, e := range idx.other {
+		if e.target.all {
+			idx.all++
+		}
+	}
 }
 
 // serviceEntries are the entries of one service in a toIndex.
@@ -412,6 +423,7 @@ func buildToIndex(to []*entry) *toIndex {
 		}
 		se.add(e)
 	}
+	idx.countAll()
 	return idx
 }
 
@@ -454,7 +466,7 @@ func (sd *toSeed) index() *toIndex {
 	for _, e := range sd.added {
 		note(e)
 	}
-	idx := &toIndex{byService: maps.Clone(sd.prev.byService), other: sd.prev.other}
+	idx := &toIndex{byService: maps.Clone(sd.prev.byService), other: sd.prev.other, all: sd.prev.all}
 	byPos := func(a, b *entry) int { return a.pos - b.pos }
 	for svc := range touched {
 		var es []*entry
@@ -495,6 +507,7 @@ func (sd *toSeed) index() *toIndex {
 		}
 		slices.SortFunc(es, byPos)
 		idx.other = es
+		idx.countAll()
 	}
 	return idx
 }
