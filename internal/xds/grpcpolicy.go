@@ -2,12 +2,10 @@ package xds
 
 import (
 	"encoding/json"
-	"reflect"
-
 	"fmt"
-	jsonv2 "github.com/go-json-experiment/json"
 	"maps"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -20,6 +18,7 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	jsonv2 "github.com/go-json-experiment/json"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
