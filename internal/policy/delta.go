@@ -371,7 +371,9 @@ func (b *builder) splicePolicies(t, prevT *typeIndex, removed, fresh []*policy) 
 	var spP, spTo, spFrom splicing
 	t.policies, spP = spliceSorted(prevT.policies, gonePos, fresh, comparePolicies)
 	t.quick = spliceParallel(spP, prevT.quick, freshQuick)
-	t.summarySeed = seedSummary(prevT, spP, freshQuick)
+	if prev := seedSummary(prevT, spP, freshQuick); prev != nil {
+		t.summed.Store(prev.rebased(t.quick))
+	}
 	t.to, spTo = spliceSorted(prevT.to, goneTo, freshTo, compareEntries)
 	t.from, spFrom = spliceSorted(prevT.from, goneFrom, freshFrom, compareEntries)
 

@@ -114,7 +114,7 @@ func TestChangesBuildAsFresh(t *testing.T) {
 				if carried[name] = nt.toSeed != nil; carried[name] {
 					seeded++
 				}
-				if nt.summarySeed != nil {
+				if nt.summed.Load() != nil { // carried: nothing asked for it yet
 					summaries++
 				}
 			}

@@ -322,23 +322,19 @@ type typeIndex struct {
 	toSeed *toSeed
 
 	// summed is the summary of quick (select.go), made on first use: a
-	// finished type's policies keep their selectors and warnings. From
-	// summarySeed when the type was spliced from one whose summary holds
-	// for it (seedSummary).
+	// finished type's policies keep their selectors and warnings. A type
+	// spliced from one whose summary holds for it has it from the start
+	// (seedSummary).
 	summaryOnce sync.Once
 	summed      atomic.Pointer[typeSummary]
-	summarySeed *typeSummary
 }
 
 // summary is t's typeSummary.
 func (t *typeIndex) summary() *typeSummary {
 	t.summaryOnce.Do(func() {
-		if t.summarySeed != nil {
-			t.summed.Store(t.summarySeed.rebased(t.quick))
-			t.summarySeed = nil
-			return
+		if t.summed.Load() == nil {
+			t.summed.Store(summarize(t.quick))
 		}
-		t.summed.Store(summarize(t.quick))
 	})
 	return t.summed.Load()
 }
