@@ -13,7 +13,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	rbacnetv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
@@ -297,19 +296,28 @@ func (e *envoyGen) inbound(i int, inb Inbound) error {
 	return nil
 }
 
+// statName is addr in a stat prefix: its ':' and '.' as '_'.
+func statName(addr string) string {
+	return strings.Map(func(r rune) rune {
+		if r == ':' || r == '.' {
+			return '_'
+		}
+		return r
+	}, addr)
+}
+
 // networkRBAC is the inbound's MeshTrafficPermission as Kuma renders it:
 // the network RBAC filter, first in the chain.
 func (e *envoyGen) networkRBAC(addr string, cfg policy.InboundConfig) (*listenerv3.Filter, error) {
-	rbac := &rbacnetv3.RBAC{StatPrefix: "inbound_" + strings.NewReplacer(":", "_", ".", "_").Replace(addr) + "."}
+	rbac := &rbacnetv3.RBAC{StatPrefix: "inbound_" + statName(addr) + "."}
+	var err error
 	if cfg.RBAC.Rules != nil {
-		rbac.Rules = &rbacv3.RBAC{}
-		if err := jsonToProto(cfg.RBAC.Rules, rbac.Rules); err != nil {
+		if rbac.Rules, err = rbacProto(cfg.RBAC.Rules); err != nil {
 			return nil, fmt.Errorf("rbac rules: %w", err)
 		}
 	}
 	if cfg.RBAC.ShadowRules != nil {
-		rbac.ShadowRules = &rbacv3.RBAC{}
-		if err := jsonToProto(cfg.RBAC.ShadowRules, rbac.ShadowRules); err != nil {
+		if rbac.ShadowRules, err = rbacProto(cfg.RBAC.ShadowRules); err != nil {
 			return nil, fmt.Errorf("rbac shadow_rules: %w", err)
 		}
 	}

@@ -12,7 +12,6 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	rbacfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
@@ -21,7 +20,6 @@ import (
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -836,15 +834,14 @@ func (g *generator) server(i int, inb Inbound) error {
 // RBAC HTTP filter. gRPC servers enforce rules; shadow_rules ride along.
 func rbacFilter(f policy.RBACFilter) (*hcmv3.HttpFilter, error) {
 	cfg := &rbacfilterv3.RBAC{}
+	var err error
 	if f.Rules != nil {
-		cfg.Rules = &rbacv3.RBAC{}
-		if err := jsonToProto(f.Rules, cfg.Rules); err != nil {
+		if cfg.Rules, err = rbacProto(f.Rules); err != nil {
 			return nil, fmt.Errorf("rbac rules: %w", err)
 		}
 	}
 	if f.ShadowRules != nil {
-		cfg.ShadowRules = &rbacv3.RBAC{}
-		if err := jsonToProto(f.ShadowRules, cfg.ShadowRules); err != nil {
+		if cfg.ShadowRules, err = rbacProto(f.ShadowRules); err != nil {
 			return nil, fmt.Errorf("rbac shadow_rules: %w", err)
 		}
 	}
@@ -853,14 +850,6 @@ func rbacFilter(f policy.RBACFilter) (*hcmv3.HttpFilter, error) {
 		return nil, err
 	}
 	return &hcmv3.HttpFilter{Name: "envoy.filters.http.rbac", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: typed}}, nil
-}
-
-func jsonToProto(v any, m proto.Message) error {
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	return protojson.Unmarshal(raw, m)
 }
 
 // sharedParts are the sub-messages every resource of a rendering may
