@@ -724,25 +724,21 @@ func versionOf(items []types.Resource, sums [][sha256.Size]byte, buf []byte) (st
 	return hex.EncodeToString(sum[:8]), buf
 }
 
-// versionOfUnsorted is versionOf for a list out of name order.
+// versionOfUnsorted is versionOf for a list out of name order: of the list
+// sorted by name.
 func versionOfUnsorted(items []types.Resource, sums [][sha256.Size]byte, buf []byte) (string, []byte) {
-	type named struct {
-		name string
-		sum  *[sha256.Size]byte
+	order := make([]int, len(items))
+	for i := range order {
+		order[i] = i
 	}
-	byName := make([]named, len(items))
-	for i, r := range items {
-		byName[i] = named{cachev3.GetResourceName(r), &sums[i]}
+	slices.SortFunc(order, func(a, b int) int {
+		return strings.Compare(cachev3.GetResourceName(items[a]), cachev3.GetResourceName(items[b]))
+	})
+	sorted, sortedSums := make([]types.Resource, len(items)), make([][sha256.Size]byte, len(items))
+	for i, j := range order {
+		sorted[i], sortedSums[i] = items[j], sums[j]
 	}
-	slices.SortFunc(byName, func(a, b named) int { return strings.Compare(a.name, b.name) })
-	buf = buf[:0]
-	for _, n := range byName {
-		buf = append(buf, n.name...)
-		buf = append(buf, 0)
-		buf = append(buf, n.sum[:]...)
-	}
-	sum := sha256.Sum256(buf)
-	return hex.EncodeToString(sum[:8]), buf
+	return versionOf(sorted, sortedSums, buf)
 }
 
 // shortType is a type URL's last part (Listener, Cluster...).
