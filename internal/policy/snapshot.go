@@ -108,7 +108,7 @@ type MeshSnapshot struct {
 	// *Explanation).
 	explainMemo sync.Map
 	explained   atomic.Int64 // explanations memoized
-	// toMemo: type + stable signature of the Mesh entries → *sync.Map of
+	// toMemo: type + stable signature of the Mesh entries → *resultMemo of
 	// outbound signature → *outboundResult. Its keys name policies by
 	// parse (policyDef.uid), not by position, so the next snapshot can
 	// reuse what this one computed (prevToMemo): after one policy changes,
