@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -668,12 +667,7 @@ func httpRetryOn(conds []string) (string, []uint32) {
 // service, Kuma's connect and idle timeouts, and the service's circuit
 // breaker, load balancing and health check.
 func (e *envoyGen) emitClusters() error {
-	names := make([]string, 0, len(e.clusters))
-	for n := range e.clusters {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range e.sortedClusters() {
 		spec := e.clusters[name]
 		key := e.clusterKey(name, spec)
 		if key != nil {

@@ -536,5 +536,5 @@ func setTypedConfig(m proto.Message, a *anypb.Any) {
 
 // removed forgets the policies behind a resource a patch removed.
 func (e *envoyGen) removed(typeURL, name string) {
-	delete(e.out.shaped[typeURL], name)
+	e.out.unshape(typeURL, name)
 }

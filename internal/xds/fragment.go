@@ -304,9 +304,7 @@ func (g *generator) replay(p placed) ([4]int32, bool) {
 		*lists[fr.list] = append(*lists[fr.list], (*prevLists[fr.list])[pos])
 		g.out.setSum(int(fr.list), len(*lists[fr.list])-1, d)
 	}
-	for _, s := range f.shapes {
-		g.out.shape(s.typeURL, s.name, s.lists)
-	}
+	g.out.shaped = append(g.out.shaped, f.shapes...)
 	about := g.about
 	for _, d := range f.drops {
 		g.about = d.about
@@ -315,7 +313,7 @@ func (g *generator) replay(p placed) ([4]int32, bool) {
 	g.about = about
 	g.out.carried = append(g.out.carried, f.carried...)
 	for _, c := range f.clusters {
-		g.clusters[c.name] = c.spec
+		g.addCluster(c.name, c.spec)
 	}
 	g.pending = append(g.pending, f.assignments...)
 	if g.rec != nil {

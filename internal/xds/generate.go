@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -87,10 +86,11 @@ type Input struct {
 type Resources struct {
 	Listeners, Routes, Clusters, Endpoints []types.Resource
 	Dropped                                []string
-	// shaped are the policies behind each resource (Shaped), by type URL
-	// and resource name, as the engine's origin lists: names are made
-	// only when asked for.
-	shaped map[string]map[string][][]policy.Origin
+	// shaped are the policies behind each resource (Shaped), in the order
+	// they were recorded, as the engine's origin lists: names and the map
+	// by type and resource are made only when asked for (a status, a
+	// config dump), not per rendering.
+	shaped []fragmentShape
 	// carried are the origin lists of the policies the resources carry,
 	// for Touched.
 	carried [][]policy.Origin
@@ -180,39 +180,34 @@ func (g *generator) shape(typeURL, name string, lists [][]policy.Origin) {
 // shape records that the policies of lists shaped the resource
 // typeURL/name.
 func (r *Resources) shape(typeURL, name string, lists [][]policy.Origin) {
-	if len(lists) == 0 {
-		return
+	if len(lists) > 0 {
+		r.shaped = append(r.shaped, fragmentShape{typeURL, name, lists})
 	}
-	if r.shaped == nil {
-		r.shaped = map[string]map[string][][]policy.Origin{}
-	}
-	byName := r.shaped[typeURL]
-	if byName == nil {
-		byName = map[string][][]policy.Origin{}
-		r.shaped[typeURL] = byName
-	}
-	if cur, ok := byName[name]; ok {
-		byName[name] = append(cur, lists...)
-	} else {
-		// lists is shared, not copied (a replayed fragment's): its
-		// capacity is cut so that a later append copies it.
-		byName[name] = lists[:len(lists):len(lists)]
-	}
+}
+
+// unshape forgets the policies behind a resource a patch removed.
+func (r *Resources) unshape(typeURL, name string) {
+	r.shaped = slices.DeleteFunc(r.shaped, func(s fragmentShape) bool { return s.typeURL == typeURL && s.name == name })
 }
 
 // Shaped names the policies behind each resource, by type URL and
 // resource name, sorted.
 func (r *Resources) Shaped() map[string]map[string][]string {
 	out := map[string]map[string][]string{}
-	for typeURL, byName := range r.shaped {
-		out[typeURL] = map[string][]string{}
-		for name, lists := range byName {
-			var names []string
-			for _, l := range lists {
-				names = append(names, originNames(l)...)
-			}
+	for _, s := range r.shaped {
+		byName := out[s.typeURL]
+		if byName == nil {
+			byName = map[string][]string{}
+			out[s.typeURL] = byName
+		}
+		for _, l := range s.lists {
+			byName[s.name] = append(byName[s.name], originNames(l)...)
+		}
+	}
+	for _, byName := range out {
+		for name, names := range byName {
 			slices.Sort(names)
-			out[typeURL][name] = slices.Compact(names)
+			byName[name] = slices.Compact(names)
 		}
 	}
 	return out
@@ -241,11 +236,15 @@ func Generate(in Input) (*Resources, error) {
 
 // newGenerator starts a rendering of in.
 func newGenerator(in Input) *generator {
-	sized := 0 // the previous rendering's clusters: this one's, mostly
+	// The previous rendering's clusters and shaped resources: this
+	// one's, mostly; else a cluster and about two shaped resources per
+	// outbound.
+	sized, shaped := len(in.Config.Outbounds), 2*len(in.Config.Outbounds)
 	if in.Previous != nil {
-		sized = len(in.Previous.Clusters)
+		sized, shaped = len(in.Previous.Clusters), len(in.Previous.shaped)
 	}
-	g := &generator{in: in, out: &Resources{}, clusters: make(map[string]clusterSpec, sized),
+	g := &generator{in: in, out: &Resources{shaped: make([]fragmentShape, 0, shaped)},
+		clusters: make(map[string]clusterSpec, sized), clusterNames: make([]string, 0, sized),
 		assignments: in.LoadAssignments, shapes: map[string]*outboundShape{}}
 	if g.assignments == nil {
 		g.assignments = NewLoadAssignments(in.Endpoints, in.Zone)
@@ -262,10 +261,12 @@ func (g *generator) finish() *Resources {
 }
 
 type generator struct {
-	in          Input
-	out         *Resources
-	clusters    map[string]clusterSpec
-	assignments *LoadAssignments
+	in       Input
+	out      *Resources
+	clusters map[string]clusterSpec
+	// clusterNames are the clusters' names in the order first named.
+	clusterNames []string
+	assignments  *LoadAssignments
 	// shapes are what each service's outbound policies give its routes
 	// and clusters (grpcpolicy.go), read once per rendering.
 	shapes map[string]*outboundShape
@@ -306,8 +307,8 @@ type clusterSpec struct {
 	tags    map[string]string
 }
 
-// callable are the services the proxy may call: those it declares as
-// outbounds, else every service of the mesh but its own.
+// callable are the services the proxy may call, sorted: those it
+// declares as outbounds, else every service of the mesh but its own.
 func (g *generator) callable() []string {
 	if outs := g.in.Dataplane.Outbounds; len(outs) > 0 {
 		if slices.IsSorted(outs) { // as ParseDataplane leaves them
@@ -525,7 +526,7 @@ func (g *generator) cluster(svc string, tags map[string]string) string {
 		}
 		name = svc + "|" + strings.Join(parts, ",")
 	}
-	g.clusters[name] = clusterSpec{service: svc, tags: tags}
+	g.addCluster(name, clusterSpec{service: svc, tags: tags})
 	if g.rec != nil {
 		g.rec.clusters = append(g.rec.clusters, fragmentCluster{name, clusterSpec{service: svc, tags: tags}})
 	}
@@ -535,12 +536,7 @@ func (g *generator) cluster(svc string, tags map[string]string) string {
 // emitClusters renders every cluster named and its endpoints: the
 // proxy's zone first (priority 0), the other zones as failover (1).
 func (g *generator) emitClusters() error {
-	names := make([]string, 0, len(g.clusters))
-	for n := range g.clusters {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range g.sortedClusters() {
 		spec := g.clusters[name]
 		if err := g.inFragment(fragmentID{kind: "cluster", name: name}, g.clusterKey(name, spec), func() error { return g.emitCluster(name, spec) }); err != nil {
 			return err
@@ -550,6 +546,22 @@ func (g *generator) emitClusters() error {
 		}
 	}
 	return nil
+}
+
+// addCluster names cluster name, once.
+func (g *generator) addCluster(name string, spec clusterSpec) {
+	if _, ok := g.clusters[name]; !ok {
+		g.clusterNames = append(g.clusterNames, name)
+	}
+	g.clusters[name] = spec
+}
+
+// sortedClusters are the names of the clusters named, sorted: the order
+// they are rendered in. They were named in the order of the services
+// that name them, mostly sorted already.
+func (g *generator) sortedClusters() []string {
+	slices.Sort(g.clusterNames)
+	return g.clusterNames
 }
 
 // emitCluster renders cluster name and its endpoints.
@@ -725,14 +737,15 @@ var carried = map[string]bool{
 // not send it to a proxyless gRPC workload, and says so rather than drop it
 // silently. Without mTLS the mesh's MeshTrafficPermission is not enforced.
 func (g *generator) reportNotCarried() {
-	callable := map[string]bool{}
-	for _, svc := range g.callable() {
-		callable[svc] = true
-	}
+	callable := g.callable() // sorted
 	if len(g.in.Config.Outbounds) == 0 && len(callable) > 0 {
 		g.drop("outbound policies: none are computed, the Dataplane declares no outbounds (declare the services it calls)")
 	}
-	g.reportNotGiven(carried, func(svc string) bool { return callable[svc] }, notGiven{outbound: "not given to proxyless gRPC clients",
+	isCallable := func(svc string) bool {
+		_, ok := slices.BinarySearch(callable, svc)
+		return ok
+	}
+	g.reportNotGiven(carried, isCallable, notGiven{outbound: "not given to proxyless gRPC clients",
 		inbound: "not given to proxyless gRPC servers", proxy: "not given to proxyless gRPC workloads"})
 }
 
@@ -746,11 +759,10 @@ type notGiven struct{ outbound, inbound, proxy string }
 // MeshTrafficPermission is not enforced.
 func (g *generator) reportNotGiven(given map[string]bool, outbound func(svc string) bool, why notGiven) {
 	for _, o := range g.in.Config.Outbounds {
-		if !outbound(o.Service) {
-			continue
-		}
 		for typ, p := range o.Policies {
-			if !given[typ] {
+			// Whether the proxy calls the service is asked only of a
+			// type it is not given: mostly never.
+			if !given[typ] && outbound(o.Service) {
 				g.dropAbout(p.Origin, "%s on the outbound to %s: %s", typ, o.Service, why.outbound)
 			}
 		}
