@@ -27,12 +27,50 @@ import (
 // A LoadAssignments is built for one endpoints map and one zone; the
 // assignments it hands out are shared and must not be modified. It is
 // safe for concurrent use.
+//
+// It also keeps, for the same proxies, each called service's upstream TLS
+// transport socket (upstreamSocket): it depends only on the kind of
+// proxy, the mesh and the service, and encoding it was a quarter of an
+// Envoy rendering of 100 outbounds.
 type LoadAssignments struct {
 	endpoints map[string][]Endpoint
 	zone      string
 
-	mu     sync.Mutex
-	byName map[assignmentKey]sharedAssignment
+	mu      sync.Mutex
+	byName  map[assignmentKey]sharedAssignment
+	sockets map[socketKey]*corev3.TransportSocket
+}
+
+// socketKey names an upstream TLS socket: the kind of proxy (ProxyGRPC,
+// ProxyEnvoy), the mesh and the called service.
+type socketKey struct {
+	kind, mesh, service string
+}
+
+// upstreamSocket returns the shared upstream TLS socket of key, built by
+// build on first use (outside the lock: concurrent first uses agree on
+// the first stored). The socket must not be modified.
+func (l *LoadAssignments) upstreamSocket(key socketKey, build func() (*corev3.TransportSocket, error)) (*corev3.TransportSocket, error) {
+	l.mu.Lock()
+	ts, ok := l.sockets[key]
+	l.mu.Unlock()
+	if ok {
+		return ts, nil
+	}
+	ts, err := build()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if held, ok := l.sockets[key]; ok {
+		return held, nil
+	}
+	if l.sockets == nil {
+		l.sockets = map[socketKey]*corev3.TransportSocket{}
+	}
+	l.sockets[key] = ts
+	return ts, nil
 }
 
 // assignmentKey is a cluster and how its endpoints are spread over

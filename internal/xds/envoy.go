@@ -704,11 +704,17 @@ func (e *envoyGen) emitCluster(name string, spec clusterSpec) error {
 	}
 	e.healthCheck(c, spec.service, policies)
 	if e.in.MTLS {
-		ts, err := anyOf(e.upstreamTLS(spec.service))
+		ts, err := e.assignments.upstreamSocket(socketKey{ProxyEnvoy, e.in.Dataplane.Mesh, spec.service}, func() (*corev3.TransportSocket, error) {
+			typed, err := anyOf(e.upstreamTLS(spec.service))
+			if err != nil {
+				return nil, err
+			}
+			return &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: typed}}, nil
+		})
 		if err != nil {
 			return err
 		}
-		c.TransportSocket = &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: ts}}
+		c.TransportSocket = ts
 	}
 	e.shape(resourcev3.ClusterType, name, clusterShapers(policies))
 	e.out.Clusters = append(e.out.Clusters, c)

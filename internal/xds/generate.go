@@ -573,7 +573,14 @@ func (g *generator) emitCluster(name string, spec clusterSpec) error {
 		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
 	}
 	if g.in.MTLS {
-		c.TransportSocket = upstreamTLS(g.in.Dataplane.Mesh, spec.service)
+		mesh := g.in.Dataplane.Mesh
+		ts, err := g.assignments.upstreamSocket(socketKey{ProxyGRPC, mesh, spec.service}, func() (*corev3.TransportSocket, error) {
+			return upstreamTLS(mesh, spec.service), nil
+		})
+		if err != nil {
+			return err
+		}
+		c.TransportSocket = ts
 	}
 	shape := g.shapeOf(spec.service)
 	shape.shapeCluster(c)

@@ -12,6 +12,7 @@ import (
 
 	"cel.dev/cel-go/cel"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"sigs.k8s.io/yaml"
 
@@ -82,6 +83,22 @@ func TestGenerateGolden(t *testing.T) {
 				if a, b := goldenOf(t, res), goldenOf(t, again); string(a) != string(b) {
 					t.Fatal("two renderings of the same input differ")
 				}
+				// Another proxy rendered with the same load assignments
+				// shares each called service's upstream TLS socket (but
+				// where a MeshProxyPatch made copies).
+				other, err := kind.render(shared)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, r := range again.Clusters {
+					if patched(again) {
+						break
+					}
+					want := r.(*clusterv3.Cluster).GetTransportSocket()
+					if got := other.Clusters[i].(*clusterv3.Cluster).GetTransportSocket(); want != nil && got != want {
+						t.Errorf("cluster %s: its TLS socket is not shared", cachev3.GetResourceName(r))
+					}
+				}
 				va, _ := Versions(res)
 				vb, _ := Versions(again)
 				if !maps.Equal(va, vb) {
@@ -112,6 +129,16 @@ func TestGenerateGolden(t *testing.T) {
 			})
 		}
 	}
+}
+
+// patched says a MeshProxyPatch shaped res.
+func patched(res *Resources) bool {
+	for ref := range res.Touched {
+		if ref.Type == "MeshProxyPatch" {
+			return true
+		}
+	}
+	return false
 }
 
 func loadGenCase(t *testing.T, path string) Input {
