@@ -115,6 +115,8 @@ func GenerateEnvoy(in Input) (*Resources, error) {
 type envoyGen struct {
 	*generator
 	lbs map[string]*envoyLB // by service, read once
+	// timeouts are the MeshTimeout confs read (timeoutConf).
+	timeouts map[*policy.OutboundPolicy]meshTimeoutConf
 	// collectors are the clusters of observability backends (access
 	// logs, tracing), by name, with the policies behind each.
 	collectors       map[string]*clusterv3.Cluster
@@ -553,10 +555,10 @@ func (e *envoyGen) routeTimeouts(svc string, policies map[string]*policy.Outboun
 	if !ok || p.Conf == nil {
 		return timeout, idle, nil
 	}
-	var c meshTimeoutConf
 	e.about = p.Origin
 	defer func() { e.about = nil }()
-	if !e.decode("MeshTimeout", svc, p.Conf, &c) || c.HTTP == nil {
+	c, ok := e.timeoutConf(svc, p)
+	if !ok || c.HTTP == nil {
 		return timeout, idle, nil
 	}
 	if d, ok := e.duration("MeshTimeout", svc, c.HTTP.RequestTimeout); ok {
@@ -748,6 +750,25 @@ func (e *envoyGen) upstreamTLS(svc string) *tlsv3.UpstreamTlsContext {
 	return &tlsv3.UpstreamTlsContext{CommonTlsContext: common, Sni: svc + "{mesh=" + mesh + "}"}
 }
 
+// timeoutConf is the MeshTimeout conf p gives the outbound to svc, read
+// once per rendering: an HTTP service's routes and its cluster both read
+// it. A conf that cannot be read is read (and reported, in the fragment
+// that reads it) each time.
+func (e *envoyGen) timeoutConf(svc string, p *policy.OutboundPolicy) (meshTimeoutConf, bool) {
+	if c, ok := e.timeouts[p]; ok {
+		return c, true
+	}
+	var c meshTimeoutConf
+	if !e.decode("MeshTimeout", svc, p.Conf, &c) {
+		return c, false
+	}
+	if e.timeouts == nil {
+		e.timeouts = map[*policy.OutboundPolicy]meshTimeoutConf{}
+	}
+	e.timeouts[p] = c
+	return c, true
+}
+
 // clusterTimeouts: connectionTimeout, and for HTTP services the upstream
 // HTTP options (idleTimeout, maxStreamDuration, maxConnectionDuration),
 // Kuma's defaults where MeshTimeout is silent.
@@ -755,7 +776,7 @@ func (e *envoyGen) clusterTimeouts(c *clusterv3.Cluster, svc string, policies ma
 	var conf meshTimeoutConf
 	if p, ok := policies["MeshTimeout"]; ok && p.Conf != nil {
 		e.about = p.Origin
-		if e.decode("MeshTimeout", svc, p.Conf, &conf) {
+		if conf, ok = e.timeoutConf(svc, p); ok {
 			e.carry(p.Origin)
 		}
 		e.about = nil
