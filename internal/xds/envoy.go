@@ -387,15 +387,15 @@ func (e *envoyGen) outbound(o policy.OutboundConfig) error {
 	if http {
 		routes, shaped := e.envoyRoutes(svc, o.Policies, protocol)
 		e.shape(resourcev3.ListenerType, listener, shaped)
-		filter, err = typed("envoy.filters.network.http_connection_manager", &hcmv3.HttpConnectionManager{
-			StatPrefix: svc,
-			RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
-				Name: "outbound:" + svc, VirtualHosts: []*routev3.VirtualHost{{Name: svc, Domains: []string{"*"}, Routes: routes}},
-			}},
-			HttpFilters: []*hcmv3.HttpFilter{e.routerFilter()},
-			AccessLog:   logs,
-			Tracing:     e.tracing(listener, "OUTBOUND", svc),
-		})
+		manager := e.scratchManager()
+		manager.StatPrefix = svc
+		manager.RouteSpecifier = &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
+			Name: "outbound:" + svc, VirtualHosts: []*routev3.VirtualHost{{Name: svc, Domains: []string{"*"}, Routes: routes}},
+		}}
+		manager.HttpFilters = []*hcmv3.HttpFilter{e.routerFilter()}
+		manager.AccessLog = logs
+		manager.Tracing = e.tracing(listener, "OUTBOUND", svc)
+		filter, err = typed("envoy.filters.network.http_connection_manager", manager)
 	} else {
 		tp := e.tcpProxy(svc, o.Policies, listener)
 		tp.AccessLog = logs

@@ -351,14 +351,13 @@ func (g *generator) client(svc string) error {
 	if err != nil {
 		return err
 	}
-	manager := &hcmv3.HttpConnectionManager{
-		StatPrefix: svc,
-		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
-			ConfigSource:    g.adsSource(),
-			RouteConfigName: svc,
-		}},
-		HttpFilters: append(faults, g.routerFilter()),
-	}
+	manager := g.scratchManager()
+	manager.StatPrefix = svc
+	manager.RouteSpecifier = &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
+		ConfigSource:    g.adsSource(),
+		RouteConfigName: svc,
+	}}
+	manager.HttpFilters = append(faults, g.routerFilter())
 	api, err := anyOf(manager)
 	if err != nil {
 		return err
@@ -880,6 +879,20 @@ func rbacFilter(f policy.RBACFilter) (*hcmv3.HttpFilter, error) {
 type sharedParts struct {
 	router   *hcmv3.HttpFilter
 	ads, sds *corev3.ConfigSource
+	// manager is scratch (scratchManager), never part of a resource.
+	manager *hcmv3.HttpConnectionManager
+}
+
+// scratchManager is the rendering's HTTP connection manager for one
+// listener, reset: one that is encoded into a typed config at once (and
+// not kept) is built in it rather than allocated, a tenth of what a gRPC
+// rendering allocates. It is valid until the next call.
+func (g *generator) scratchManager() *hcmv3.HttpConnectionManager {
+	if g.parts.manager == nil {
+		g.parts.manager = &hcmv3.HttpConnectionManager{}
+	}
+	proto.Reset(g.parts.manager)
+	return g.parts.manager
 }
 
 // routerFilter is the rendering's router filter.
