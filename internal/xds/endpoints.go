@@ -28,10 +28,10 @@ import (
 // assignments it hands out are shared and must not be modified. It is
 // safe for concurrent use.
 //
-// It also keeps, for the same proxies, each called service's upstream TLS
-// transport socket (upstreamSocket): it depends only on the kind of
-// proxy, the mesh and the service, and encoding it was a quarter of an
-// Envoy rendering of 100 outbounds.
+// It also keeps, for the same proxies, their TLS transport sockets
+// (tlsSocket): a called service's depends only on the kind of proxy, the
+// mesh and the service, and encoding it was a quarter of an Envoy
+// rendering of 100 outbounds; a gRPC server's is the same for all.
 type LoadAssignments struct {
 	endpoints map[string][]Endpoint
 	zone      string
@@ -41,16 +41,17 @@ type LoadAssignments struct {
 	sockets map[socketKey]*corev3.TransportSocket
 }
 
-// socketKey names an upstream TLS socket: the kind of proxy (ProxyGRPC,
-// ProxyEnvoy), the mesh and the called service.
+// socketKey names a TLS socket: the kind of proxy (ProxyGRPC,
+// ProxyEnvoy), the mesh and the called service, or inbound for a server's.
 type socketKey struct {
 	kind, mesh, service string
+	inbound             bool
 }
 
-// upstreamSocket returns the shared upstream TLS socket of key, built by
-// build on first use (outside the lock: concurrent first uses agree on
-// the first stored). The socket must not be modified.
-func (l *LoadAssignments) upstreamSocket(key socketKey, build func() (*corev3.TransportSocket, error)) (*corev3.TransportSocket, error) {
+// tlsSocket returns the shared TLS socket of key, built by build on first
+// use (outside the lock: concurrent first uses agree on the first
+// stored). The socket must not be modified.
+func (l *LoadAssignments) tlsSocket(key socketKey, build func() (*corev3.TransportSocket, error)) (*corev3.TransportSocket, error) {
 	l.mu.Lock()
 	ts, ok := l.sockets[key]
 	l.mu.Unlock()

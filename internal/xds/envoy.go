@@ -706,7 +706,7 @@ func (e *envoyGen) emitCluster(name string, spec clusterSpec) error {
 	}
 	e.healthCheck(c, spec.service, policies)
 	if e.in.MTLS {
-		ts, err := e.assignments.upstreamSocket(socketKey{ProxyEnvoy, e.in.Dataplane.Mesh, spec.service}, func() (*corev3.TransportSocket, error) {
+		ts, err := e.assignments.tlsSocket(socketKey{kind: ProxyEnvoy, mesh: e.in.Dataplane.Mesh, service: spec.service}, func() (*corev3.TransportSocket, error) {
 			typed, err := anyOf(e.upstreamTLS(spec.service))
 			if err != nil {
 				return nil, err

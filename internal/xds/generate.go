@@ -573,7 +573,7 @@ func (g *generator) emitCluster(name string, spec clusterSpec) error {
 	}
 	if g.in.MTLS {
 		mesh := g.in.Dataplane.Mesh
-		ts, err := g.assignments.upstreamSocket(socketKey{ProxyGRPC, mesh, spec.service}, func() (*corev3.TransportSocket, error) {
+		ts, err := g.assignments.tlsSocket(socketKey{kind: ProxyGRPC, mesh: mesh, service: spec.service}, func() (*corev3.TransportSocket, error) {
 			return upstreamTLS(mesh, spec.service), nil
 		})
 		if err != nil {
@@ -815,20 +815,19 @@ func (g *generator) server(i int, inb Inbound) error {
 		}
 	}
 	filters = append(filters, g.routerFilter())
-	manager := &hcmv3.HttpConnectionManager{
-		StatPrefix: fmt.Sprintf("inbound_%d", inb.Port),
-		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
-			Name: fmt.Sprintf("inbound:%d", inb.Port),
-			VirtualHosts: []*routev3.VirtualHost{{
-				Name: "inbound", Domains: []string{"*"},
-				Routes: []*routev3.Route{{
-					Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: ""}},
-					Action: &routev3.Route_NonForwardingAction{NonForwardingAction: &routev3.NonForwardingAction{}},
-				}},
+	manager := g.scratchManager()
+	manager.StatPrefix = fmt.Sprintf("inbound_%d", inb.Port)
+	manager.RouteSpecifier = &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
+		Name: fmt.Sprintf("inbound:%d", inb.Port),
+		VirtualHosts: []*routev3.VirtualHost{{
+			Name: "inbound", Domains: []string{"*"},
+			Routes: []*routev3.Route{{
+				Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: ""}},
+				Action: &routev3.Route_NonForwardingAction{NonForwardingAction: &routev3.NonForwardingAction{}},
 			}},
 		}},
-		HttpFilters: filters,
-	}
+	}}
+	manager.HttpFilters = filters
 	typed, err := anyOf(manager)
 	if err != nil {
 		return err
@@ -838,7 +837,13 @@ func (g *generator) server(i int, inb Inbound) error {
 		Filters: []*listenerv3.Filter{{Name: "envoy.filters.network.http_connection_manager", ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: typed}}},
 	}
 	if g.in.MTLS {
-		chain.TransportSocket = downstreamTLS()
+		ts, err := g.assignments.tlsSocket(socketKey{kind: ProxyGRPC, inbound: true}, func() (*corev3.TransportSocket, error) {
+			return downstreamTLS(), nil
+		})
+		if err != nil {
+			return err
+		}
+		chain.TransportSocket = ts
 	}
 	g.out.Listeners = append(g.out.Listeners, &listenerv3.Listener{
 		Name:         name,

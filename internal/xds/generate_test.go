@@ -13,6 +13,7 @@ import (
 	"cel.dev/cel-go/cel"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"sigs.k8s.io/yaml"
 
@@ -97,6 +98,18 @@ func TestGenerateGolden(t *testing.T) {
 					want := r.(*clusterv3.Cluster).GetTransportSocket()
 					if got := other.Clusters[i].(*clusterv3.Cluster).GetTransportSocket(); want != nil && got != want {
 						t.Errorf("cluster %s: its TLS socket is not shared", cachev3.GetResourceName(r))
+					}
+				}
+				// And a gRPC server's.
+				for i, r := range again.Listeners {
+					if kind.file != "grpc.json" {
+						break
+					}
+					for j, c := range r.(*listenerv3.Listener).GetFilterChains() {
+						got := other.Listeners[i].(*listenerv3.Listener).GetFilterChains()[j].GetTransportSocket()
+						if c.GetTransportSocket() != nil && got != c.GetTransportSocket() {
+							t.Errorf("listener %s: its TLS socket is not shared", cachev3.GetResourceName(r))
+						}
 					}
 				}
 				va, _ := Versions(res)
