@@ -716,29 +716,43 @@ func versionOf(items []types.Resource, sums [][sha256.Size]byte, buf []byte) (st
 			return versionOfUnsorted(items, sums, buf)
 		}
 		prev = name
-		buf = append(buf, name...)
-		buf = append(buf, 0)
-		buf = append(buf, sums[i][:]...)
+		buf = appendVersioned(buf, name, &sums[i])
 	}
-	sum := sha256.Sum256(buf)
-	return hex.EncodeToString(sum[:8]), buf
+	return versionHash(buf), buf
 }
 
-// versionOfUnsorted is versionOf for a list out of name order: of the list
-// sorted by name.
+// appendVersioned writes one resource as a version hashes it: its name and
+// its digest.
+func appendVersioned(buf []byte, name string, sum *[sha256.Size]byte) []byte {
+	buf = append(buf, name...)
+	buf = append(buf, 0)
+	return append(buf, sum[:]...)
+}
+
+// versionHash is the version of what versionOf wrote.
+func versionHash(buf []byte) string {
+	sum := sha256.Sum256(buf)
+	return hex.EncodeToString(sum[:8])
+}
+
+// versionOfUnsorted is versionOf for a list out of name order (a gRPC
+// proxy's listeners: its clients', then its servers'): of the list sorted
+// by name. Names are read once, not per comparison.
 func versionOfUnsorted(items []types.Resource, sums [][sha256.Size]byte, buf []byte) (string, []byte) {
-	order := make([]int, len(items))
-	for i := range order {
-		order[i] = i
+	type named struct {
+		name string
+		i    int
 	}
-	slices.SortFunc(order, func(a, b int) int {
-		return strings.Compare(cachev3.GetResourceName(items[a]), cachev3.GetResourceName(items[b]))
-	})
-	sorted, sortedSums := make([]types.Resource, len(items)), make([][sha256.Size]byte, len(items))
-	for i, j := range order {
-		sorted[i], sortedSums[i] = items[j], sums[j]
+	order := make([]named, len(items))
+	for i, r := range items {
+		order[i] = named{cachev3.GetResourceName(r), i}
 	}
-	return versionOf(sorted, sortedSums, buf)
+	slices.SortFunc(order, func(a, b named) int { return strings.Compare(a.name, b.name) })
+	buf = buf[:0]
+	for _, o := range order {
+		buf = appendVersioned(buf, o.name, &sums[o.i])
+	}
+	return versionHash(buf), buf
 }
 
 // shortType is a type URL's last part (Listener, Cluster...).
