@@ -469,8 +469,14 @@ func buildToIndex(to []*entry) *toIndex {
 
 // add appends e (its target one service match) to the list.
 func (se *serviceEntries) add(e *entry) {
+	se.list = append(se.list, indexedEntry{})
+	se.set(len(se.list)-1, e)
+}
+
+// set indexes e (its target one service match) at i.
+func (se *serviceEntries) set(i int, e *entry) {
 	m := &e.target.services[0]
-	se.list = append(se.list, indexedEntry{e: e, pol: int32(e.pol.idx), port: int32(m.port), ns: m.ns, zone: m.zone})
+	se.list[i] = indexedEntry{e: e, pol: int32(e.pol.idx), port: int32(m.port), ns: m.ns, zone: m.zone}
 	se.plain = se.plain && m.port == 0 && m.ns == "" && m.zone == ""
 }
 
@@ -508,30 +514,17 @@ func (sd *toSeed) index() *toIndex {
 	}
 	idx := &toIndex{byService: maps.Clone(sd.prev.byService), other: sd.prev.other, all: sd.prev.all}
 	byPos := func(a, b *entry) int { return a.pos - b.pos }
+	// Kept entries are known by their policies' numbers, which they kept.
+	gone := make(map[int32]bool, len(sd.gone))
+	for p := range sd.gone {
+		gone[int32(p.idx)] = true
+	}
 	for svc := range touched {
-		var es []*entry
-		if old := sd.prev.byService[svc]; old != nil {
-			for j := range old.list {
-				if e := old.list[j].e; !sd.gone[e.pol] {
-					es = append(es, e)
-				}
-			}
-		}
-		for _, e := range sd.added {
-			if indexedOne(e) && e.target.services[0].service == svc {
-				es = append(es, e)
-			}
-		}
-		if len(es) == 0 {
+		if se := sd.serviceList(svc, gone); se != nil {
+			idx.byService[svc] = se
+		} else {
 			delete(idx.byService, svc)
-			continue
 		}
-		slices.SortFunc(es, byPos)
-		se := &serviceEntries{list: make([]indexedEntry, 0, len(es)), plain: true}
-		for _, e := range es {
-			se.add(e)
-		}
-		idx.byService[svc] = se
 	}
 	if otherTouched {
 		var es []*entry
@@ -550,6 +543,42 @@ func (sd *toSeed) index() *toIndex {
 		idx.countAll()
 	}
 	return idx
+}
+
+// serviceList is svc's list of the seeded index, nil when empty: the
+// previous list's entries but those of policies gone (numbered as in the
+// previous index), with the added entries for svc placed by position.
+// Kept entries are copied as they were indexed, not indexed again (which
+// read each one's target: a miss per entry, a quarter of a proxy's first
+// view after one change among 10,000).
+func (sd *toSeed) serviceList(svc string, gone map[int32]bool) *serviceEntries {
+	var add []*entry
+	for _, e := range sd.added {
+		if indexedOne(e) && e.target.services[0].service == svc {
+			add = append(add, e)
+		}
+	}
+	var old []indexedEntry
+	if prev := sd.prev.byService[svc]; prev != nil {
+		old = prev.list
+	}
+	se := &serviceEntries{list: make([]indexedEntry, 0, len(old)+len(add)), plain: true}
+	for _, ie := range old {
+		if !gone[ie.pol] {
+			se.list = append(se.list, ie)
+			se.plain = se.plain && ie.port == 0 && ie.ns == "" && ie.zone == ""
+		}
+	}
+	slices.SortFunc(add, func(a, b *entry) int { return a.pos - b.pos })
+	for _, e := range add {
+		at, _ := slices.BinarySearchFunc(se.list, e.pos, func(ie indexedEntry, pos int) int { return ie.e.pos - pos })
+		se.list = slices.Insert(se.list, at, indexedEntry{})
+		se.set(at, e)
+	}
+	if len(se.list) == 0 {
+		return nil
+	}
+	return se
 }
 
 // outboundMemo returns the memo of outbound confs computed with the Mesh
