@@ -28,8 +28,13 @@ type defTable struct {
 	entries  map[entryKey]*entryDef
 	// seed keys specSum, the same for every snapshot that shares the table.
 	seed maphash.Seed
-	// uids numbers the policies parsed by the snapshots sharing the table.
+	// uids numbers the policies parsed by the snapshots sharing the table
+	// (and their outbound results, ResultID).
 	uids atomic.Uint64
+	// lineage tells the snapshots sharing the table from others, whose
+	// uids count from zero too (ConfigResult.Lineage): a random number,
+	// so that lineages of one process (a mesh reloaded) or of two differ.
+	lineage uint64
 	// keySeeds key entriesKey, the same for every snapshot that shares
 	// the table (their memo keys must agree).
 	keySeeds [2]maphash.Seed
@@ -97,7 +102,15 @@ const maxSharedDefs = 4096
 
 func newDefTable() *defTable {
 	return &defTable{contribs: map[string]*contributionDef{}, entries: map[entryKey]*entryDef{}, seed: maphash.MakeSeed(),
-		keySeeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}}
+		keySeeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, lineage: randomUint64()}
+}
+
+// randomUint64 is 64 random bits, from a new maphash seed (the runtime's
+// random source the table's seeds come from).
+func randomUint64() uint64 {
+	var h maphash.Hash
+	h.SetSeed(maphash.MakeSeed())
+	return h.Sum64()
 }
 
 // entryDef returns a definition equal to d that the caller must not write.

@@ -147,7 +147,8 @@ type OutboundPolicy struct {
 // ResultID identifies the computation p comes from: values with the same
 // non-zero id, from this snapshot or the ones built from it, have equal
 // confs, origins and routes. The xDS rendering reuses what it rendered
-// from an id it has seen; 0 says nothing.
+// from an id it has seen in the same lineage (ConfigResult.Lineage); 0
+// says nothing.
 func (p OutboundPolicy) ResultID() uint64 { return p.result }
 
 // InboundPolicy is one policy type's rules on an inbound.
@@ -186,7 +187,15 @@ type ConfigResult struct {
 	Outbounds []OutboundConfig   `json:"outbounds"`
 	Proxy     map[string]Applied `json:"proxy"`
 	Warnings  []string           `json:"warnings,omitempty"`
+	lineage   uint64
 }
+
+// Lineage identifies the snapshots whose ResultIDs may be compared with
+// this result's: the snapshot it comes from and those built from it, or
+// it was built from, by changes. A snapshot built from every resource (a
+// mesh reloaded from the store) starts a lineage of its own, whose ids
+// restart and may equal the other's for other results.
+func (r *ConfigResult) Lineage() uint64 { return r.lineage }
 
 // InboundEvaluation is the `_evaluate?inbound=PORT&client=...` response: the
 // conf each inbound policy type gives that client. A type that gives the

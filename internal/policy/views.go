@@ -880,7 +880,7 @@ func (s *MeshSnapshot) Config(dpName, dpNamespace string) (*ConfigResult, error)
 		return nil, err
 	}
 	res := &ConfigResult{Dataplane: dp.meta, Inbounds: []InboundConfig{}, Outbounds: []OutboundConfig{},
-		Proxy: map[string]Applied{}, Warnings: append([]string(nil), dp.warnings...)}
+		Proxy: map[string]Applied{}, Warnings: append([]string(nil), dp.warnings...), lineage: s.defs.lineage}
 	for _, in := range dp.inbounds {
 		res.Inbounds = append(res.Inbounds, InboundConfig{Port: in.port, Tags: in.tags, Policies: map[string]InboundPolicy{},
 			RBAC: rbacFilter(s.mesh, nil)})

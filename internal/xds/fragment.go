@@ -17,7 +17,8 @@ import (
 // service, an Envoy outbound listener, one cluster. Each fragment's inputs
 // are summed up in a key: the engine's result ids of the outbound policies
 // it reads (policy.OutboundPolicy.ResultID, unchanged when a change does
-// not reach the outbound), the faults it injects. Rendering a proxy again
+// not reach the outbound; compared only within the snapshots' lineage,
+// which the rendering's context holds), the faults it injects. Rendering a proxy again
 // (Input.Previous), a fragment whose key is unchanged is not rendered: its
 // resources are taken from the previous rendering with their digests (so
 // they are neither built nor encoded again), and what it recorded (the
@@ -110,7 +111,10 @@ type placed struct {
 func (g *generator) renderContext(kind string) string {
 	d := g.in.Dataplane
 	var b strings.Builder
-	for _, s := range []string{kind, d.Mesh, d.Name, d.Namespace, d.Address, g.in.Zone, strconv.FormatBool(g.in.MTLS), g.in.AccessLogPipe} {
+	// The engine's result ids, which fragment keys hold, compare within
+	// a lineage of snapshots only.
+	lineage := strconv.FormatUint(g.in.Config.Lineage(), 36)
+	for _, s := range []string{kind, lineage, d.Mesh, d.Name, d.Namespace, d.Address, g.in.Zone, strconv.FormatBool(g.in.MTLS), g.in.AccessLogPipe} {
 		b.WriteString(s)
 		b.WriteByte(0)
 	}

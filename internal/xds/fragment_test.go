@@ -166,6 +166,65 @@ func TestRenderingAfterAChangeReusesTheRest(t *testing.T) {
 	}
 }
 
+// TestRenderingFromAnotherLineage: a mesh's snapshot built again from
+// every resource (the view reloads a mesh after a lost watch or a
+// replaced store) numbers its engine results afresh. A proxy rendered
+// from such a snapshot, its previous rendering made from the one before,
+// gets what a fresh rendering gives: a part is never taken from the
+// previous rendering because two lineages gave its results equal ids.
+func TestRenderingFromAnotherLineage(t *testing.T) {
+	reg := resource.NewDefaultRegistry()
+	p, err := plane.NewZone("zone-1", plane.EnvUniversal, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decode := func(doc string) *resource.Resource {
+		r, err := reg.Decode([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg.Normalize(r, p.SystemNamespace)
+		return r
+	}
+	dp := decode(`{"type":"Dataplane","mesh":"default","name":"web-1","networking":{"address":"10.0.0.1","inbound":[{"port":8080,"tags":{"kuma.io/service":"web","kuma.io/protocol":"http"}}],"outbound":[{"port":10001,"tags":{"kuma.io/service":"a"}}]}}`)
+	endpoints := map[string][]Endpoint{"a": {{Address: "10.0.1.1", Port: 9090, Zone: "zone-1", Healthy: true,
+		Tags: map[string]string{"kuma.io/service": "a", "kuma.io/protocol": "http"}}}}
+	render := func(kind func(Input) (*Resources, error), timeout string, prev *Resources) *Resources {
+		t.Helper()
+		mt := decode(fmt.Sprintf(`{"type":"MeshTimeout","mesh":"default","name":"t","spec":{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"MeshService","name":"a"},"default":{"connectionTimeout":%q,"http":{"requestTimeout":%q}}}]}}`, timeout, timeout))
+		snap, err := policy.NewMeshSnapshot(policy.Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", SystemNamespace: p.SystemNamespace,
+			Resources: []*resource.Resource{dp, mt}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := ParseDataplane(snap.Dataplane("web-1", ""), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := snap.Config("web-1", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := kind(Input{Dataplane: d, Zone: "zone-1", Config: cfg, Endpoints: endpoints, MTLS: true, Previous: prev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := digestAll(res); err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	for name, kind := range map[string]func(Input) (*Resources, error){ProxyGRPC: Generate, ProxyEnvoy: GenerateEnvoy} {
+		t.Run(name, func(t *testing.T) {
+			first := render(kind, "1s", nil)
+			again, fresh := render(kind, "5s", first), render(kind, "5s", nil)
+			if a, b := goldenOf(t, fresh), goldenOf(t, again); string(a) != string(b) {
+				t.Fatalf("rendered from a rendering of another lineage, it differs from a fresh one:\n%s", firstDifference(string(a), string(b)))
+			}
+		})
+	}
+}
+
 // typedName names a resource by type URL and name.
 type typedName struct{ typeURL, name string }
 
