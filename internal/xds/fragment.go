@@ -2,6 +2,7 @@ package xds
 
 import (
 	"crypto/sha256"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -124,6 +125,21 @@ func (g *generator) renderContext(kind string) string {
 	}
 	// Parts reference collectors by labels, which their keys do not say.
 	b.WriteString(otelContext(g.in.OTelBackends))
+	// Proxy-wide policies reach parts their keys do not name (MeshTrace
+	// traces every Envoy outbound listener): one that changes renders the
+	// proxy whole.
+	types := slices.Sorted(maps.Keys(g.in.Config.Proxy))
+	for _, typ := range types {
+		ap := g.in.Config.Proxy[typ]
+		b.WriteString(typ)
+		b.WriteByte(0)
+		b.Write(ap.Conf)
+		for _, o := range ap.Origin {
+			b.WriteByte(0)
+			b.WriteString(refOf(o).String())
+		}
+		b.WriteByte(0)
+	}
 	return b.String()
 }
 

@@ -3,6 +3,8 @@ package xds
 import (
 	"fmt"
 	"maps"
+	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -222,6 +224,104 @@ func TestRenderingFromAnotherLineage(t *testing.T) {
 				t.Fatalf("rendered from a rendering of another lineage, it differs from a fresh one:\n%s", firstDifference(string(a), string(b)))
 			}
 		})
+	}
+}
+
+// TestRenderingAgainMatchesFresh is fragment reuse against its reference,
+// a fresh rendering: in every golden case, policies leave and come back
+// in a random order, each change building the snapshot from the last one
+// (or, one time in four, from every resource, as a reloaded mesh is), and
+// the proxy rendered from its previous rendering gets what a fresh
+// rendering gives (resources, versions, the policies behind them, what was
+// left out), for both kinds of proxy.
+func TestRenderingAgainMatchesFresh(t *testing.T) {
+	dirs, err := filepath.Glob("testdata/*")
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no golden cases: %v", err)
+	}
+	kinds := map[string]func(Input) (*Resources, error){ProxyGRPC: Generate, ProxyEnvoy: GenerateEnvoy}
+	for _, dir := range dirs {
+		for kind, render := range kinds {
+			t.Run(filepath.Base(dir)+"/"+kind, func(t *testing.T) {
+				gc, all := loadResources(t, filepath.Join(dir, "input.yaml"))
+				var policies, dataplanes []*resource.Resource
+				for _, r := range all.Resources {
+					if r.Type == "Dataplane" {
+						dataplanes = append(dataplanes, r)
+					} else {
+						policies = append(policies, r)
+					}
+				}
+				endpoints := gc.endpoints()
+				assignments := NewLoadAssignments(endpoints, gc.Zone)
+				input := func(snap *policy.MeshSnapshot, prev *Resources) Input {
+					dp, err := ParseDataplane(snap.Dataplane(gc.Dataplane.Name, ""), "")
+					if err != nil {
+						t.Fatal(err)
+					}
+					cfg, err := snap.Config(gc.Dataplane.Name, "")
+					if err != nil {
+						t.Fatal(err)
+					}
+					return Input{Dataplane: dp, Zone: gc.Zone, Config: cfg, MTLS: gc.MTLS, Endpoints: endpoints, LoadAssignments: assignments,
+						Faults: NewFaults(snap), AccessLogPipe: gc.AccessLogPipe, OTelBackends: otelBackendsOf(snap), Previous: prev}
+				}
+				rendered := func(in Input) *Resources {
+					res, err := render(in)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := digestAll(res); err != nil {
+						t.Fatal(err)
+					}
+					return res
+				}
+				snap, err := policy.NewMeshSnapshot(all)
+				if err != nil {
+					t.Fatal(err)
+				}
+				last := rendered(input(snap, nil))
+				present := make([]bool, len(policies))
+				for i := range present {
+					present[i] = true
+				}
+				rng := rand.New(rand.NewPCG(uint64(len(dir)), uint64(len(kind))))
+				for step := range 4 * len(policies) {
+					i := rng.IntN(len(policies))
+					changes := &policy.Changes{}
+					if present[i] {
+						changes.Deleted = []resource.Key{policies[i].Key()}
+					} else {
+						changes.Put = []*resource.Resource{policies[i]}
+					}
+					present[i] = !present[i]
+					all.Previous, all.Changes, all.Resources = snap, changes, nil
+					if rng.IntN(4) == 0 {
+						// Built again from every resource, as a reloaded
+						// mesh is: a new lineage of results.
+						all.Previous, all.Changes, all.Resources = nil, nil, dataplanes
+						for j, p := range policies {
+							if present[j] {
+								all.Resources = append(all.Resources, p)
+							}
+						}
+					}
+					if snap, err = policy.NewMeshSnapshot(all); err != nil {
+						t.Fatal(err)
+					}
+					again, fresh := rendered(input(snap, last)), rendered(input(snap, nil))
+					if a, b := goldenOf(t, fresh), goldenOf(t, again); string(a) != string(b) {
+						t.Fatalf("step %d (%s %s): rendered from the previous rendering, it differs from a fresh one:\n%s",
+							step, map[bool]string{true: "back:", false: "gone:"}[present[i]], policies[i].Key(), firstDifference(string(a), string(b)))
+					}
+					vf, _ := Versions(fresh)
+					if va, _ := Versions(again); !maps.Equal(vf, va) {
+						t.Fatalf("step %d: versions: fresh %v, from the previous rendering %v", step, vf, va)
+					}
+					last = again
+				}
+			})
+		}
 	}
 }
 

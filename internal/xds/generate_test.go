@@ -186,6 +186,18 @@ func (gc *genCase) endpoints() map[string][]Endpoint {
 // loadSnapshot reads a golden input and builds its mesh's policy snapshot.
 func loadSnapshot(t *testing.T, path string) (*policy.MeshSnapshot, *genCase) {
 	t.Helper()
+	gc, in := loadResources(t, path)
+	snap, err := policy.NewMeshSnapshot(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap, gc
+}
+
+// loadResources reads a case and its resources, as the inputs of a
+// snapshot built from them all.
+func loadResources(t *testing.T, path string) (*genCase, policy.Inputs) {
+	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -215,12 +227,7 @@ func loadSnapshot(t *testing.T, path string) (*policy.MeshSnapshot, *genCase) {
 		}
 		resources = append(resources, r)
 	}
-	snap, err := policy.NewMeshSnapshot(policy.Inputs{Registry: reg, Mesh: "default", Zone: gc.Zone,
-		SystemNamespace: p.SystemNamespace, Resources: resources})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return snap, &gc
+	return &gc, policy.Inputs{Registry: reg, Mesh: "default", Zone: gc.Zone, SystemNamespace: p.SystemNamespace, Resources: resources}
 }
 
 // validateAll checks every resource against Envoy's proto constraints
