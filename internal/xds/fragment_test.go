@@ -230,8 +230,9 @@ func TestRenderingFromAnotherLineage(t *testing.T) {
 // TestRenderingAgainMatchesFresh is fragment reuse against its reference,
 // a fresh rendering: in every golden case, policies leave and come back
 // in a random order, each change building the snapshot from the last one
-// (or, one time in four, from every resource, as a reloaded mesh is), and
-// the proxy rendered from its previous rendering gets what a fresh
+// (or, one time in four, from every resource, as a reloaded mesh is),
+// services' instances changing protocol meanwhile, and the proxy rendered
+// from its previous rendering gets what a fresh
 // rendering gives (resources, versions, the policies behind them, what was
 // left out), for both kinds of proxy.
 func TestRenderingAgainMatchesFresh(t *testing.T) {
@@ -286,7 +287,25 @@ func TestRenderingAgainMatchesFresh(t *testing.T) {
 					present[i] = true
 				}
 				rng := rand.New(rand.NewPCG(uint64(len(dir)), uint64(len(kind))))
+				services := slices.Sorted(maps.Keys(endpoints))
 				for step := range 4 * len(policies) {
+					if rng.IntN(4) == 0 && len(services) > 0 {
+						// A service's instances change protocol (new
+						// endpoints, new shared assignments, as the zone's).
+						svc := services[rng.IntN(len(services))]
+						endpoints = maps.Clone(endpoints)
+						eps := slices.Clone(endpoints[svc])
+						for j := range eps {
+							tags := maps.Clone(eps[j].Tags)
+							if tags == nil {
+								tags = map[string]string{}
+							}
+							eps[j].Tags = tags
+							eps[j].Tags["kuma.io/protocol"] = map[bool]string{true: "tcp", false: "http"}[eps[j].Tags["kuma.io/protocol"] == "http"]
+						}
+						endpoints[svc] = eps
+						assignments = NewLoadAssignments(endpoints, gc.Zone)
+					}
 					i := rng.IntN(len(policies))
 					changes := &policy.Changes{}
 					if present[i] {
