@@ -3,6 +3,9 @@ package xds
 import (
 	"context"
 	"maps"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +15,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/meridian-mesh/meridian/internal/policy"
 	"github.com/meridian-mesh/meridian/internal/resource"
@@ -300,5 +304,203 @@ func TestControllerSkipsUntouchedProxies(t *testing.T) {
 				t.Errorf("%s: %s holds versions %v, a fresh rendering %v", tc.name, name, got, want)
 			}
 		}
+	}
+}
+
+// TestControllerMatchesFreshRenderings is the controller's skipping of
+// untouched proxies (and its reuse of their last renderings and shared
+// assignments) against its reference: after every change of a random
+// series (the golden cases' policies coming and going, a Dataplane's
+// outbounds, instances joining, leaving or changing protocol, the mesh's
+// mTLS, one snapshot in five built from every resource), every connected
+// proxy, gRPC or Envoy, holds the versions a fresh rendering gives.
+func TestControllerMatchesFreshRenderings(t *testing.T) {
+	srv, client := testServer(t)
+	reg := resource.NewDefaultRegistry()
+	decode := func(doc string) *resource.Resource {
+		t.Helper()
+		r, err := reg.Decode([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg.Normalize(r, "kuma-system")
+		return r
+	}
+	// Every golden case's policies, each key once.
+	dirs, err := filepath.Glob("testdata/*")
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no golden cases: %v", err)
+	}
+	var pool []*resource.Resource
+	seen := map[resource.Key]bool{}
+	for _, dir := range dirs {
+		_, in := loadResources(t, filepath.Join(dir, "input.yaml"))
+		for _, r := range in.Resources {
+			if r.Type != "Dataplane" && !seen[r.Key()] {
+				seen[r.Key()] = true
+				pool = append(pool, r)
+			}
+		}
+	}
+	dp := func(name, svc, protocol string, outbounds ...string) *resource.Resource {
+		var outs []string
+		for i, o := range outbounds {
+			outs = append(outs, `{"port":`+strconv.Itoa(10001+i)+`,"tags":{"kuma.io/service":"`+o+`"}}`)
+		}
+		return decode(`{"type":"Dataplane","mesh":"default","name":"` + name + `","networking":{"address":"10.0.0.` + strconv.Itoa(len(name)) +
+			`","inbound":[{"port":8080,"tags":{"kuma.io/service":"` + svc + `","kuma.io/protocol":"` + protocol + `"}}],"outbound":[` + strings.Join(outs, ",") + `]}}`)
+	}
+	web := []*resource.Resource{dp("web-1", "web", "http", "backend", "db", "cache"), dp("web-1", "web", "http", "backend", "db")}
+	dataplanes := []*resource.Resource{web[0], dp("backend-1", "backend", "http"), dp("db-1", "db", "tcp", "backend")}
+	present := map[resource.Key]*resource.Resource{}
+	for _, r := range dataplanes {
+		present[r.Key()] = r
+	}
+	build := func(prev *policy.MeshSnapshot, changed *resource.Resource, gone *resource.Key) *policy.MeshSnapshot {
+		t.Helper()
+		in := policy.Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", SystemNamespace: "kuma-system"}
+		if prev == nil {
+			in.Resources = slices.Collect(maps.Values(present))
+		} else {
+			in.Previous, in.Changes = prev, &policy.Changes{}
+			if changed != nil {
+				in.Changes.Put = []*resource.Resource{changed}
+			}
+			if gone != nil {
+				in.Changes.Deleted = []resource.Key{*gone}
+			}
+		}
+		snap, err := policy.NewMeshSnapshot(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return snap
+	}
+	instances := func(svc, protocol string, n int) []Endpoint {
+		var out []Endpoint
+		for i := range n {
+			out = append(out, Endpoint{Address: "10.1." + strconv.Itoa(len(svc)) + "." + strconv.Itoa(i+1), Port: 8080, Zone: []string{"zone-1", "zone-2"}[i%2],
+				Healthy: true, Tags: map[string]string{"kuma.io/service": svc, "kuma.io/protocol": protocol}})
+		}
+		return out
+	}
+	protocols := map[string]string{"web": "http", "backend": "http", "db": "tcp", "cache": "http"}
+	counts := map[string]int{"web": 1, "backend": 2, "db": 1, "cache": 1}
+	endpointsNow := func() map[string][]Endpoint {
+		out := map[string][]Endpoint{}
+		for svc, n := range counts {
+			out[svc] = instances(svc, protocols[svc], n)
+		}
+		return out
+	}
+	var mu sync.Mutex
+	gen := uint64(1)
+	var log []resource.Key // log[i] made generation i+2
+	src := &sources{snap: build(nil, nil, nil), endpoints: endpointsNow(), mtls: true, next: make(chan struct{})}
+	srcs := src.Sources()
+	srcs.SnapshotGen = func(ctx context.Context, mesh string) (*policy.MeshSnapshot, uint64, error) {
+		s, err := srcs.Snapshot(ctx, mesh)
+		mu.Lock()
+		defer mu.Unlock()
+		return s, gen, err
+	}
+	srcs.ChangedSince = func(_ string, from, to uint64) ([]resource.Key, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if from < 1 || to > uint64(len(log))+1 {
+			return nil, false
+		}
+		return append([]resource.Key(nil), log[from-1:to-1]...), true
+	}
+	ctrl, err := NewController(ControllerConfig{Server: srv, Sources: srcs, Zone: "zone-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]string{"web-1": ProxyEnvoy, "backend-1": ProxyGRPC, "db-1": ProxyEnvoy}
+	for name, kind := range kinds {
+		node := &corev3.Node{Id: "default." + name}
+		if kind == ProxyEnvoy {
+			node.Metadata = &structpb.Struct{Fields: map[string]*structpb.Value{MetadataProxy: structpb.NewStringValue(ProxyEnvoy)}}
+		}
+		st := openStream(t, client, node.Id)
+		if err := st.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ListenerType}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, func() bool { return len(srv.Connected()) == len(kinds) })
+	ctx := context.Background()
+	check := func(step int, what string) {
+		t.Helper()
+		ctrl.renderAll(ctx)
+		for name, kind := range kinds {
+			fresh, err := ctrl.Inspect(ctx, kind, "default", name, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := Versions(fresh)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if held, got, _ := srv.Current("default." + name); !maps.Equal(got, want) {
+				t.Fatalf("step %d (%s): %s holds other resources than a fresh rendering gives:\n%s", step, what, name,
+					firstDifference(string(goldenOf(t, fresh)), string(goldenOf(t, held))))
+			}
+		}
+	}
+	check(0, "connected")
+	rng := rand.New(rand.NewPCG(11, 17))
+	// change applies r, or removes the resource gone names.
+	change := func(r *resource.Resource, gone *resource.Key, whole bool) {
+		var key resource.Key
+		if gone != nil {
+			key = *gone
+		} else {
+			key = r.Key()
+		}
+		next := build(src.snap, r, gone)
+		if whole {
+			next = build(nil, nil, nil)
+		}
+		mu.Lock()
+		gen++
+		log = append(log, key)
+		mu.Unlock()
+		src.change(func() { src.snap = next })
+	}
+	for step := 1; step <= 300; step++ {
+		var what string
+		switch k := rng.IntN(10); {
+		case k < 6: // a policy comes or goes
+			r := pool[rng.IntN(len(pool))]
+			if _, ok := present[r.Key()]; ok {
+				delete(present, r.Key())
+				key := r.Key()
+				change(nil, &key, rng.IntN(5) == 0)
+				what = "gone: " + key.String()
+			} else {
+				present[r.Key()] = r
+				change(r, nil, rng.IntN(5) == 0)
+				what = "back: " + r.Key().String()
+			}
+		case k == 6: // web-1 calls cache, or stops
+			next := web[rng.IntN(2)]
+			present[next.Key()] = next
+			change(next, nil, false)
+			what = "web-1's outbounds"
+		case k == 7: // instances join or leave
+			svc := []string{"backend", "db", "cache"}[rng.IntN(3)]
+			counts[svc] = rng.IntN(3)
+			src.change(func() { src.endpoints = endpointsNow() })
+			what = "instances of " + svc
+		case k == 8: // a service's instances change protocol
+			svc := []string{"backend", "db", "cache"}[rng.IntN(3)]
+			protocols[svc] = map[string]string{"http": "tcp", "tcp": "grpc", "grpc": "http"}[protocols[svc]]
+			src.change(func() { src.endpoints = endpointsNow() })
+			what = svc + " speaks " + protocols[svc]
+		default: // the mesh's mTLS
+			src.change(func() { src.mtls = !src.mtls })
+			what = "mTLS"
+		}
+		check(step, what)
 	}
 }
