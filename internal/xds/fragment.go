@@ -19,7 +19,9 @@ import (
 // are summed up in a key: the engine's result ids of the outbound policies
 // it reads (policy.OutboundPolicy.ResultID, unchanged when a change does
 // not reach the outbound; compared only within the snapshots' lineage,
-// which the rendering's context holds), the faults it injects. Rendering a proxy again
+// which the rendering's context holds), the faults it injects. What every
+// fragment reads (the proxy itself, the mesh's mTLS, its proxy-wide
+// policies) is the rendering's context instead. Rendering a proxy again
 // (Input.Previous), a fragment whose key is unchanged is not rendered: its
 // resources are taken from the previous rendering with their digests (so
 // they are neither built nor encoded again), and what it recorded (the
