@@ -66,6 +66,57 @@ func (s *sources) Sources() Sources {
 	}
 }
 
+// freshRendering is what Dataplane name of mesh default gets as kind from
+// the controller's current inputs, rendered whole, and its versions.
+func freshRendering(t *testing.T, ctrl *Controller, kind, name string) (*Resources, map[string]string) {
+	t.Helper()
+	fresh, err := ctrl.Inspect(context.Background(), kind, "default", name, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions, err := Versions(fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fresh, versions
+}
+
+// generations number the test's snapshots as a view does (1 first, one
+// more per change) and say which resource each change wrote, so that the
+// controller can tell the proxies a change touches (SnapshotGen,
+// ChangedSince).
+type generations struct {
+	mu  sync.Mutex
+	log []resource.Key // log[i] made generation i+2
+}
+
+// add records a change of key: the next generation.
+func (g *generations) add(key resource.Key) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.log = append(g.log, key)
+}
+
+// sources are src's sources with generations.
+func (g *generations) sources(src *sources) Sources {
+	s := src.Sources()
+	s.SnapshotGen = func(ctx context.Context, mesh string) (*policy.MeshSnapshot, uint64, error) {
+		snap, err := s.Snapshot(ctx, mesh)
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return snap, uint64(len(g.log)) + 1, err
+	}
+	s.ChangedSince = func(_ string, from, to uint64) ([]resource.Key, bool) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if from < 1 || to > uint64(len(g.log))+1 {
+			return nil, false
+		}
+		return append([]resource.Key(nil), g.log[from-1:to-1]...), true
+	}
+	return s
+}
+
 // TestControllerPushesChanges: a proxy that connects gets its resources at
 // once; an endpoint change reaches it as a new version of the endpoints
 // alone.
@@ -192,26 +243,9 @@ func TestControllerSkipsUntouchedProxies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	gen := uint64(1)
-	var log []resource.Key // log[i] made generation i+2
 	src := &sources{snap: snap, endpoints: map[string][]Endpoint{"db": {{Address: "10.0.0.9", Port: 9000, Zone: "zone-1", Healthy: true}}}, next: make(chan struct{})}
-	sources := src.Sources()
-	sources.SnapshotGen = func(ctx context.Context, mesh string) (*policy.MeshSnapshot, uint64, error) {
-		s, err := sources.Snapshot(ctx, mesh)
-		mu.Lock()
-		defer mu.Unlock()
-		return s, gen, err
-	}
-	sources.ChangedSince = func(_ string, from, to uint64) ([]resource.Key, bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		if from < 1 || to > uint64(len(log))+1 {
-			return nil, false
-		}
-		return append([]resource.Key(nil), log[from-1:to-1]...), true
-	}
-	ctrl, err := NewController(ControllerConfig{Server: srv, Sources: sources, Zone: "zone-1"})
+	var changes generations
+	ctrl, err := NewController(ControllerConfig{Server: srv, Sources: changes.sources(src), Zone: "zone-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,10 +269,7 @@ func TestControllerSkipsUntouchedProxies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		mu.Lock()
-		gen++
-		log = append(log, r.Key())
-		mu.Unlock()
+		changes.add(r.Key())
 		src.change(func() { src.snap = next })
 	}
 	db := func(protocol string, addrs ...string) []Endpoint {
@@ -291,14 +322,7 @@ func TestControllerSkipsUntouchedProxies(t *testing.T) {
 		// Whatever the path, each proxy holds what a fresh rendering
 		// gives.
 		for _, name := range []string{"web-1", "api-1"} {
-			fresh, err := ctrl.Inspect(ctx, ProxyGRPC, "default", name, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			want, err := Versions(fresh)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, want := freshRendering(t, ctrl, ProxyGRPC, name)
 			_, got, _ := srv.Current("default." + name)
 			if !maps.Equal(got, want) {
 				t.Errorf("%s: %s holds versions %v, a fresh rendering %v", tc.name, name, got, want)
@@ -316,16 +340,7 @@ func TestControllerSkipsUntouchedProxies(t *testing.T) {
 // proxy, gRPC or Envoy, holds the versions a fresh rendering gives.
 func TestControllerMatchesFreshRenderings(t *testing.T) {
 	srv, client := testServer(t)
-	reg := resource.NewDefaultRegistry()
-	decode := func(doc string) *resource.Resource {
-		t.Helper()
-		r, err := reg.Decode([]byte(doc))
-		if err != nil {
-			t.Fatal(err)
-		}
-		reg.Normalize(r, "kuma-system")
-		return r
-	}
+	reg, zone, decode := zoneDecoder(t)
 	// Every golden case's policies, each key once.
 	dirs, err := filepath.Glob("testdata/*")
 	if err != nil || len(dirs) == 0 {
@@ -358,7 +373,7 @@ func TestControllerMatchesFreshRenderings(t *testing.T) {
 	}
 	build := func(prev *policy.MeshSnapshot, changed *resource.Resource, gone *resource.Key) *policy.MeshSnapshot {
 		t.Helper()
-		in := policy.Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", SystemNamespace: "kuma-system"}
+		in := policy.Inputs{Registry: reg, Mesh: "default", Zone: "zone-1", SystemNamespace: zone.SystemNamespace}
 		if prev == nil {
 			in.Resources = slices.Collect(maps.Values(present))
 		} else {
@@ -393,26 +408,9 @@ func TestControllerMatchesFreshRenderings(t *testing.T) {
 		}
 		return out
 	}
-	var mu sync.Mutex
-	gen := uint64(1)
-	var log []resource.Key // log[i] made generation i+2
 	src := &sources{snap: build(nil, nil, nil), endpoints: endpointsNow(), mtls: true, next: make(chan struct{})}
-	srcs := src.Sources()
-	srcs.SnapshotGen = func(ctx context.Context, mesh string) (*policy.MeshSnapshot, uint64, error) {
-		s, err := srcs.Snapshot(ctx, mesh)
-		mu.Lock()
-		defer mu.Unlock()
-		return s, gen, err
-	}
-	srcs.ChangedSince = func(_ string, from, to uint64) ([]resource.Key, bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		if from < 1 || to > uint64(len(log))+1 {
-			return nil, false
-		}
-		return append([]resource.Key(nil), log[from-1:to-1]...), true
-	}
-	ctrl, err := NewController(ControllerConfig{Server: srv, Sources: srcs, Zone: "zone-1"})
+	var changes generations
+	ctrl, err := NewController(ControllerConfig{Server: srv, Sources: changes.sources(src), Zone: "zone-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,14 +431,7 @@ func TestControllerMatchesFreshRenderings(t *testing.T) {
 		t.Helper()
 		ctrl.renderAll(ctx)
 		for name, kind := range kinds {
-			fresh, err := ctrl.Inspect(ctx, kind, "default", name, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			want, err := Versions(fresh)
-			if err != nil {
-				t.Fatal(err)
-			}
+			fresh, want := freshRendering(t, ctrl, kind, name)
 			if held, got, _ := srv.Current("default." + name); !maps.Equal(got, want) {
 				t.Fatalf("step %d (%s): %s holds other resources than a fresh rendering gives:\n%s", step, what, name,
 					firstDifference(string(goldenOf(t, fresh)), string(goldenOf(t, held))))
@@ -461,10 +452,7 @@ func TestControllerMatchesFreshRenderings(t *testing.T) {
 		if whole {
 			next = build(nil, nil, nil)
 		}
-		mu.Lock()
-		gen++
-		log = append(log, key)
-		mu.Unlock()
+		changes.add(key)
 		src.change(func() { src.snap = next })
 	}
 	for step := 1; step <= 300; step++ {

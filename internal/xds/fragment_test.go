@@ -23,22 +23,7 @@ import (
 // rendering gives, and the parts the change does not reach are the
 // previous rendering's own (not rendered again), for both kinds of proxy.
 func TestRenderingAfterAChangeReusesTheRest(t *testing.T) {
-	reg := resource.NewDefaultRegistry()
-	p, err := plane.NewZone("zone-1", plane.EnvUniversal, "", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	decode := func(doc string) *resource.Resource {
-		r, err := reg.Decode([]byte(doc))
-		if err != nil {
-			t.Fatal(err)
-		}
-		reg.Normalize(r, p.SystemNamespace)
-		if err := reg.Validate(r, p); err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
+	reg, p, decode := zoneDecoder(t)
 	timeout := func(svc, d string) *resource.Resource {
 		return decode(fmt.Sprintf(`{"type":"MeshTimeout","mesh":"default","name":"t-%s","spec":{"targetRef":{"kind":"Mesh"},"to":[{"targetRef":{"kind":"MeshService","name":%q},"default":{"connectionTimeout":%q,"http":{"requestTimeout":%q}}}]}}`, svc, svc, d, d))
 	}
@@ -175,19 +160,7 @@ func TestRenderingAfterAChangeReusesTheRest(t *testing.T) {
 // gets what a fresh rendering gives: a part is never taken from the
 // previous rendering because two lineages gave its results equal ids.
 func TestRenderingFromAnotherLineage(t *testing.T) {
-	reg := resource.NewDefaultRegistry()
-	p, err := plane.NewZone("zone-1", plane.EnvUniversal, "", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	decode := func(doc string) *resource.Resource {
-		r, err := reg.Decode([]byte(doc))
-		if err != nil {
-			t.Fatal(err)
-		}
-		reg.Normalize(r, p.SystemNamespace)
-		return r
-	}
+	reg, p, decode := zoneDecoder(t)
 	dp := decode(`{"type":"Dataplane","mesh":"default","name":"web-1","networking":{"address":"10.0.0.1","inbound":[{"port":8080,"tags":{"kuma.io/service":"web","kuma.io/protocol":"http"}}],"outbound":[{"port":10001,"tags":{"kuma.io/service":"a"}}]}}`)
 	endpoints := map[string][]Endpoint{"a": {{Address: "10.0.1.1", Port: 9090, Zone: "zone-1", Healthy: true,
 		Tags: map[string]string{"kuma.io/service": "a", "kuma.io/protocol": "http"}}}}
@@ -341,6 +314,29 @@ func TestRenderingAgainMatchesFresh(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// zoneDecoder is a registry, a Universal zone-1 plane and a decoder of
+// resources as that zone admits them (normalized and validated).
+func zoneDecoder(t *testing.T) (*resource.Registry, plane.Plane, func(doc string) *resource.Resource) {
+	t.Helper()
+	reg := resource.NewDefaultRegistry()
+	p, err := plane.NewZone("zone-1", plane.EnvUniversal, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg, p, func(doc string) *resource.Resource {
+		t.Helper()
+		r, err := reg.Decode([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg.Normalize(r, p.SystemNamespace)
+		if err := reg.Validate(r, p); err != nil {
+			t.Fatal(err)
+		}
+		return r
 	}
 }
 
