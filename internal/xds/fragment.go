@@ -172,21 +172,13 @@ func (g *generator) startFragments(kind string) {
 // policiesKey sums up the outbound policies of svc by result id; ok is
 // false when one has none.
 func (g *generator) policiesKey(svc string) (string, bool) {
-	if k, ok := g.policyKeys[svc]; ok {
-		return k.key, k.ok
-	}
-	key, ok := g.makePoliciesKey(svc)
-	if g.policyKeys == nil {
-		g.policyKeys = make(map[string]policyKey, len(g.in.Config.Outbounds))
-	}
-	g.policyKeys[svc] = policyKey{key, ok}
-	return key, ok
+	o := g.outbound(svc)
+	return o.key, o.keyed
 }
 
-// makePoliciesKey writes the key in the rendering's scratch buffer, in
-// type order, and allocates only the string it returns.
-func (g *generator) makePoliciesKey(svc string) (string, bool) {
-	policies := g.outboundPolicies(svc)
+// makePoliciesKey writes the key of policies in the rendering's scratch
+// buffer, in type order, and allocates only the string it returns.
+func (g *generator) makePoliciesKey(policies map[string]*policy.OutboundPolicy) (string, bool) {
 	var typesArr [8]string
 	types := typesArr[:0]
 	for t := range policies {

@@ -284,10 +284,9 @@ type generator struct {
 	// pending are the assignments asked for by the cluster just rendered
 	// or replayed, added after it (emitPending).
 	pending []fragmentAssignment
-	// outbounds are the Config's outbound policies by service, and
-	// policyKeys their policiesKey, made once per rendering.
-	outbounds  map[string]map[string]*policy.OutboundPolicy
-	policyKeys map[string]policyKey
+	// outbounds are the Config's outbound policies by service, with
+	// their policiesKey, made once per rendering.
+	outbounds map[string]outboundPolicies
 	// tags are the proxy's client tags (clientTags).
 	tags ClientTags
 	// scratch is a buffer keys are written in before they are made
@@ -295,9 +294,11 @@ type generator struct {
 	scratch, keyBuf []byte
 }
 
-type policyKey struct {
-	key string
-	ok  bool
+// outboundPolicies are an outbound's policies and their policiesKey.
+type outboundPolicies struct {
+	policies map[string]*policy.OutboundPolicy
+	key      string
+	keyed    bool // key is a key (makePoliciesKey)
 }
 
 // clusterSpec is one upstream cluster: a service's endpoints, or the
@@ -333,15 +334,25 @@ func (g *generator) callable() []string {
 // outboundPolicies are the confs the engine gives the proxy's outbound to
 // svc (nil when it declares none).
 func (g *generator) outboundPolicies(svc string) map[string]*policy.OutboundPolicy {
+	return g.outbound(svc).policies
+}
+
+// outbound is svc's entry of outbounds, which it makes on first use, with
+// every outbound's key: a rendering asks for them all.
+func (g *generator) outbound(svc string) outboundPolicies {
 	if g.outbounds == nil {
-		g.outbounds = make(map[string]map[string]*policy.OutboundPolicy, len(g.in.Config.Outbounds))
+		g.outbounds = make(map[string]outboundPolicies, len(g.in.Config.Outbounds))
 		for _, o := range g.in.Config.Outbounds {
 			if _, dup := g.outbounds[o.Service]; !dup { // the first, as a scan in order finds
-				g.outbounds[o.Service] = o.Policies
+				key, ok := g.makePoliciesKey(o.Policies)
+				g.outbounds[o.Service] = outboundPolicies{policies: o.Policies, key: key, keyed: ok}
 			}
 		}
 	}
-	return g.outbounds[svc]
+	if o, ok := g.outbounds[svc]; ok {
+		return o
+	}
+	return outboundPolicies{keyed: true} // no outbound: no policies, the empty key
 }
 
 // client renders the API listener a client dials as xds:///svc, its route
