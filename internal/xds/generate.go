@@ -287,6 +287,8 @@ type generator struct {
 	// outbounds are the Config's outbound policies by service, with
 	// their policiesKey, made once per rendering.
 	outbounds map[string]outboundPolicies
+	// callableSvcs are the services the proxy may call (callable).
+	callableSvcs []string
 	// tags are the proxy's client tags (clientTags).
 	tags ClientTags
 	// scratch is a buffer keys are written in before they are made
@@ -310,7 +312,16 @@ type clusterSpec struct {
 
 // callable are the services the proxy may call, sorted: those it
 // declares as outbounds, else every service of the mesh but its own.
+// Made once per rendering (the clients and the report of what is not
+// carried both read them).
 func (g *generator) callable() []string {
+	if g.callableSvcs == nil {
+		g.callableSvcs = g.listCallable()
+	}
+	return g.callableSvcs
+}
+
+func (g *generator) listCallable() []string {
 	if outs := g.in.Dataplane.Outbounds; len(outs) > 0 {
 		if slices.IsSorted(outs) { // as ParseDataplane leaves them
 			return outs
@@ -328,6 +339,9 @@ func (g *generator) callable() []string {
 		}
 	}
 	slices.Sort(out)
+	if out == nil {
+		out = []string{} // listed: none
+	}
 	return out
 }
 
