@@ -370,9 +370,16 @@ func (b *builder) splicePolicies(t, prevT *typeIndex, removed, fresh []*policy) 
 
 	var spP, spTo, spFrom splicing
 	t.policies, spP = spliceSorted(prevT.policies, gonePos, fresh, comparePolicies)
-	t.quick = spliceParallel(spP, prevT.quick, freshQuick)
-	if prev := seedSummary(prevT, spP, freshQuick); prev != nil {
-		t.summed.Store(prev.rebased(t.quick))
+	if selectsAsBefore(prevT, spP, freshQuick) {
+		// The previous type's selectors answer for this one: it is
+		// shared (never written) instead of copied, 56 bytes a policy
+		// on every change, and so is its summary when it was made.
+		t.quick = prevT.quick
+		if prev := prevT.summed.Load(); prev != nil {
+			t.summed.Store(prev)
+		}
+	} else {
+		t.quick = spliceParallel(spP, prevT.quick, freshQuick)
 	}
 	t.to, spTo = spliceSorted(prevT.to, goneTo, freshTo, compareEntries)
 	t.from, spFrom = spliceSorted(prevT.from, goneFrom, freshFrom, compareEntries)

@@ -44,7 +44,7 @@ func TestChangesBuildAsFresh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spliced, full, seeded, summaries := 0, 0, 0, 0
+	spliced, full, seeded, summaries, sharedQuick := 0, 0, 0, 0, 0
 	for round := 0; round < 300; round++ {
 		before := maps_Clone(live)
 		for range 1 + rng.IntN(4) {
@@ -117,6 +117,9 @@ func TestChangesBuildAsFresh(t *testing.T) {
 				if nt.summed.Load() != nil { // carried: nothing asked for it yet
 					summaries++
 				}
+				if pt := prev.types[name]; pt != nil && pt != nt && len(nt.quick) > 0 && len(pt.quick) > 0 && &nt.quick[0] == &pt.quick[0] {
+					sharedQuick++
+				}
 			}
 		}
 		reading.Wait()
@@ -151,9 +154,9 @@ func TestChangesBuildAsFresh(t *testing.T) {
 		}
 		prev = next
 	}
-	if spliced < 100 || full < 10 || seeded < 100 || summaries < 20 {
-		t.Fatalf("%d rounds spliced and %d built in full, %d type indexes and %d summaries carried: every path must be exercised",
-			spliced, full, seeded, summaries)
+	if spliced < 100 || full < 10 || seeded < 100 || summaries < 20 || sharedQuick < 20 {
+		t.Fatalf("%d rounds spliced and %d built in full, %d type indexes, %d summaries and %d selector arrays carried: every path must be exercised",
+			spliced, full, seeded, summaries, sharedQuick)
 	}
 }
 

@@ -208,37 +208,24 @@ func summarize(quick []quickSel) *typeSummary {
 	return sum
 }
 
-// rebased is s for a type whose quick array is quick: the same runs and
-// warned policies, each run's selector read from quick.
-func (s *typeSummary) rebased(quick []quickSel) *typeSummary {
-	out := &typeSummary{runs: slices.Clone(s.runs), warned: s.warned} // warned is never written
-	for i := range out.runs {
-		if r := &out.runs[i]; r.q != nil {
-			r.q = &quick[r.start]
-		}
-	}
-	return out
-}
-
-// seedSummary returns the summary of prevT when it holds for the type
-// spliced from it by sp with fresh policies selecting as freshQuick: each
+// selectsAsBefore reports whether the type spliced from prevT by sp, with
+// fresh policies selecting as freshQuick, selects as prevT does: each
 // fresh policy took the place of a removed one (one policy changed, the
-// common case), selects alike (alike is an equivalence, so the runs keep
-// their bounds) and has warnings as it had. Else, or when prevT's summary
-// was never made, nil: the summary is made afresh. Summarizing 10,000
-// policies took a fifth of the first view after a change.
-func seedSummary(prevT *typeIndex, sp splicing, freshQuick []quickSel) *typeSummary {
-	prev := prevT.summed.Load()
-	if prev == nil || len(sp.removed) != len(freshQuick) {
-		return nil
+// common case), selects alike and has warnings as it had. prevT's quick
+// array, and its summary (alike is an equivalence, so the runs keep their
+// bounds), then hold for the new type. Summarizing 10,000 policies took a
+// fifth of the first view after a change.
+func selectsAsBefore(prevT *typeIndex, sp splicing, freshQuick []quickSel) bool {
+	if len(sp.removed) != len(freshQuick) {
+		return false
 	}
 	for j := range freshQuick {
 		old := sp.removed[j]
 		if sp.freshIndex(j) != old || !alike(&freshQuick[j], &prevT.quick[old]) || freshQuick[j].warned != prevT.quick[old].warned {
-			return nil
+			return false
 		}
 	}
-	return prev
+	return true
 }
 
 // alike: q and o select alike (both by selectsDP, or the same way). The

@@ -48,6 +48,11 @@ func TestQuickSelectionAgrees(t *testing.T) {
 // alike.
 func checkSummary(t *testing.T, where string, ti *typeIndex) {
 	t.Helper()
+	for i, p := range ti.policies {
+		if q := quickSelOf(p); !alike(&q, &ti.quick[i]) || q.warned != ti.quick[i].warned {
+			t.Errorf("%s: policy %d's quick selector %+v, want %+v", where, i, ti.quick[i], q)
+		}
+	}
 	sum := ti.summary()
 	var warned []int32
 	for i, p := range ti.policies {

@@ -297,7 +297,7 @@ type typeIndex struct {
 	desc     *resource.TypeDescriptor
 	merger   merger
 	policies []*policy  // sorted by docs/policy.md#ordering keys 1-4
-	quick    []quickSel // quick[i] summarizes how policies[i] selects, and its warnings (select.go)
+	quick    []quickSel // quick[i] summarizes how policies[i] selects, and its warnings (select.go); may be shared with a previous snapshot's type, never written
 	to, from []*entry   // concatenated and sorted by docs/policy.md#ordering's entry keys
 	// overTo and overFrom are the entries of to and from with an override
 	// block, overProxy the policies with a proxy-wide one, in the
@@ -323,8 +323,8 @@ type typeIndex struct {
 
 	// summed is the summary of quick (select.go), made on first use: a
 	// finished type's policies keep their selectors and warnings. A type
-	// spliced from one whose summary holds for it has it from the start
-	// (seedSummary).
+	// spliced from one that selects as it does shares that type's quick
+	// array and summary (selectsAsBefore).
 	summaryOnce sync.Once
 	summed      atomic.Pointer[typeSummary]
 }
