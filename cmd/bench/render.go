@@ -126,16 +126,25 @@ func (f *renderFixture) change(round int) error {
 	return nil
 }
 
+// rendering is a rendering of web-1: its resources and their versions.
+type rendering struct {
+	res      *xds.Resources
+	versions map[string]string
+}
+
 // render renders web-1 from the current snapshot for kind: its _config,
-// then the resources and their versions, as the zone's controller does
-// (from prev, its last rendering, when set; digests made as the server
-// makes them before the versions).
-func (f *renderFixture) render(kind string, prev *xds.Resources) (*xds.Resources, error) {
+// then the resources and their versions, as the zone's controller and
+// server do (from prev, its last rendering, when set: its parts are
+// reused, and a list of the very same resources keeps its version).
+func (f *renderFixture) render(kind string, prev *rendering) (*rendering, error) {
 	cfg, err := f.snap.Config("web-1", "")
 	if err != nil {
 		return nil, err
 	}
-	in := xds.Input{Dataplane: f.dp, Zone: "zone-1", Config: cfg, Endpoints: f.endpoints, LoadAssignments: f.assignments, MTLS: true, Previous: prev}
+	in := xds.Input{Dataplane: f.dp, Zone: "zone-1", Config: cfg, Endpoints: f.endpoints, LoadAssignments: f.assignments, MTLS: true}
+	if prev != nil {
+		in.Previous = prev.res
+	}
 	var res *xds.Resources
 	if kind == xds.ProxyEnvoy {
 		res, err = xds.GenerateEnvoy(in)
@@ -145,8 +154,13 @@ func (f *renderFixture) render(kind string, prev *xds.Resources) (*xds.Resources
 	if err != nil {
 		return nil, err
 	}
-	_, err = xds.Versions(res)
-	return res, err
+	out := &rendering{res: res}
+	if prev != nil {
+		out.versions, err = xds.VersionsAfter(res, prev.res, prev.versions)
+	} else {
+		out.versions, err = xds.Versions(res)
+	}
+	return out, err
 }
 
 // renderScenario times, per kind of proxy, web-1's rendering after one
@@ -174,7 +188,7 @@ func renderScenario(n int, profileDir string, r results) error {
 		defer pprof.StopCPUProfile()
 	}
 	kinds := []string{xds.ProxyGRPC, xds.ProxyEnvoy}
-	last := map[string]*xds.Resources{}
+	last := map[string]*rendering{}
 	for _, kind := range kinds {
 		if last[kind], err = f.render(kind, nil); err != nil {
 			return err
@@ -207,7 +221,7 @@ func renderScenario(n int, profileDir string, r results) error {
 				}
 				times[name] = append(times[name], took)
 				if kind == xds.ProxyEnvoy {
-					envoyBytes = encodedSize(res)
+					envoyBytes = encodedSize(res.res)
 				}
 			}
 		}

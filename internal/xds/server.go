@@ -559,17 +559,7 @@ func (s *Server) Set(ctx context.Context, nodeID string, res *Resources) error {
 	last := s.node(nodeID).res
 	lastVersions := s.nodes[nodeID].versions
 	s.mu.Unlock()
-	versions := make(map[string]string, len(listTypes))
-	var kept [4]bool
-	var buf []byte // versionOf's
-	for i, list := range res.lists() {
-		if last != nil && sameItems(*list, *last.lists()[i]) {
-			kept[i] = true
-			versions[listTypes[i]] = lastVersions[listTypes[i]]
-			continue
-		}
-		versions[listTypes[i]], buf = versionOf(*list, res.sums[i], buf)
-	}
+	versions, kept := versionsFrom(res, last, lastVersions)
 
 	s.mu.Lock()
 	n := s.node(nodeID)
@@ -690,15 +680,36 @@ func (s *Server) sentVersion(nodeID, typeURL string) string {
 // completes res's digests first (an encoding of each resource that has
 // none): call it before res is shared.
 func Versions(res *Resources) (map[string]string, error) {
+	return VersionsAfter(res, nil, nil)
+}
+
+// VersionsAfter are res's versions as Set makes them for a node whose last
+// resources were last, of versions lastVersions (nil: none): a list
+// holding the very resources of last's keeps its version.
+func VersionsAfter(res, last *Resources, lastVersions map[string]string) (map[string]string, error) {
 	if err := digestAll(res); err != nil {
 		return nil, err
 	}
-	out := make(map[string]string, len(listTypes))
-	var buf []byte // every list's, in turn
+	versions, _ := versionsFrom(res, last, lastVersions)
+	return versions, nil
+}
+
+// versionsFrom are res's versions, with a list holding the very resources
+// of last's (versions lastVersions) keeping its version; kept says which.
+// res's digests are complete.
+func versionsFrom(res, last *Resources, lastVersions map[string]string) (map[string]string, [4]bool) {
+	versions := make(map[string]string, len(listTypes))
+	var kept [4]bool
+	var buf []byte // versionOf's, every list's in turn
 	for i, list := range res.lists() {
-		out[listTypes[i]], buf = versionOf(*list, res.sums[i], buf)
+		if v, ok := lastVersions[listTypes[i]]; ok && last != nil && sameItems(*list, *last.lists()[i]) {
+			kept[i] = true
+			versions[listTypes[i]] = v
+			continue
+		}
+		versions[listTypes[i]], buf = versionOf(*list, res.sums[i], buf)
 	}
-	return out, nil
+	return versions, kept
 }
 
 // versionOf hashes resources, sorted by name, each by its digest (sums,
