@@ -649,6 +649,7 @@ func (v *View) runStatuses(ctx context.Context) {
 			return
 		}
 		took = time.Since(start)
+		v.cfg.Logger.Debug("policy statuses recomputed", "took", took)
 	}
 }
 
