@@ -183,6 +183,28 @@ func describe(ch *Changes) string {
 // in a namespace that collides with other versions'.
 // sameToIndex compares a toIndex with the reference, buildToIndex of the
 // same entries.
+// sameEveryPolicyView compares an index's everyPolicyView (made or
+// carried) with the type's entries: those for every outbound that are not
+// a route's, in order, and their entriesKey.
+func sameEveryPolicyView(got *everyPolicyView, to []*entry, defs *defTable) error {
+	var want []*entry
+	rest := false
+	for _, e := range to {
+		switch {
+		case indexedOne(e):
+		case e.target.all && e.pol.top.Kind != resource.KindMeshHTTPRoute:
+			want = append(want, e)
+		default:
+			rest = true
+		}
+	}
+	if !slices.Equal(got.common, want) || got.key != defs.entriesKey(want, nil) || got.rest != rest {
+		return fmt.Errorf("every-policy view: %d entries (rest %v), want %d (rest %v), keys equal %v",
+			len(got.common), got.rest, len(want), rest, got.key == defs.entriesKey(want, nil))
+	}
+	return nil
+}
+
 func sameToIndex(got, want *toIndex) error {
 	if !slices.Equal(got.other, want.other) || got.all != want.all {
 		return fmt.Errorf("other entries %d (%d for every outbound), want %d (%d)", len(got.other), got.all, len(want.other), want.all)
@@ -641,4 +663,104 @@ func TestToIndexCarried(t *testing.T) {
 	if carried < 300 || touchedSome < 200 {
 		t.Fatalf("%d indexes carried, %d with service entries added: the carry must be exercised", carried, touchedSome)
 	}
+}
+
+// TestEveryPolicyViewCarried holds the Mesh-wide entries a view matching
+// every policy takes from its type's index (made once per index, carried
+// by an index seeded with the previous one's other entries) to the list
+// and key made afresh, and the proxy's configuration to a fresh
+// snapshot's, over random changes of policies that all select the proxy.
+func TestEveryPolicyViewCarried(t *testing.T) {
+	reg := resource.NewDefaultRegistry()
+	rng := rand.New(rand.NewPCG(9, 4))
+	timeout := func() *resource.Resource {
+		var to []string
+		mixed := rng.IntN(3) == 0 // else MeshService entries only
+		for range 1 + rng.IntN(3) {
+			k := rng.IntN(6)
+			if !mixed {
+				k = 4 + rng.IntN(2)
+			}
+			switch {
+			case k < 3:
+				to = append(to, fmt.Sprintf(`{"targetRef":{"kind":"Mesh"},"default":{"idleTimeout":"%ds"}}`, 1+rng.IntN(5)))
+			case k == 3:
+				to = append(to, `{"targetRef":{"kind":"MeshService","labels":{"app":"x"}},"default":{"idleTimeout":"7s"}}`)
+			default:
+				to = append(to, fmt.Sprintf(`{"targetRef":{"kind":"MeshService","name":"svc-%d"},"default":{"connectionTimeout":"%ds"}}`, rng.IntN(4), 1+rng.IntN(5)))
+			}
+		}
+		return res("MeshTimeout", fmt.Sprintf("t-%02d", rng.IntN(40)), fmt.Sprintf(`{"targetRef":{"kind":"Mesh"},"to":[%s]}`, strings.Join(to, ",")))
+	}
+	live := map[resource.Key]*resource.Resource{}
+	for range 30 {
+		r := timeout()
+		live[r.Key()] = r
+	}
+	dp := benchDataplane("dp", 4, 0)
+	live[dp.Key()] = dp
+	build := func(prev *MeshSnapshot, ch *Changes) *MeshSnapshot {
+		in := Inputs{SystemNamespace: "kuma-system", Registry: reg, Mesh: "default", Zone: "zone-1", Previous: prev, Changes: ch}
+		if prev == nil {
+			in.Resources = slices.Collect(maps.Values(live))
+		}
+		s, err := NewMeshSnapshot(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s := build(nil, nil)
+	checked, carried := 0, 0
+	for round := range 300 {
+		cfg, err := s.Config("dp", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := s.types["MeshTimeout"]
+		if ev := st.toEntryIndex().every.Load(); ev != nil {
+			checked++
+			if err := sameEveryPolicyView(ev, st.to, s.defs); err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		fresh, err := build(nil, nil).Config("dp", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := configJSON(t, cfg), configJSON(t, fresh); got != want {
+			t.Fatalf("round %d: configuration differs from a fresh snapshot's:\n%s", round, firstDiff(want, got))
+		}
+		ch := &Changes{}
+		if rng.IntN(4) == 0 {
+			for k := range live {
+				if k.Type == "MeshTimeout" {
+					delete(live, k)
+					ch.Deleted = append(ch.Deleted, k)
+					break
+				}
+			}
+		} else {
+			r := timeout()
+			live[r.Key()] = r
+			ch.Put = append(ch.Put, r)
+		}
+		next := build(s, ch)
+		if nt := next.types["MeshTimeout"]; nt != nil && nt.toSeed != nil && nt.toEntryIndex().every.Load() != nil {
+			carried++ // from the previous index, before any view asked
+		}
+		s = next
+	}
+	if checked < 250 || carried < 20 {
+		t.Fatalf("%d every-policy views checked, %d carried: both paths must be exercised", checked, carried)
+	}
+}
+
+func configJSON(t *testing.T, c *ConfigResult) string {
+	t.Helper()
+	b, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

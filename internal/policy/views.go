@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/meridian-mesh/meridian/internal/resource"
 )
@@ -115,7 +117,11 @@ func (s *MeshSnapshot) toView(t *typeIndex, dp *dataplane, matched []bool, lazy 
 	}
 	oe := s.outboundEntriesOf(t, dp, matched)
 	common, specific, routed := oe.common, oe.specific, oe.routed
-	memoKey := commonKey{t.desc.Name, s.defs.entriesKey(common, nil)}
+	key := oe.commonKey
+	if !oe.commonKeyed {
+		key = s.defs.entriesKey(common, nil)
+	}
+	memoKey := commonKey{t.desc.Name, key}
 	prev := s.prevOutboundMemo(memoKey)
 	memo := s.outboundMemo(memoKey, prev)
 	out := make([]*OutboundPolicy, n)
@@ -290,40 +296,34 @@ type outboundEntryLists struct {
 	specific [][]*entry
 	routed   []routeEntries
 	whole    []*serviceEntries
+	// commonKey is common's entriesKey when commonKeyed (common is then
+	// the index's list for views matching every policy: shared, never
+	// written).
+	commonKey   entriesKey
+	commonKeyed bool
 }
 
 func (s *MeshSnapshot) outboundEntriesOf(t *typeIndex, dp *dataplane, matched []bool) outboundEntryLists {
 	n := len(dp.outbounds)
 	oe := outboundEntryLists{specific: make([][]*entry, n), routed: make([]routeEntries, n), whole: make([]*serviceEntries, n)}
-	specific, routed := oe.specific, oe.routed
+	specific := oe.specific
 	idx := t.toEntryIndex()
-	// Sized for every entry that may be in it (at 100,000 Mesh-wide
-	// entries, growing it made four times its size).
-	oe.common = make([]*entry, 0, idx.all)
-	for _, e := range idx.other {
-		if !matched[e.pol.idx] {
-			continue
+	everyPolicy := !slices.Contains(matched, false)
+	if everyPolicy {
+		// The Mesh-wide entries and their key are the index's.
+		ev := idx.everyPolicyView(s.defs)
+		oe.common, oe.commonKey, oe.commonKeyed = ev.common, ev.key, true
+		if ev.rest {
+			s.walkOther(idx, matched, dp, &oe, false)
 		}
-		if p := e.pol; p.top.Kind == resource.KindMeshHTTPRoute {
-			for _, r := range s.lookupRoutes(p.top, p.ownNS) {
-				s.addRouteEntry(routed, r, e, dp)
-			}
-			continue
-		}
-		if e.target.all {
-			oe.common = append(oe.common, e)
-			continue
-		}
-		for _, i := range e.target.outbounds(dp) {
-			specific[i] = append(specific[i], e)
-		}
-		for _, r := range e.target.routes {
-			s.addRouteEntry(routed, r, e, dp)
-		}
+	} else {
+		// Sized for every entry that may be in it (at 100,000 Mesh-wide
+		// entries, growing it made four times its size).
+		oe.common = make([]*entry, 0, idx.all)
+		s.walkOther(idx, matched, dp, &oe, true)
 	}
 	// The entries naming one service, the common shape, by outbound: no
 	// walk over every entry of the type.
-	everyPolicy := !slices.Contains(matched, false)
 	for i, o := range dp.outbounds {
 		se := idx.byService[o.service]
 		if se == nil {
@@ -350,20 +350,102 @@ func (s *MeshSnapshot) outboundEntriesOf(t *typeIndex, dp *dataplane, matched []
 	return oe
 }
 
+// walkOther distributes the index's other entries of matched policies
+// (outboundEntries): to oe.common when common is set (else the caller has
+// those), to the outbounds and routes they select.
+func (s *MeshSnapshot) walkOther(idx *toIndex, matched []bool, dp *dataplane, oe *outboundEntryLists, common bool) {
+	for j := range idx.other {
+		o := &idx.other[j]
+		if !matched[o.pol] || (o.all && !o.route && !common) {
+			continue
+		}
+		e := o.e
+		if o.route {
+			p := e.pol
+			for _, r := range s.lookupRoutes(p.top, p.ownNS) {
+				s.addRouteEntry(oe.routed, r, e, dp)
+			}
+			continue
+		}
+		if o.all {
+			oe.common = append(oe.common, e)
+			continue
+		}
+		for _, i := range e.target.outbounds(dp) {
+			oe.specific[i] = append(oe.specific[i], e)
+		}
+		for _, r := range e.target.routes {
+			s.addRouteEntry(oe.routed, r, e, dp)
+		}
+	}
+}
+
+// everyPolicyView is what a view matching every policy of the type takes
+// from the index's other entries without walking them: the entries for
+// every outbound, in order, and their entriesKey. A zone's policies mostly
+// target the Mesh, so nearly every proxy's view is such a view: at
+// 100,000 Mesh-wide entries, gathering and keying them again took each
+// proxy's view about 14 ms.
+type everyPolicyView struct {
+	common []*entry // shared: never written
+	key    entriesKey
+	// rest: other holds entries that are not for every outbound (or are
+	// a route's), which the view still walks.
+	rest bool
+}
+
+// everyPolicyView is idx's everyPolicyView, made on first use (racing
+// makers make the same).
+func (idx *toIndex) everyPolicyView(defs *defTable) *everyPolicyView {
+	if ev := idx.every.Load(); ev != nil {
+		return ev
+	}
+	ev := &everyPolicyView{common: make([]*entry, 0, idx.all)}
+	for j := range idx.other {
+		if o := &idx.other[j]; o.all && !o.route {
+			ev.common = append(ev.common, o.e)
+		} else {
+			ev.rest = true
+		}
+	}
+	ev.key = defs.entriesKey(ev.common, nil)
+	idx.every.Store(ev)
+	return ev
+}
+
 // toIndex splits a type's to-entries: those whose target is exactly one
 // service match (by that service, in position order) and the others
 // (in position order), which outboundEntries walks.
 type toIndex struct {
 	byService map[string]*serviceEntries
-	other     []*entry
+	other     []otherEntry
 	all       int // the entries of other whose target is every outbound
+	// every is made from other on first use; an index seeded with the
+	// previous one's other entries takes it too.
+	every atomic.Pointer[everyPolicyView]
+}
+
+// otherEntry is an entry of toIndex.other with what outboundEntries reads
+// of it before it takes it. A zone's 100,000 Mesh-wide entries and their
+// policies lie wherever its heap put them: reading each entry and its
+// policy to filter them was two cache misses an entry, most of a proxy's
+// first view after a change at that size. This array is read in order.
+type otherEntry struct {
+	e     *entry
+	pol   int32 // e.pol.idx
+	all   bool  // e.target.all
+	route bool  // e's policy's top-level targetRef is a MeshHTTPRoute
+}
+
+func otherEntryOf(e *entry) otherEntry {
+	return otherEntry{e: e, pol: int32(e.pol.idx), all: e.target.all, route: e.pol.top.Kind == resource.KindMeshHTTPRoute}
 }
 
 // countAll sets idx.all from idx.other.
 func (idx *toIndex) countAll() {
 	idx.all = 0
-	for _, e := range idx.other {
-		if e.target.all {
+	for j := range idx.other {
+		if idx.other[j].all {
 			idx.all++
 		}
 	}
@@ -452,7 +534,7 @@ func buildToIndex(to []*entry) *toIndex {
 	idx := &toIndex{byService: make(map[string]*serviceEntries, len(counts))}
 	for _, e := range to {
 		if !indexedOne(e) {
-			idx.other = append(idx.other, e)
+			idx.other = append(idx.other, otherEntryOf(e))
 			continue
 		}
 		svc := e.target.services[0].service
@@ -513,7 +595,6 @@ func (sd *toSeed) index() *toIndex {
 		note(e)
 	}
 	idx := &toIndex{byService: maps.Clone(sd.prev.byService), other: sd.prev.other, all: sd.prev.all}
-	byPos := func(a, b *entry) int { return a.pos - b.pos }
 	// Kept entries are known by their policies' numbers, which they kept.
 	gone := make(map[int32]bool, len(sd.gone))
 	for p := range sd.gone {
@@ -527,22 +608,44 @@ func (sd *toSeed) index() *toIndex {
 		}
 	}
 	if otherTouched {
-		var es []*entry
-		for _, e := range sd.prev.other {
-			if !sd.gone[e.pol] {
-				es = append(es, e)
-			}
-		}
-		for _, e := range sd.added {
-			if !indexedOne(e) {
-				es = append(es, e)
-			}
-		}
-		slices.SortFunc(es, byPos)
-		idx.other = es
+		idx.other = sd.otherList(gone)
 		idx.countAll()
+	} else {
+		idx.every.Store(sd.prev.every.Load())
 	}
 	return idx
+}
+
+// otherList is the seeded index's other entries: the previous ones but
+// those of policies gone (known by their numbers, without reading the
+// entries), with the added ones placed by position.
+func (sd *toSeed) otherList(gone map[int32]bool) []otherEntry {
+	var add []*entry
+	for _, e := range sd.added {
+		if !indexedOne(e) {
+			add = append(add, e)
+		}
+	}
+	slices.SortFunc(add, func(a, b *entry) int { return a.pos - b.pos })
+	out := make([]otherEntry, 0, len(sd.prev.other)+len(add))
+	for j := range sd.prev.other {
+		if o := &sd.prev.other[j]; !gone[o.pol] {
+			out = append(out, *o)
+		}
+	}
+	if len(add) == 0 {
+		return out
+	}
+	// Each added entry goes before the first kept one after it: kept
+	// entries are read only where the search looks.
+	merged := make([]otherEntry, 0, len(out)+len(add))
+	from := 0
+	for _, e := range add {
+		at := from + sort.Search(len(out)-from, func(i int) bool { return out[from+i].e.pos > e.pos })
+		merged = append(append(merged, out[from:at]...), otherEntryOf(e))
+		from = at
+	}
+	return append(merged, out[from:]...)
 }
 
 // serviceList is svc's list of the seeded index, nil when empty: the
