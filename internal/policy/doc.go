@@ -51,6 +51,8 @@
 //     common top-level kinds from an array beside the policies, summarized
 //     once per type into runs of policies that select alike (a Dataplane's
 //     view decides each run once) and the list of policies with warnings.
+//     A change that leaves every selector alike (a policy edited in place)
+//     shares the previous snapshot's array and summary instead of copying.
 //   - select.go: top-level selection per section of a Dataplane (each
 //     inbound, embedded listener and the gateway): tag kinds over the
 //     inbound's tags (plus the implicit kuma.io/zone and
@@ -78,7 +80,11 @@
 //     rules' SPIFFE ID lists alone (Kuma 2.14).
 //   - legacy.go: the single most specific source/destination policy.
 //   - views.go: the `_rules`, `_config`, `_evaluate` and matched-dataplanes
-//     renderings, with memos shared by all queries of a snapshot.
+//     renderings, with memos shared by all queries of a snapshot: outbound
+//     results by entry lists, and per type the to-entries by service and
+//     the Mesh-wide ones with their key (every proxy a type's policies all
+//     select takes those as made), carried to the next snapshot for what a
+//     change left alone.
 //
 // # Decisions where the design leaves room
 //
