@@ -19,3 +19,6 @@ func (v *View) NoteForTest(mesh string, r *resource.Resource) {
 	m.generation++
 	m.note(r.Key(), r)
 }
+
+// PassCost is passCost.
+var PassCost = passCost

@@ -521,3 +521,22 @@ func TestFailedBuildReloadsTheMesh(t *testing.T) {
 		t.Errorf("Run: %v", err)
 	}
 }
+
+// TestPassCost: a status pass that computed nothing leaves the waits as the
+// last real pass set them.
+func TestPassCost(t *testing.T) {
+	for _, tc := range []struct {
+		last, pass time.Duration
+		computed   bool
+		want       time.Duration
+	}{
+		{last: 0, pass: 300 * time.Millisecond, computed: true, want: 300 * time.Millisecond},
+		{last: 300 * time.Millisecond, pass: 5 * time.Microsecond, computed: false, want: 300 * time.Millisecond},
+		{last: 300 * time.Millisecond, pass: 80 * time.Millisecond, computed: true, want: 80 * time.Millisecond},
+		{last: 0, pass: 5 * time.Microsecond, computed: false, want: 0},
+	} {
+		if got := policyview.PassCost(tc.last, tc.pass, tc.computed); got != tc.want {
+			t.Errorf("passCost(%v, %v, %v) = %v, want %v", tc.last, tc.pass, tc.computed, got, tc.want)
+		}
+	}
+}
