@@ -145,27 +145,72 @@ func (s *MeshSnapshot) selectsDP(p *policy, dp *dataplane) bool {
 }
 
 // matchedPolicies marks, by policy index, the policies of t applying to dp.
+// The result is never written. A view matching every policy of the type
+// (a zone's policies mostly target the Mesh) gets the type's shared
+// all-true list (allMatched) instead of making and filling its own.
 func (s *MeshSnapshot) matchedPolicies(t *typeIndex, dp *dataplane) []bool {
-	matched := make([]bool, len(t.policies))
 	secs := newSectionFacts(dp.sections)
+	// matched stays nil while every policy so far applies; runs cover the
+	// policies in order, so at the first that does not, all before it do.
+	var matched []bool
+	set := func(from, to int32, ok bool) {
+		if matched == nil {
+			if ok {
+				return
+			}
+			matched = make([]bool, len(t.policies))
+			for j := range from {
+				matched[j] = true
+			}
+		}
+		for j := from; j < to; j++ {
+			matched[j] = ok
+		}
+	}
 	for _, r := range t.summary().runs {
 		if r.q == nil {
 			for i := r.start; i < r.end; i++ {
-				matched[i] = s.selectsDP(t.policies[i], dp)
+				set(i, i+1, s.selectsDP(t.policies[i], dp))
 			}
 			continue
 		}
 		in := secs.inScope(r.q.scope)
+		ok := false
 		for j := range dp.sections {
 			if r.q.selects(in[j], secs.service[j]) {
-				for i := r.start; i < r.end; i++ {
-					matched[i] = true
-				}
+				ok = true
 				break
 			}
 		}
+		set(r.start, r.end, ok)
+	}
+	if matched == nil {
+		return t.allMatched()
 	}
 	return matched
+}
+
+// allMatched is a list of len(t.policies) trues, made once per type index
+// and shared: never written.
+func (t *typeIndex) allMatched() []bool {
+	if all := t.every.Load(); all != nil {
+		return *all
+	}
+	all := make([]bool, len(t.policies))
+	for i := range all {
+		all[i] = true
+	}
+	t.every.Store(&all)
+	return all
+}
+
+// matchesEvery reports whether matched (matchedPolicies') holds every
+// policy of t.
+func (t *typeIndex) matchesEvery(matched []bool) bool {
+	if all := t.every.Load(); all != nil && len(matched) > 0 && len(*all) == len(matched) && &(*all)[0] == &matched[0] {
+		return true
+	}
+	return !slices.Contains(matched, false)
 }
 
 // selectionRun is a run of consecutive policies of a type that select

@@ -23,6 +23,9 @@ func TestQuickSelectionAgrees(t *testing.T) {
 			checkSummary(t, path+": "+name, ti)
 			for _, dp := range snap.dpList {
 				matched := snap.matchedPolicies(ti, dp)
+				if every := !slices.Contains(matched, false); every != ti.matchesEvery(matched) || every && len(matched) > 0 && &matched[0] != &ti.allMatched()[0] {
+					t.Errorf("%s: %s on %s: every policy matched %v, but not the type's shared list", path, name, dp.res.Name, every)
+				}
 				for i, p := range ti.policies {
 					quick[ti.quick[i].kind]++
 					if want := snap.selectsDP(p, dp); matched[i] != want {

@@ -308,7 +308,7 @@ func (s *MeshSnapshot) outboundEntriesOf(t *typeIndex, dp *dataplane, matched []
 	oe := outboundEntryLists{specific: make([][]*entry, n), routed: make([]routeEntries, n), whole: make([]*serviceEntries, n)}
 	specific := oe.specific
 	idx := t.toEntryIndex()
-	everyPolicy := !slices.Contains(matched, false)
+	everyPolicy := t.matchesEvery(matched)
 	if everyPolicy {
 		// The Mesh-wide entries and their key are the index's.
 		ev := idx.everyPolicyView(s.defs)
