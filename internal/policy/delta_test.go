@@ -179,10 +179,24 @@ func describe(ch *Changes) string {
 	return b.String()
 }
 
-// randomTimeout is MeshTimeout t-<i> in a random version (timeoutVersion),
-// in a namespace that collides with other versions'.
 // sameToIndex compares a toIndex with the reference, buildToIndex of the
 // same entries.
+func sameToIndex(got, want *toIndex) error {
+	if !slices.Equal(got.other, want.other) || got.all != want.all {
+		return fmt.Errorf("other entries %d (%d for every outbound), want %d (%d)", len(got.other), got.all, len(want.other), want.all)
+	}
+	if len(got.byService) != len(want.byService) {
+		return fmt.Errorf("services %v, want %v", slices.Sorted(maps.Keys(got.byService)), slices.Sorted(maps.Keys(want.byService)))
+	}
+	for svc, w := range want.byService {
+		g := got.byService[svc]
+		if g == nil || !slices.Equal(g.list, w.list) || g.plain != w.plain {
+			return fmt.Errorf("service %s differs", svc)
+		}
+	}
+	return nil
+}
+
 // sameEveryPolicyView compares an index's everyPolicyView (made or
 // carried) with the type's entries: those for every outbound that are not
 // a route's, in order, and their entriesKey.
@@ -205,22 +219,8 @@ func sameEveryPolicyView(got *everyPolicyView, to []*entry, defs *defTable) erro
 	return nil
 }
 
-func sameToIndex(got, want *toIndex) error {
-	if !slices.Equal(got.other, want.other) || got.all != want.all {
-		return fmt.Errorf("other entries %d (%d for every outbound), want %d (%d)", len(got.other), got.all, len(want.other), want.all)
-	}
-	if len(got.byService) != len(want.byService) {
-		return fmt.Errorf("services %v, want %v", slices.Sorted(maps.Keys(got.byService)), slices.Sorted(maps.Keys(want.byService)))
-	}
-	for svc, w := range want.byService {
-		g := got.byService[svc]
-		if g == nil || !slices.Equal(g.list, w.list) || g.plain != w.plain {
-			return fmt.Errorf("service %s differs", svc)
-		}
-	}
-	return nil
-}
-
+// randomTimeout is MeshTimeout t-<i> in a random version (timeoutVersion),
+// in a namespace that collides with other versions'.
 func randomTimeout(rng *rand.Rand, i int) *resource.Resource {
 	v := rng.IntN(1000)
 	return timeoutVersion(fmt.Sprintf("t-%02d", i), []string{"", "a", "b"}[v%3], v)

@@ -193,21 +193,21 @@ func (s *MeshSnapshot) matchedPolicies(t *typeIndex, dp *dataplane) []bool {
 // allMatched is a list of len(t.policies) trues, made once per type index
 // and shared: never written.
 func (t *typeIndex) allMatched() []bool {
-	if all := t.every.Load(); all != nil {
+	if all := t.matchedAll.Load(); all != nil {
 		return *all
 	}
 	all := make([]bool, len(t.policies))
 	for i := range all {
 		all[i] = true
 	}
-	t.every.Store(&all)
+	t.matchedAll.Store(&all)
 	return all
 }
 
 // matchesEvery reports whether matched (matchedPolicies') holds every
 // policy of t.
 func (t *typeIndex) matchesEvery(matched []bool) bool {
-	if all := t.every.Load(); all != nil && len(matched) > 0 && len(*all) == len(matched) && &(*all)[0] == &matched[0] {
+	if all := t.matchedAll.Load(); all != nil && len(matched) > 0 && len(*all) == len(matched) && &(*all)[0] == &matched[0] {
 		return true
 	}
 	return !slices.Contains(matched, false)

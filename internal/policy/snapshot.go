@@ -327,8 +327,8 @@ type typeIndex struct {
 	// array and summary (selectsAsBefore).
 	summaryOnce sync.Once
 	summed      atomic.Pointer[typeSummary]
-	// every is allMatched's list (select.go), made on first use.
-	every atomic.Pointer[[]bool]
+	// matchedAll is allMatched's list (select.go), made on first use.
+	matchedAll atomic.Pointer[[]bool]
 }
 
 // summary is t's typeSummary.
