@@ -627,25 +627,27 @@ func (sd *toSeed) otherList(gone map[int32]bool) []otherEntry {
 		}
 	}
 	slices.SortFunc(add, func(a, b *entry) int { return a.pos - b.pos })
-	out := make([]otherEntry, 0, len(sd.prev.other)+len(add))
-	for j := range sd.prev.other {
-		if o := &sd.prev.other[j]; !gone[o.pol] {
-			out = append(out, *o)
+	prev := sd.prev.other
+	out := make([]otherEntry, 0, len(prev)+len(add))
+	keep := func(os []otherEntry) {
+		for j := range os {
+			if o := &os[j]; !gone[o.pol] {
+				out = append(out, *o)
+			}
 		}
 	}
-	if len(add) == 0 {
-		return out
-	}
-	// Each added entry goes before the first kept one after it: kept
-	// entries are read only where the search looks.
-	merged := make([]otherEntry, 0, len(out)+len(add))
+	// Each added entry goes before the first previous one after it (the
+	// previous list is in position order, and kept entries keep their
+	// positions): entries are read only where the search looks.
 	from := 0
 	for _, e := range add {
-		at := from + sort.Search(len(out)-from, func(i int) bool { return out[from+i].e.pos > e.pos })
-		merged = append(append(merged, out[from:at]...), otherEntryOf(e))
+		at := from + sort.Search(len(prev)-from, func(i int) bool { return prev[from+i].e.pos > e.pos })
+		keep(prev[from:at])
+		out = append(out, otherEntryOf(e))
 		from = at
 	}
-	return append(merged, out[from:]...)
+	keep(prev[from:])
+	return out
 }
 
 // serviceList is svc's list of the seeded index, nil when empty: the
