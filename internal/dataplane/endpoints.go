@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"maps"
-	"reflect"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -16,7 +16,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/meridian-mesh/meridian/internal/kds/mapping"
 	"github.com/meridian-mesh/meridian/internal/plane"
 	"github.com/meridian-mesh/meridian/internal/resource"
 	"github.com/meridian-mesh/meridian/internal/storage"
@@ -33,6 +32,9 @@ import (
 type Endpoints struct {
 	cfg EndpointsConfig
 
+	// state is the follower's (Run's goroutine).
+	state *endpointState
+
 	mu     sync.Mutex
 	byMesh map[string]map[string][]xds.Endpoint
 	next   chan struct{}
@@ -48,8 +50,11 @@ type EndpointsConfig struct {
 	Presence func() <-chan struct{}
 	Logger   hclog.Logger
 	// Settle is how long changes settle before the endpoints are
-	// recomputed; 0 means 20 ms.
-	Settle time.Duration
+	// recomputed; 0 means 20 ms. MaxSettle is the longest the window
+	// grows to while changes come back to back; 0 means 320 ms.
+	Settle, MaxSettle time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
 }
 
 // NewEndpoints checks cfg.
@@ -69,7 +74,14 @@ func NewEndpoints(cfg EndpointsConfig) (*Endpoints, error) {
 	if cfg.Settle <= 0 {
 		cfg.Settle = 20 * time.Millisecond
 	}
-	return &Endpoints{cfg: cfg, byMesh: map[string]map[string][]xds.Endpoint{}, next: make(chan struct{})}, nil
+	if cfg.MaxSettle <= 0 {
+		cfg.MaxSettle = 320 * time.Millisecond
+	}
+	cfg.MaxSettle = max(cfg.MaxSettle, cfg.Settle)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Endpoints{cfg: cfg, state: newEndpointState(), byMesh: map[string]map[string][]xds.Endpoint{}, next: make(chan struct{})}, nil
 }
 
 // Of returns mesh's endpoints by service; callers must not change them.
@@ -103,46 +115,79 @@ func (e *Endpoints) Run(ctx context.Context) error {
 	return nil
 }
 
+// follow applies the store's changes and the agents' comings and goings,
+// and flushes them a settling window after the first of a batch. The
+// window grows while changes come back to back (a rolling restart, a
+// thousand agents joining), since every flush that changes a service
+// pushes endpoints to every proxy calling it: doubling from Settle up to
+// MaxSettle, back to Settle once a window passes without changes.
 func (e *Endpoints) follow(ctx context.Context, events <-chan storage.Event) {
+	window := e.cfg.Settle
+	var flushed time.Time
 	for {
 		presence := e.cfg.Presence()
 		select {
 		case <-ctx.Done():
 			return
 		case <-presence:
+			e.checkLive()
 		case ev, ok := <-events:
 			if !ok {
 				return
 			}
-			if ev.Resource == nil || (ev.Resource.Type != "Dataplane" && ev.Resource.Type != "ZoneEndpoints") {
-				continue
-			}
+			e.apply(ev)
 		}
-		e.settle(ctx, events)
-		e.refresh(ctx)
+		if len(e.state.dirty) == 0 {
+			continue
+		}
+		quiet := time.Duration(math.MaxInt64)
+		if !flushed.IsZero() {
+			quiet = e.cfg.Now().Sub(flushed)
+		}
+		window = e.cfg.nextWindow(window, quiet)
+		if !e.settle(ctx, events, window) {
+			return
+		}
+		e.flush(ctx)
+		flushed = e.cfg.Now()
 	}
 }
 
-// settle waits until the changes of a burst stopped for Settle.
-func (e *Endpoints) settle(ctx context.Context, events <-chan storage.Event) {
-	t := time.NewTimer(e.cfg.Settle)
+// nextWindow is the settling window of a batch that starts quiet after
+// the last flush, whose window was last: twice last (at most MaxSettle)
+// when the batch started within it, else Settle.
+func (c EndpointsConfig) nextWindow(last, quiet time.Duration) time.Duration {
+	if quiet < last {
+		return min(2*last, c.MaxSettle)
+	}
+	return c.Settle
+}
+
+// settle applies the changes that come within window; false when the
+// watch ended.
+func (e *Endpoints) settle(ctx context.Context, events <-chan storage.Event, window time.Duration) bool {
+	t := time.NewTimer(window)
 	defer t.Stop()
 	for {
+		presence := e.cfg.Presence()
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-t.C:
-			return
-		case _, ok := <-events:
+			return true
+		case <-presence:
+			e.checkLive()
+		case ev, ok := <-events:
 			if !ok {
-				return
+				return false
 			}
+			e.apply(ev)
 		}
 	}
 }
 
-// refresh recomputes every mesh's endpoints and writes this zone's
-// summaries that changed.
+// refresh reads every Dataplane and summary again, and flushes every
+// service: the start of a watch.
 func (e *Endpoints) refresh(ctx context.Context) {
 	dps, err := e.cfg.Store.List(ctx, storage.ListOptions{Type: "Dataplane"})
 	if err != nil {
@@ -154,58 +199,67 @@ func (e *Endpoints) refresh(ctx context.Context) {
 		e.cfg.Logger.Warn("listing endpoint summaries", "error", err)
 		return
 	}
-	local := e.local(dps.Items)
-	byMesh := map[string]map[string][]xds.Endpoint{}
-	for mesh, svcs := range local {
-		byMesh[mesh] = maps.Clone(svcs)
+	e.state = newEndpointState()
+	for _, r := range dps.Items {
+		e.putLocal(r)
 	}
-	own := map[resource.Key]*resource.Resource{}
 	for _, r := range summaries.Items {
-		if mapping.OwnedByZone(r, e.cfg.Plane.Zone) {
-			own[r.Key()] = r
-			continue
-		}
-		e.addRemote(byMesh, r)
+		e.putSummary(r)
 	}
-	e.writeSummaries(ctx, local, own)
-	e.publish(byMesh)
+	// Every service known before is looked at again: one whose last
+	// endpoints left while the watch was down is removed.
+	e.mu.Lock()
+	for mesh, svcs := range e.byMesh {
+		for svc := range svcs {
+			e.state.dirty[meshService{mesh, svc}] = struct{}{}
+		}
+	}
+	e.mu.Unlock()
+	e.flush(ctx)
 }
 
-// local lists this zone's endpoints by mesh and service.
-func (e *Endpoints) local(dps []*resource.Resource) map[string]map[string][]xds.Endpoint {
-	out := map[string]map[string][]xds.Endpoint{}
-	for _, r := range dps {
-		if !mapping.OwnedByZone(r, e.cfg.Plane.Zone) {
-			continue
+// flush lists the dirty services' endpoints again, writes this zone's
+// summaries of them that changed, and publishes those that changed.
+func (e *Endpoints) flush(ctx context.Context) {
+	st := e.state
+	e.mu.Lock()
+	prev := e.byMesh
+	e.mu.Unlock()
+	var next map[string]map[string][]xds.Endpoint // prev, copied on the first change
+	cloned := map[string]bool{}
+	for ms := range st.dirty {
+		local, all := st.endpointsOf(ms)
+		e.writeSummary(ctx, ms, local)
+		if old, ok := prev[ms.mesh][ms.service]; ok == (len(all) > 0) && sameEndpoints(old, all) {
+			continue // a service whose endpoints did not change keeps its slice
 		}
-		ns := e.cfg.Plane.Namespace(r.Namespace)
-		dp, err := xds.ParseDataplane(r, ns)
-		if err != nil {
-			continue
+		if next == nil {
+			next = maps.Clone(prev)
 		}
-		live := r.Labels.Get(LabelManagedBy) != ManagedByAgent || e.cfg.Live(xds.NodeID(dp.Mesh, dp.Name, dp.Namespace))
-		for _, in := range dp.Inbounds {
-			svc := in.Service()
-			if svc == "" {
-				continue
+		if !cloned[ms.mesh] {
+			cloned[ms.mesh] = true
+			next[ms.mesh] = maps.Clone(next[ms.mesh])
+			if next[ms.mesh] == nil {
+				next[ms.mesh] = map[string][]xds.Endpoint{}
 			}
-			if out[dp.Mesh] == nil {
-				out[dp.Mesh] = map[string][]xds.Endpoint{}
-			}
-			tags := maps.Clone(in.Tags)
-			delete(tags, resource.ServiceTag)
-			delete(tags, resource.LabelZone)
-			out[dp.Mesh][svc] = append(out[dp.Mesh][svc], xds.Endpoint{Address: in.Address, Port: in.Port,
-				Zone: e.cfg.Plane.Zone, Healthy: in.Ready && live, Tags: tags})
+		}
+		if len(all) == 0 {
+			delete(next[ms.mesh], ms.service)
+		} else {
+			next[ms.mesh][ms.service] = all
 		}
 	}
-	for _, svcs := range out {
-		for svc, eps := range svcs {
-			slices.SortFunc(eps, compareEndpoints)
-			svcs[svc] = eps
+	clear(st.dirty)
+	e.dropStaleSummaries(ctx)
+	if next == nil {
+		return
+	}
+	for mesh, svcs := range next {
+		if len(svcs) == 0 {
+			delete(next, mesh)
 		}
 	}
-	return out
+	e.publish(next)
 }
 
 func compareEndpoints(a, b xds.Endpoint) int {
@@ -228,54 +282,55 @@ type summaryEndpoint struct {
 	Tags    map[string]string `json:"tags,omitempty"`
 }
 
-func (e *Endpoints) addRemote(byMesh map[string]map[string][]xds.Endpoint, r *resource.Resource) {
-	var spec summarySpec
-	if err := json.Unmarshal(r.Spec, &spec); err != nil || spec.Service == "" {
+// writeSummary makes the store's summary of a service of this zone what
+// local says: written when it changed, removed when local is empty.
+func (e *Endpoints) writeSummary(ctx context.Context, ms meshService, local []xds.Endpoint) {
+	st := e.state
+	key := resource.Key{Type: "ZoneEndpoints", Mesh: ms.mesh, Name: SummaryName(ms.service)}
+	if len(local) == 0 {
+		if _, ok := st.written[key]; !ok {
+			return
+		}
+		delete(st.written, key)
+		if err := e.cfg.Store.Delete(ctx, key, 0); err != nil && !errors.Is(err, storage.ErrNotFound) {
+			e.cfg.Logger.Warn("removing an endpoint summary", "summary", key, "error", err)
+		}
 		return
 	}
-	zone := r.Labels.Get(resource.LabelZone)
-	if byMesh[r.Mesh] == nil {
-		byMesh[r.Mesh] = map[string][]xds.Endpoint{}
+	spec := summarySpec{Service: ms.service, Endpoints: make([]summaryEndpoint, 0, len(local))}
+	for _, ep := range local {
+		spec.Endpoints = append(spec.Endpoints, summaryEndpoint{Address: ep.Address, Port: ep.Port, Healthy: ep.Healthy, Tags: ep.Tags})
 	}
-	for _, ep := range spec.Endpoints {
-		byMesh[r.Mesh][spec.Service] = append(byMesh[r.Mesh][spec.Service],
-			xds.Endpoint{Address: ep.Address, Port: ep.Port, Zone: zone, Healthy: ep.Healthy, Tags: ep.Tags})
+	if len(spec.Endpoints) > resource.MaxZoneEndpoints {
+		e.cfg.Logger.Warn("too many endpoints for one summary; the other zones see the first ones", "mesh", ms.mesh, "service", ms.service,
+			"endpoints", len(spec.Endpoints), "max", resource.MaxZoneEndpoints)
+		spec.Endpoints = spec.Endpoints[:resource.MaxZoneEndpoints]
 	}
+	raw, _ := json.Marshal(spec)
+	if have, ok := st.written[key]; ok && have.ms == ms && sameSummary(have.raw, raw, spec) {
+		return
+	}
+	r := &resource.Resource{Type: "ZoneEndpoints", Mesh: ms.mesh, Name: key.Name, Spec: raw}
+	r.Labels.Set(resource.LabelOrigin, resource.OriginZone)
+	r.Labels.Set(resource.LabelZone, e.cfg.Plane.Zone)
+	if _, _, err := e.cfg.Store.Put(ctx, r); err != nil {
+		e.cfg.Logger.Warn("writing an endpoint summary", "mesh", ms.mesh, "service", ms.service, "error", err)
+		return
+	}
+	st.written[key] = writtenSummary{ms: ms, raw: raw}
 }
 
-// writeSummaries makes the store's summaries of this zone what local says:
-// changed ones written, those of services gone removed.
-func (e *Endpoints) writeSummaries(ctx context.Context, local map[string]map[string][]xds.Endpoint, own map[resource.Key]*resource.Resource) {
-	keep := map[resource.Key]bool{}
-	for mesh, svcs := range local {
-		for svc, eps := range svcs {
-			spec := summarySpec{Service: svc}
-			for _, ep := range eps {
-				spec.Endpoints = append(spec.Endpoints, summaryEndpoint{Address: ep.Address, Port: ep.Port, Healthy: ep.Healthy, Tags: ep.Tags})
-			}
-			if len(spec.Endpoints) > resource.MaxZoneEndpoints {
-				e.cfg.Logger.Warn("too many endpoints for one summary; the other zones see the first ones", "mesh", mesh, "service", svc,
-					"endpoints", len(spec.Endpoints), "max", resource.MaxZoneEndpoints)
-				spec.Endpoints = spec.Endpoints[:resource.MaxZoneEndpoints]
-			}
-			raw, _ := json.Marshal(spec)
-			r := &resource.Resource{Type: "ZoneEndpoints", Mesh: mesh, Name: SummaryName(svc), Spec: raw}
-			r.Labels.Set(resource.LabelOrigin, resource.OriginZone)
-			r.Labels.Set(resource.LabelZone, e.cfg.Plane.Zone)
-			keep[r.Key()] = true
-			if have := own[r.Key()]; have != nil && sameSummary(have.Spec, raw, spec) {
-				continue
-			}
-			if _, _, err := e.cfg.Store.Put(ctx, r); err != nil {
-				e.cfg.Logger.Warn("writing an endpoint summary", "mesh", mesh, "service", svc, "error", err)
-			}
+// dropStaleSummaries removes this zone's summaries stored under another
+// name than their service's (unreadable ones too): written under an older
+// naming, or by hand.
+func (e *Endpoints) dropStaleSummaries(ctx context.Context) {
+	for key, w := range e.state.written {
+		if w.ms.service != "" && key.Namespace == "" && key.Name == SummaryName(w.ms.service) {
+			continue
 		}
-	}
-	for key := range own {
-		if !keep[key] {
-			if err := e.cfg.Store.Delete(ctx, key, 0); err != nil && !errors.Is(err, storage.ErrNotFound) {
-				e.cfg.Logger.Warn("removing an endpoint summary", "summary", key, "error", err)
-			}
+		delete(e.state.written, key)
+		if err := e.cfg.Store.Delete(ctx, key, 0); err != nil && !errors.Is(err, storage.ErrNotFound) {
+			e.cfg.Logger.Warn("removing an endpoint summary", "summary", key, "error", err)
 		}
 	}
 }
@@ -321,21 +376,10 @@ func SummaryName(service string) string {
 	return fmt.Sprintf("%s-%08x", name, h.Sum32())
 }
 
+// publish hands out byMesh, which is never changed afterwards.
 func (e *Endpoints) publish(byMesh map[string]map[string][]xds.Endpoint) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	// A service whose endpoints did not change keeps its slice: the xDS
-	// controller tells unchanged inputs by their slices.
-	for mesh, svcs := range byMesh {
-		for svc, eps := range svcs {
-			if old, ok := e.byMesh[mesh][svc]; ok && reflect.DeepEqual(old, eps) {
-				svcs[svc] = old
-			}
-		}
-	}
-	if reflect.DeepEqual(byMesh, e.byMesh) {
-		return
-	}
 	e.byMesh = byMesh
 	close(e.next)
 	e.next = make(chan struct{})

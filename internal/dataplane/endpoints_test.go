@@ -3,8 +3,16 @@ package dataplane
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"math/rand/v2"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/meridian-mesh/meridian/internal/plane"
 	"github.com/meridian-mesh/meridian/internal/resource"
@@ -193,5 +201,249 @@ func TestSameSummary(t *testing.T) {
 				t.Errorf("sameSummary = %v, want %v", got, tc.same)
 			}
 		})
+	}
+}
+
+// TestEndpointsFollowMatchesRefresh: endpoints and summaries kept up by
+// applying the store's changes one by one equal those of reading it all
+// again, over random joins, leaves, health and presence changes, other
+// zones' summaries, and this zone's summaries changed behind its back.
+func TestEndpointsFollowMatchesRefresh(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store, err := boltstore.Open(boltstore.Config{Path: filepath.Join(t.TempDir(), "db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	p, err := plane.NewZone("zone-1", plane.EnvUniversal, "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := map[string]bool{}
+	liveOf := func(n string) bool { return live[n] }
+	followed, err := NewEndpoints(EndpointsConfig{Store: store, Plane: p, Live: liveOf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := store.Revision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	followed.refresh(ctx)
+	events, err := store.Watch(ctx, rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// catchUp applies every change up to the store's revision.
+	catchUp := func() {
+		t.Helper()
+		want, err := store.Revision(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rev < want {
+			select {
+			case ev := <-events:
+				followed.apply(ev)
+				rev = ev.Revision
+			case <-time.After(5 * time.Second):
+				t.Fatalf("no event after revision %d (store at %d)", rev, want)
+			}
+		}
+	}
+	put := func(r *resource.Resource) {
+		t.Helper()
+		if _, _, err := store.Put(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	del := func(k resource.Key) {
+		t.Helper()
+		if err := store.Delete(ctx, k, 0); err != nil && !errors.Is(err, storage.ErrNotFound) {
+			t.Fatal(err)
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	services := []string{"web", "api", "db"}
+	meshes := []string{"m", "n"}
+	dataplane := func(i int) *resource.Resource {
+		var inbounds []any
+		for j := range rng.IntN(3) {
+			in := map[string]any{"port": 8000 + rng.IntN(2), "address": fmt.Sprintf("10.0.0.%d", rng.IntN(4)),
+				"tags": map[string]string{"kuma.io/service": services[rng.IntN(len(services))], "version": fmt.Sprint("v", j+rng.IntN(2))}}
+			if rng.IntN(4) == 0 {
+				in["state"] = "NotReady"
+			}
+			inbounds = append(inbounds, in)
+		}
+		spec, _ := json.Marshal(map[string]any{"networking": map[string]any{"address": "10.0.0.9", "inbound": inbounds}})
+		r := &resource.Resource{Type: "Dataplane", Mesh: meshes[i%2], Name: fmt.Sprint("dp-", i), Spec: spec}
+		r.Labels.Set(resource.LabelOrigin, resource.OriginZone)
+		r.Labels.Set(resource.LabelZone, "zone-1")
+		if i%3 == 0 {
+			r.Labels.Set(resource.LabelZone, "zone-2") // another zone's: no endpoints here
+		}
+		if i%2 == 1 {
+			r.Labels.Set(LabelManagedBy, ManagedByAgent)
+		}
+		return r
+	}
+	summary := func(zone string, i int) *resource.Resource {
+		svc := services[i%len(services)]
+		var eps []string
+		for j := range rng.IntN(3) {
+			eps = append(eps, fmt.Sprintf(`{"address":"10.%d.0.%d","port":80,"healthy":%v}`, i, j, rng.IntN(2) == 0))
+		}
+		spec := fmt.Sprintf(`{"service":%q,"endpoints":[%s]}`, svc, strings.Join(eps, ","))
+		r := &resource.Resource{Type: "ZoneEndpoints", Mesh: meshes[i%2], Name: SummaryName(svc) + "-" + zone, Spec: json.RawMessage(spec)}
+		if zone == "zone-1" {
+			r.Name = SummaryName(svc)
+		}
+		r.Labels.Set(resource.LabelOrigin, resource.OriginZone)
+		r.Labels.Set(resource.LabelZone, zone)
+		return r
+	}
+	for step := range 400 {
+		switch op := rng.IntN(10); {
+		case op < 4:
+			put(dataplane(rng.IntN(12)))
+		case op < 5:
+			del(resource.Key{Type: "Dataplane", Mesh: meshes[rng.IntN(2)], Name: fmt.Sprint("dp-", rng.IntN(12))})
+		case op < 6:
+			i := rng.IntN(12)
+			live[xds.NodeID(meshes[i%2], fmt.Sprint("dp-", i), "")] = rng.IntN(2) == 0
+			followed.checkLive()
+		case op < 7:
+			put(summary(fmt.Sprint("zone-", 2+rng.IntN(2)), rng.IntN(6)))
+		case op < 8:
+			r := summary(fmt.Sprint("zone-", 2+rng.IntN(2)), rng.IntN(6))
+			del(r.Key())
+		case op < 9:
+			put(summary("zone-1", rng.IntN(6))) // this zone's, written by hand
+		default:
+			del(summary("zone-1", rng.IntN(6)).Key())
+		}
+		catchUp()
+		followed.flush(ctx)
+		catchUp() // the follower's own writes come back as changes
+
+		before, err := store.Revision(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh, err := NewEndpoints(EndpointsConfig{Store: store, Plane: p, Live: liveOf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh.refresh(ctx)
+		if after, _ := store.Revision(ctx); after != before {
+			t.Fatalf("step %d: reading the store again rewrote this zone's summaries (revision %d → %d)", step, before, after)
+		}
+		brute := bruteEndpoints(t, store, "zone-1", liveOf)
+		for _, mesh := range meshes {
+			got, want := followed.Of(mesh), fresh.Of(mesh)
+			if b := brute[mesh]; len(b) != len(want) {
+				t.Fatalf("step %d, mesh %s: services %v, brute force %v", step, mesh, slices.Sorted(maps.Keys(want)), slices.Sorted(maps.Keys(b)))
+			}
+			for svc, eps := range brute[mesh] {
+				if !sameEndpoints(inOrder(want[svc]), inOrder(eps)) {
+					t.Fatalf("step %d, mesh %s, service %s:\n%+v\nbrute force\n%+v", step, mesh, svc, want[svc], eps)
+				}
+			}
+			if len(got) != len(want) {
+				t.Fatalf("step %d, mesh %s: services %v, want %v", step, mesh, slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
+			}
+			for svc, eps := range want {
+				if !sameEndpoints(got[svc], eps) {
+					t.Fatalf("step %d, mesh %s, service %s:\n%+v\nwant\n%+v", step, mesh, svc, got[svc], eps)
+				}
+			}
+		}
+	}
+}
+
+// bruteEndpoints lists every mesh's endpoints from the store as a zone's
+// proxies reach them, read whole: this zone's Dataplanes' inbounds, and
+// the other zones' summaries.
+func bruteEndpoints(t *testing.T, store storage.Store, zone string, live func(string) bool) map[string]map[string][]xds.Endpoint {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]map[string][]xds.Endpoint{}
+	add := func(mesh, svc string, ep xds.Endpoint) {
+		if out[mesh] == nil {
+			out[mesh] = map[string][]xds.Endpoint{}
+		}
+		out[mesh][svc] = append(out[mesh][svc], ep)
+	}
+	dps, err := store.List(ctx, storage.ListOptions{Type: "Dataplane"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range dps.Items {
+		if r.Labels.Get(resource.LabelZone) != zone {
+			continue
+		}
+		dp, err := xds.ParseDataplane(r, "")
+		if err != nil {
+			continue
+		}
+		up := r.Labels.Get(LabelManagedBy) != ManagedByAgent || live(xds.NodeID(dp.Mesh, dp.Name, ""))
+		for _, in := range dp.Inbounds {
+			tags := maps.Clone(in.Tags)
+			delete(tags, resource.ServiceTag)
+			delete(tags, resource.LabelZone)
+			add(dp.Mesh, in.Service(), xds.Endpoint{Address: in.Address, Port: in.Port, Zone: zone, Healthy: in.Ready && up, Tags: tags})
+		}
+	}
+	sums, err := store.List(ctx, storage.ListOptions{Type: "ZoneEndpoints"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range sums.Items {
+		if r.Labels.Get(resource.LabelZone) == zone {
+			continue
+		}
+		var spec summarySpec
+		if json.Unmarshal(r.Spec, &spec) != nil {
+			continue
+		}
+		for _, ep := range spec.Endpoints {
+			add(r.Mesh, spec.Service, xds.Endpoint{Address: ep.Address, Port: ep.Port, Zone: r.Labels.Get(resource.LabelZone), Healthy: ep.Healthy, Tags: ep.Tags})
+		}
+	}
+	return out
+}
+
+// inOrder sorts a copy of eps by every field.
+func inOrder(eps []xds.Endpoint) []xds.Endpoint {
+	eps = slices.Clone(eps)
+	slices.SortFunc(eps, func(a, b xds.Endpoint) int {
+		x, _ := json.Marshal(a)
+		y, _ := json.Marshal(b)
+		return strings.Compare(string(x), string(y))
+	})
+	return eps
+}
+
+// TestNextWindow: back-to-back batches settle longer, up to MaxSettle; a
+// batch after a quiet window settles for Settle again.
+func TestNextWindow(t *testing.T) {
+	c := EndpointsConfig{Settle: 20 * time.Millisecond, MaxSettle: 320 * time.Millisecond}
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		last, quiet, want time.Duration
+	}{
+		{20 * ms, math.MaxInt64, 20 * ms}, // the first batch
+		{20 * ms, 5 * ms, 40 * ms},
+		{40 * ms, 39 * ms, 80 * ms},
+		{160 * ms, 1 * ms, 320 * ms},
+		{320 * ms, 1 * ms, 320 * ms},
+		{320 * ms, 320 * ms, 20 * ms},
+		{80 * ms, time.Second, 20 * ms},
+	} {
+		if got := c.nextWindow(tc.last, tc.quiet); got != tc.want {
+			t.Errorf("nextWindow(%v, %v) = %v, want %v", tc.last, tc.quiet, got, tc.want)
+		}
 	}
 }
