@@ -78,6 +78,11 @@ type Controller struct {
 	// renders counts renderings (tests: untouched proxies are skipped),
 	// reassigns the proxies given new endpoints alone.
 	renders, reassigns int
+	// ids, connected and meshes are a pass's connected nodes (by mesh),
+	// node ids and meshes, kept for the next pass.
+	ids       []Identity
+	connected map[string]bool
+	meshes    map[string]bool
 }
 
 type renderedFrom struct {
@@ -106,6 +111,7 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 	}
 	return &Controller{cfg: cfg, kick: make(chan struct{}, 1), last: map[string]renderedFrom{},
 		assignments: map[string]*LoadAssignments{}, faults: map[string]*Faults{}, otel: map[string]meshOTel{},
+		connected: map[string]bool{}, meshes: map[string]bool{},
 		programmed: newProgrammedIndex()}, nil
 }
 
@@ -143,26 +149,36 @@ func (c *Controller) Run(ctx context.Context) error {
 
 // renderAll renders the connected proxies whose inputs changed.
 func (c *Controller) renderAll(ctx context.Context) {
-	byMesh := map[string][]Identity{}
-	connected := map[string]bool{}
-	for _, id := range c.cfg.Server.Connected() {
-		byMesh[id.Mesh] = append(byMesh[id.Mesh], id)
-		connected[id.NodeID] = true
+	// A pass runs after every change (during a burst of joins, hundreds
+	// of times a second): its lists are kept from one pass to the next.
+	c.ids = c.cfg.Server.appendConnected(c.ids)
+	clear(c.connected)
+	clear(c.meshes)
+	for _, id := range c.ids {
+		c.connected[id.NodeID] = true
+		c.meshes[id.Mesh] = true
 	}
 	for node, last := range c.last {
-		if !connected[node] {
+		if !c.connected[node] {
 			delete(c.last, node)
 			c.programmed.forget(last.id)
 		}
 	}
 	for mesh := range c.assignments {
-		if byMesh[mesh] == nil {
+		if !c.meshes[mesh] {
 			delete(c.assignments, mesh)
 			delete(c.faults, mesh)
 			delete(c.otel, mesh)
 		}
 	}
-	for mesh, ids := range byMesh {
+	for rest := c.ids; len(rest) > 0; {
+		mesh := rest[0].Mesh
+		n := 1
+		for n < len(rest) && rest[n].Mesh == mesh {
+			n++
+		}
+		ids := rest[:n]
+		rest = rest[n:]
 		snap, gen, err := c.snapshot(ctx, mesh)
 		if err != nil {
 			c.cfg.Logger.Warn("policy snapshot for xDS", "mesh", mesh, "error", err)
@@ -342,6 +358,9 @@ func (c *Controller) sharedAssignments(mesh string, endpoints map[string][]Endpo
 		return a
 	}
 	a := NewLoadAssignments(endpoints, c.cfg.Zone)
+	if prev := c.assignments[mesh]; prev != nil {
+		a.carryFrom(prev)
+	}
 	c.assignments[mesh] = a
 	return a
 }
@@ -354,7 +373,7 @@ func sameEndpoints(a, b map[string][]Endpoint) bool {
 	}
 	for k, v := range a {
 		w, ok := b[k]
-		if !ok || len(v) != len(w) || (len(v) > 0 && &v[0] != &w[0]) {
+		if !ok || !sameSlice(v, w) {
 			return false
 		}
 	}
@@ -393,6 +412,9 @@ func (c *Controller) reassign(ctx context.Context, id Identity, from renderedFro
 		return false, err
 	}
 	c.reassigns++
+	if out == cur {
+		return true, nil // none of its services' endpoints changed
+	}
 	return true, c.cfg.Server.Set(ctx, id.NodeID, out)
 }
 

@@ -81,13 +81,44 @@ type assignmentKey struct {
 }
 
 type sharedAssignment struct {
-	cla    *endpointv3.ClusterLoadAssignment
-	digest [sha256.Size]byte // of its deterministic encoding
+	cla     *endpointv3.ClusterLoadAssignment
+	digest  [sha256.Size]byte // of its deterministic encoding
+	service string            // whose endpoints it assigns
 }
 
 // NewLoadAssignments serves the assignments of endpoints as seen from zone.
 func NewLoadAssignments(endpoints map[string][]Endpoint, zone string) *LoadAssignments {
 	return &LoadAssignments{endpoints: endpoints, zone: zone, byName: map[assignmentKey]sharedAssignment{}}
+}
+
+// carryFrom takes prev's assignments of the services whose endpoints are
+// the very same slice in both: a proxy none of whose services changed
+// keeps the very same resources.
+func (l *LoadAssignments) carryFrom(prev *LoadAssignments) {
+	prev.mu.Lock()
+	defer prev.mu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for key, a := range prev.byName {
+		if sameSlice(prev.endpoints[a.service], l.endpoints[a.service]) {
+			l.byName[key] = a
+		}
+	}
+}
+
+// sameSlice: the very same endpoints (Endpoints hands out a new slice
+// for every change of a service).
+func sameSlice(a, b []Endpoint) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// held returns the assignment of cluster name spread by plan if one was
+// made or carried.
+func (l *LoadAssignments) held(name string, plan localityPlan) (sharedAssignment, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a, ok := l.byName[assignmentKey{name, plan.key()}]
+	return a, ok
 }
 
 // get returns the assignment of cluster name (spec) spread by plan, and
@@ -104,7 +135,7 @@ func (l *LoadAssignments) get(name string, spec clusterSpec, plan localityPlan) 
 	if err != nil {
 		return sharedAssignment{}, fmt.Errorf("encode %s: %w", name, err)
 	}
-	a := sharedAssignment{cla: cla, digest: sha256.Sum256(b)}
+	a := sharedAssignment{cla: cla, digest: sha256.Sum256(b), service: spec.service}
 	l.byName[key] = a
 	return a, nil
 }

@@ -646,6 +646,9 @@ func (r *Resources) withAssignments(a *LoadAssignments) (out *Resources, ok bool
 	if len(r.asked) != len(r.Endpoints) {
 		return nil, false, nil
 	}
+	if r.sameAssignments(a) {
+		return r, true, nil
+	}
 	c := *r
 	c.Endpoints = make([]types.Resource, 0, len(r.asked))
 	c.sums[listEndpoints] = make([][sha256.Size]byte, 0, len(r.asked))
@@ -655,6 +658,17 @@ func (r *Resources) withAssignments(a *LoadAssignments) (out *Resources, ok bool
 		}
 	}
 	return &c, true, nil
+}
+
+// sameAssignments: a holds the very assignments r's endpoints are (none
+// of the services r's clusters call changed).
+func (r *Resources) sameAssignments(a *LoadAssignments) bool {
+	for i, p := range r.asked {
+		if sa, ok := a.held(p.name, p.plan); !ok || sa.cla != r.Endpoints[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // addAssignment appends the shared endpoints of the cluster p asks for,

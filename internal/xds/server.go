@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -462,17 +463,23 @@ func compact(s []string) []string {
 }
 
 // Connected lists the identities of the nodes with an open stream, by
-// node id.
-func (s *Server) Connected() []Identity {
+// mesh and node id.
+func (s *Server) Connected() []Identity { return s.appendConnected(nil) }
+
+// appendConnected appends the nodes with an open stream to buf[:0], in
+// mesh and node id order (the controller's pass reuses buf).
+func (s *Server) appendConnected(buf []Identity) []Identity {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []Identity
+	out := buf[:0]
 	for _, n := range s.nodes {
 		if n.streams > 0 {
 			out = append(out, n.id)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].NodeID < out[j].NodeID })
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b Identity) int {
+		return cmp.Or(strings.Compare(a.Mesh, b.Mesh), strings.Compare(a.NodeID, b.NodeID))
+	})
 	return out
 }
 
