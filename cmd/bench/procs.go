@@ -399,7 +399,7 @@ func saveURL(url, path string) error {
 // last collection), its goroutines, its /metrics and its /proc smaps to
 // dir.
 func (e *env) heapProfile(p *plane, dir, tag string) error {
-	if err := saveURL(p.debug+"/debug/pprof/heap", filepath.Join(dir, p.name+"-"+tag+".heap.pprof")); err != nil {
+	if err := saveURL(p.debug+"/debug/pprof/heap?gc=1", filepath.Join(dir, p.name+"-"+tag+".heap.pprof")); err != nil {
 		return err
 	}
 	// Goroutine stacks are resident memory the heap profile leaves out.
