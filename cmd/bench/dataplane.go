@@ -266,6 +266,12 @@ func manyProxies(e *env, g, z *plane, n int, profileDir string, r results) error
 	quiesce([]*plane{g, z}, time.Second)
 	rss0, _ := usage(z.proc.PID())
 
+	joinStart, joinCPU := time.Now(), onCPU(z.proc.PID())
+	var joinProfile sync.WaitGroup
+	if profileDir != "" {
+		joinProfile.Go(func() { _ = e.profile(z, profileDir, "proxies-join", 5*time.Second) })
+	}
+	defer joinProfile.Wait()
 	proxies := make([]*simProxy, n)
 	errs := make(chan error, n)
 	work := make(chan int)
@@ -304,6 +310,8 @@ func manyProxies(e *env, g, z *plane, n int, profileDir string, r results) error
 	if err := waitAll(proxies, 60*time.Second, func(_ int, p *simProxy) bool { return p.nfirst.Load() }); err != nil {
 		return fmt.Errorf("first configuration: %w", err)
 	}
+	r["proxies_joined_ms"] = msOf(time.Since(joinStart))
+	r["proxies_join_cpu_ms"] = msOf(onCPU(z.proc.PID())-joinCPU) / float64(n)
 	quiesce([]*plane{g, z}, 3*time.Second) // settled: the memory trimmer has run
 	rss1, _ := usage(z.proc.PID())
 	r["proxy_rss_kib"] = (rss1 - rss0) * 1024 / float64(n)

@@ -142,6 +142,8 @@ func figures(n, simZones, proxies int) []figure {
 		{"sim_global_cpu_ms_per_zone", "global CPU per simulated zone (writes + fan-out)", "ms", 0, true, ""},
 		{"enforce_p50_ms", "global write → enforced in a gRPC client in zone-2, p50", "ms", 0, true, ""},
 		{"enforce_p99_ms", "global write → enforced in a gRPC client in zone-2, p99", "ms", 100, true, "data plane"},
+		{"proxies_joined_ms", fmt.Sprintf("%d proxies join a zone, 16 at a time → every one has its first listeners", proxies), "ms", 0, true, ""},
+		{"proxies_join_cpu_ms", "zone CPU per joining proxy (TLS, join, certificates, first configuration)", "ms", 0, true, ""},
 		{"proxies_acked_ms", fmt.Sprintf("mesh-wide change → all %d proxies of a zone ACKed", proxies), "ms", dpBar(proxies, 1000), true, dpSrc(proxies)},
 		{"proxy_rss_kib", fmt.Sprintf("zone RSS per connected proxy (%d proxies)", proxies), "KiB", dpBar(proxies, 100), true, dpSrc(proxies)},
 		{"proxies_idle_cpu_pct", fmt.Sprintf("zone idle CPU with %d connected proxies", proxies), "%", dpBar(proxies, 1), true, dpSrc(proxies)},
@@ -196,7 +198,7 @@ func main() {
 	skipFleet := flag.Bool("skip-fleet", false, "skip the global + zones scenario")
 	skipDataPlane := flag.Bool("skip-dataplane", false, "skip the data plane scenario (gRPC workloads, simulated proxies)")
 	proxies := flag.Int("proxies", 1000, "simulated proxies of the data plane scenario (0: only the workloads)")
-	profileDir := flag.String("profile", "", "write CPU profiles to this directory: the global and zone-1 during the PUT phase, the global and the cold zone over the cold zone's first 5 s, the global and one of ten zones during the ten-zone PUT phase, every plane during the idle window, zone-2 during the first _rules after a change, the global during the simulated zones' changes; and the heap profiles (with /metrics and smaps) of zone-2 once quiet after the _rules calls, of the global and zone-1 once settled and of the global after the simulated zones' changes; the data plane zone once its proxies joined (heap) and during their mesh-wide change (CPU)")
+	profileDir := flag.String("profile", "", "write CPU profiles to this directory: the global and zone-1 during the PUT phase, the global and the cold zone over the cold zone's first 5 s, the global and one of ten zones during the ten-zone PUT phase, every plane during the idle window, zone-2 during the first _rules after a change, the global during the simulated zones' changes; and the heap profiles (with /metrics and smaps) of zone-2 once quiet after the _rules calls, of the global and zone-1 once settled and of the global after the simulated zones' changes; the data plane zone during the first 5 s of its proxies' join (CPU), once they joined (heap) and during their mesh-wide change (CPU)")
 	logDir := flag.String("logs", "", "append each process's log to DIR/<name>.log")
 	logLevel := flag.String("log-level", "warn", "the processes' --log-level (info shows, e.g., when a full snapshot was sent and applied)")
 	simGzip := flag.Bool("sim-gzip", true, "simulated zones ask for gzip as zone-cp does (false: uncompressed streams)")
