@@ -227,9 +227,12 @@ func (e *Endpoints) flush(ctx context.Context) {
 	e.mu.Unlock()
 	var next map[string]map[string][]xds.Endpoint // prev, copied on the first change
 	cloned := map[string]bool{}
+	var unwritten []meshService
 	for ms := range st.dirty {
 		local, all := st.endpointsOf(ms)
-		e.writeSummary(ctx, ms, local)
+		if !e.writeSummary(ctx, ms, local) {
+			unwritten = append(unwritten, ms)
+		}
 		if old, ok := prev[ms.mesh][ms.service]; ok == (len(all) > 0) && sameEndpoints(old, all) {
 			continue // a service whose endpoints did not change keeps its slice
 		}
@@ -250,6 +253,9 @@ func (e *Endpoints) flush(ctx context.Context) {
 		}
 	}
 	clear(st.dirty)
+	for _, ms := range unwritten {
+		st.dirty[ms] = struct{}{} // written again with the next batch
+	}
 	e.dropStaleSummaries(ctx)
 	if next == nil {
 		return
@@ -283,19 +289,21 @@ type summaryEndpoint struct {
 }
 
 // writeSummary makes the store's summary of a service of this zone what
-// local says: written when it changed, removed when local is empty.
-func (e *Endpoints) writeSummary(ctx context.Context, ms meshService, local []xds.Endpoint) {
+// local says: written when it changed, removed when local is empty; false
+// when the store failed.
+func (e *Endpoints) writeSummary(ctx context.Context, ms meshService, local []xds.Endpoint) bool {
 	st := e.state
 	key := resource.Key{Type: "ZoneEndpoints", Mesh: ms.mesh, Name: SummaryName(ms.service)}
 	if len(local) == 0 {
 		if _, ok := st.written[key]; !ok {
-			return
+			return true
 		}
-		delete(st.written, key)
 		if err := e.cfg.Store.Delete(ctx, key, 0); err != nil && !errors.Is(err, storage.ErrNotFound) {
 			e.cfg.Logger.Warn("removing an endpoint summary", "summary", key, "error", err)
+			return false
 		}
-		return
+		delete(st.written, key)
+		return true
 	}
 	spec := summarySpec{Service: ms.service, Endpoints: make([]summaryEndpoint, 0, len(local))}
 	for _, ep := range local {
@@ -308,16 +316,17 @@ func (e *Endpoints) writeSummary(ctx context.Context, ms meshService, local []xd
 	}
 	raw, _ := json.Marshal(spec)
 	if have, ok := st.written[key]; ok && have.ms == ms && sameSummary(have.raw, raw, spec) {
-		return
+		return true
 	}
 	r := &resource.Resource{Type: "ZoneEndpoints", Mesh: ms.mesh, Name: key.Name, Spec: raw}
 	r.Labels.Set(resource.LabelOrigin, resource.OriginZone)
 	r.Labels.Set(resource.LabelZone, e.cfg.Plane.Zone)
 	if _, _, err := e.cfg.Store.Put(ctx, r); err != nil {
 		e.cfg.Logger.Warn("writing an endpoint summary", "mesh", ms.mesh, "service", ms.service, "error", err)
-		return
+		return false
 	}
 	st.written[key] = writtenSummary{ms: ms, raw: raw}
+	return true
 }
 
 // dropStaleSummaries removes this zone's summaries stored under another

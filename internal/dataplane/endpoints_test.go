@@ -447,3 +447,65 @@ func TestNextWindow(t *testing.T) {
 		}
 	}
 }
+
+// failingPuts fails the first puts of endpoint summaries.
+type failingPuts struct {
+	storage.Store
+	fail int
+}
+
+func (f *failingPuts) Put(ctx context.Context, r *resource.Resource) (*resource.Resource, storage.Outcome, error) {
+	if r.Type == "ZoneEndpoints" && f.fail > 0 {
+		f.fail--
+		return nil, 0, errors.New("disk full")
+	}
+	return f.Store.Put(ctx, r)
+}
+
+// TestEndpointsRetryFailedSummary: a summary the store refused is written
+// with the next batch of changes, whatever service that batch is about.
+func TestEndpointsRetryFailedSummary(t *testing.T) {
+	ctx := context.Background()
+	store, err := boltstore.Open(boltstore.Config{Path: filepath.Join(t.TempDir(), "db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	p, err := plane.NewZone("zone-1", plane.EnvUniversal, "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing := &failingPuts{Store: store, fail: 1}
+	e, err := NewEndpoints(EndpointsConfig{Store: failing, Plane: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp := func(name, svc string) *resource.Resource {
+		spec, _ := json.Marshal(map[string]any{"networking": map[string]any{"address": "10.0.0.1",
+			"inbound": []any{map[string]any{"port": 80, "tags": map[string]string{"kuma.io/service": svc}}}}})
+		r := &resource.Resource{Type: "Dataplane", Mesh: "m", Name: name, Spec: spec}
+		r.Labels.Set(resource.LabelOrigin, resource.OriginZone)
+		r.Labels.Set(resource.LabelZone, "zone-1")
+		return r
+	}
+	summary := func(svc string) bool {
+		_, err := store.Get(ctx, resource.Key{Type: "ZoneEndpoints", Mesh: "m", Name: SummaryName(svc)})
+		return err == nil
+	}
+	if _, _, err := store.Put(ctx, dp("web-1", "web")); err != nil {
+		t.Fatal(err)
+	}
+	e.refresh(ctx)
+	if summary("web") {
+		t.Fatal("the refused summary is stored")
+	}
+	stored2, _, err := store.Put(ctx, dp("api-1", "api"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.apply(storage.Event{Kind: storage.EventPut, Resource: stored2})
+	e.flush(ctx)
+	if !summary("web") || !summary("api") {
+		t.Fatalf("summaries stored after the next batch: web %v, api %v", summary("web"), summary("api"))
+	}
+}
