@@ -31,6 +31,8 @@ type plane struct {
 	dataDir string
 	kds     string // the global's KDS address
 	xds     string // a zone's xDS address
+	// addrs are the addresses it was started with, by flag.
+	addrs map[string]string
 }
 
 // env builds and runs processes for one run of a scenario.
@@ -70,17 +72,13 @@ func (e *env) close() {
 	_ = os.RemoveAll(e.tmp)
 }
 
-func (e *env) start(name, bin string, args ...string) (*plane, error) {
-	addr, err := launcher.FreeAddress()
-	if err != nil {
-		return nil, err
-	}
-	debug, err := launcher.FreeAddress()
-	if err != nil {
-		return nil, err
-	}
-	p := &plane{name: name, api: "http://" + addr, debug: "http://" + debug, dataDir: filepath.Join(e.tmp, name)}
-	full := append([]string{"--data-dir", p.dataDir, "--api-address", addr, "--debug-address", debug, "--log-level", e.logLevel}, args...)
+// start starts a plane on fresh loopback ports: its API, its debug
+// listener and the flags named in ports (each given an address of its
+// own), and waits until it is ready. A port is free when chosen and bound
+// by the child a moment later; another process may take it meanwhile, so
+// a child that exits saying its address is in use is started again on
+// other ports.
+func (e *env) start(name, bin string, args []string, ports ...string) (*plane, error) {
 	var log io.Writer = io.Discard
 	if e.logDir != "" {
 		f, err := os.OpenFile(filepath.Join(e.logDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -89,12 +87,61 @@ func (e *env) start(name, bin string, args ...string) (*plane, error) {
 		}
 		log = f // closed when the bench exits
 	}
-	p.proc = &launcher.Process{Name: name, Path: bin, Args: full, Log: log}
-	if err := p.restart(); err != nil {
-		return nil, err
+	for attempt := 1; ; attempt++ {
+		p, err := e.startOnce(name, bin, args, ports, log)
+		if err == nil {
+			e.planes = append(e.planes, p)
+			return p, nil
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return nil, err
+		}
 	}
-	e.planes = append(e.planes, p)
+}
+
+func (e *env) startOnce(name, bin string, args, ports []string, log io.Writer) (*plane, error) {
+	addrs := map[string]string{}
+	for _, flag := range append([]string{"--api-address", "--debug-address"}, ports...) {
+		a, err := launcher.FreeAddress()
+		if err != nil {
+			return nil, err
+		}
+		addrs[flag] = a
+		args = append(args, flag, a)
+	}
+	p := &plane{name: name, api: "http://" + addrs["--api-address"], debug: "http://" + addrs["--debug-address"],
+		dataDir: filepath.Join(e.tmp, name), addrs: addrs}
+	full := append([]string{"--data-dir", p.dataDir, "--log-level", e.logLevel}, args...)
+	tail := &tailWriter{}
+	p.proc = &launcher.Process{Name: name, Path: bin, Args: full, Log: io.MultiWriter(log, tail)}
+	if err := p.restart(); err != nil {
+		return nil, fmt.Errorf("%w (its last output: %q)", err, tail.String())
+	}
 	return p, nil
+}
+
+// tailWriter keeps the last bytes written to it.
+type tailWriter struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+const tailBytes = 2 << 10
+
+func (t *tailWriter) Write(b []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, b...)
+	if n := len(t.buf); n > tailBytes {
+		t.buf = append(t.buf[:0], t.buf[n-tailBytes:]...)
+	}
+	return len(b), nil
+}
+
+func (t *tailWriter) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.TrimSpace(string(t.buf))
 }
 
 // restart starts (again) the plane's process and waits until it is ready.
@@ -108,11 +155,7 @@ func (p *plane) restart() error {
 }
 
 func (e *env) global() (*plane, error) {
-	kds, err := launcher.FreeAddress()
-	if err != nil {
-		return nil, err
-	}
-	args := []string{"--kds-address", kds}
+	var args []string
 	if e.store == "etcd" {
 		more, err := e.etcdArgs()
 		if err != nil {
@@ -120,11 +163,11 @@ func (e *env) global() (*plane, error) {
 		}
 		args = append(args, more...)
 	}
-	g, err := e.start("global", e.bins.Global, args...)
+	g, err := e.start("global", e.bins.Global, args, "--kds-address")
 	if err != nil {
 		return nil, err
 	}
-	g.kds = kds
+	g.kds = g.addrs["--kds-address"]
 	return g, nil
 }
 
@@ -163,16 +206,12 @@ func (e *env) zoneStarted(g *plane, name, environment string, started *time.Time
 	if started != nil {
 		*started = time.Now()
 	}
-	xds, err := launcher.FreeAddress()
+	z, err := e.start(name, e.bins.Zone, []string{"--zone", name, "--environment", environment, "--global-address", g.kds,
+		"--zone-token-file", tokenFile, "--kds-ca-file", filepath.Join(g.dataDir, "kds-server.crt")}, "--xds-address")
 	if err != nil {
 		return nil, err
 	}
-	z, err := e.start(name, e.bins.Zone, "--zone", name, "--environment", environment, "--global-address", g.kds,
-		"--zone-token-file", tokenFile, "--kds-ca-file", filepath.Join(g.dataDir, "kds-server.crt"), "--xds-address", xds)
-	if err != nil {
-		return nil, err
-	}
-	z.xds = xds
+	z.xds = z.addrs["--xds-address"]
 	return z, nil
 }
 
