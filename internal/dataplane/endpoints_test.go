@@ -21,17 +21,25 @@ import (
 	"github.com/meridian-mesh/meridian/internal/xds"
 )
 
-func TestEndpoints(t *testing.T) {
-	ctx := context.Background()
+// openZone opens a store (closed when the test ends) and the plane of
+// zone-1, Universal.
+func openZone(t *testing.T) (storage.Store, plane.Plane) {
+	t.Helper()
 	store, err := boltstore.Open(boltstore.Config{Path: filepath.Join(t.TempDir(), "db")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
+	t.Cleanup(func() { store.Close() })
 	p, err := plane.NewZone("zone-1", plane.EnvUniversal, "", true)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return store, p
+}
+
+func TestEndpoints(t *testing.T) {
+	ctx := context.Background()
+	store, p := openZone(t)
 	live := map[string]bool{}
 	e, err := NewEndpoints(EndpointsConfig{Store: store, Plane: p, Live: func(n string) bool { return live[n] }})
 	if err != nil {
@@ -211,15 +219,7 @@ func TestSameSummary(t *testing.T) {
 func TestEndpointsFollowMatchesRefresh(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	store, err := boltstore.Open(boltstore.Config{Path: filepath.Join(t.TempDir(), "db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	p, err := plane.NewZone("zone-1", plane.EnvUniversal, "", true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, p := openZone(t)
 	live := map[string]bool{}
 	liveOf := func(n string) bool { return live[n] }
 	followed, err := NewEndpoints(EndpointsConfig{Store: store, Plane: p, Live: liveOf})
@@ -466,15 +466,7 @@ func (f *failingPuts) Put(ctx context.Context, r *resource.Resource) (*resource.
 // with the next batch of changes, whatever service that batch is about.
 func TestEndpointsRetryFailedSummary(t *testing.T) {
 	ctx := context.Background()
-	store, err := boltstore.Open(boltstore.Config{Path: filepath.Join(t.TempDir(), "db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	p, err := plane.NewZone("zone-1", plane.EnvUniversal, "", true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, p := openZone(t)
 	failing := &failingPuts{Store: store, fail: 1}
 	e, err := NewEndpoints(EndpointsConfig{Store: failing, Plane: p})
 	if err != nil {
