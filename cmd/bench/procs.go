@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -101,6 +102,7 @@ func (e *env) start(name, bin string, args []string, ports ...string) (*plane, e
 
 func (e *env) startOnce(name, bin string, args, ports []string, log io.Writer) (*plane, error) {
 	addrs := map[string]string{}
+	args = slices.Clone(args) // the ports are added per attempt
 	for _, flag := range append([]string{"--api-address", "--debug-address"}, ports...) {
 		a, err := launcher.FreeAddress()
 		if err != nil {
