@@ -25,7 +25,7 @@ type endpointState struct {
 	// sources index both by the services they give endpoints to.
 	sources map[meshService]map[resource.Key]struct{}
 	// written are this zone's summaries as the store holds them: what
-	// the follower wrote, or found at its last reload.
+	// the follower wrote, or found at its last refresh.
 	written map[resource.Key]writtenSummary
 	// dirty are the services whose endpoints may have changed since the
 	// last flush.
@@ -57,6 +57,8 @@ type remoteSource struct {
 	eps []xds.Endpoint
 }
 
+// writtenSummary is one of this zone's summaries: its service (zero when
+// unreadable) and its spec as stored.
 type writtenSummary struct {
 	ms  meshService
 	raw []byte
@@ -219,8 +221,9 @@ func (e *Endpoints) checkLive() {
 }
 
 // endpointsOf lists a service's endpoints: this zone's, sorted by
-// address and port, then the other zones', by zone. local are this zone's
-// alone (a prefix of all).
+// address and port (then Dataplane), then the other zones' summaries' in
+// the summaries' name order. local are this zone's alone (a prefix of
+// all). The order is fixed so that unchanged endpoints compare equal.
 func (st *endpointState) endpointsOf(ms meshService) (local, all []xds.Endpoint) {
 	type keyed struct {
 		key resource.Key
