@@ -32,8 +32,10 @@ import (
 type Endpoints struct {
 	cfg EndpointsConfig
 
-	// state is the follower's (Run's goroutine).
-	state *endpointState
+	// state is the follower's (Run's goroutine), and presence the
+	// channel of the agents' next coming or going.
+	state    *endpointState
+	presence <-chan struct{}
 
 	mu     sync.Mutex
 	byMesh map[string]map[string][]xds.Endpoint
@@ -105,6 +107,7 @@ func (e *Endpoints) Run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		e.presence = e.cfg.Presence() // before refresh asks who is connected
 		e.refresh(ctx)
 		events, err := e.cfg.Store.Watch(ctx, rev)
 		if err != nil {
@@ -125,12 +128,11 @@ func (e *Endpoints) follow(ctx context.Context, events <-chan storage.Event) {
 	window := e.cfg.Settle
 	var flushed time.Time
 	for {
-		presence := e.cfg.Presence()
 		select {
 		case <-ctx.Done():
 			return
-		case <-presence:
-			e.checkLive()
+		case <-e.presence:
+			e.presenceChanged()
 		case ev, ok := <-events:
 			if !ok {
 				return
@@ -153,6 +155,15 @@ func (e *Endpoints) follow(ctx context.Context, events <-chan storage.Event) {
 	}
 }
 
+// presenceChanged takes the agents' comings and goings: the next change's
+// channel is taken before asking who is connected, and kept across
+// flushes, so that no change goes unseen (one during a flush, when
+// nothing waits on the channel, closes it all the same).
+func (e *Endpoints) presenceChanged() {
+	e.presence = e.cfg.Presence()
+	e.checkLive()
+}
+
 // nextWindow is the settling window of a batch that starts quiet after
 // the last flush, whose window was last: twice last (at most MaxSettle)
 // when the batch started within it, else Settle.
@@ -169,14 +180,13 @@ func (e *Endpoints) settle(ctx context.Context, events <-chan storage.Event, win
 	t := time.NewTimer(window)
 	defer t.Stop()
 	for {
-		presence := e.cfg.Presence()
 		select {
 		case <-ctx.Done():
 			return false
 		case <-t.C:
 			return true
-		case <-presence:
-			e.checkLive()
+		case <-e.presence:
+			e.presenceChanged()
 		case ev, ok := <-events:
 			if !ok {
 				return false

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -499,5 +500,69 @@ func TestEndpointsRetryFailedSummary(t *testing.T) {
 	e.flush(ctx)
 	if !summary("web") || !summary("api") {
 		t.Fatalf("summaries stored after the next batch: web %v, api %v", summary("web"), summary("api"))
+	}
+}
+
+// agentsOnHook is a store whose puts of endpoint summaries run a hook
+// once: an agent coming back while the follower writes.
+type agentsOnHook struct {
+	storage.Store
+	once sync.Once
+	hook func()
+}
+
+func (a *agentsOnHook) Put(ctx context.Context, r *resource.Resource) (*resource.Resource, storage.Outcome, error) {
+	if r.Type == "ZoneEndpoints" {
+		a.once.Do(a.hook)
+	}
+	return a.Store.Put(ctx, r)
+}
+
+// TestEndpointsSeePresenceDuringFlush: an agent that connects while the
+// follower is writing summaries (no one waits on the presence channel
+// then) still makes its endpoint healthy.
+func TestEndpointsSeePresenceDuringFlush(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store, p := openZone(t)
+	var (
+		mu   sync.Mutex
+		live bool
+		next = make(chan struct{})
+	)
+	presence := func() <-chan struct{} {
+		mu.Lock()
+		defer mu.Unlock()
+		return next
+	}
+	hooked := &agentsOnHook{Store: store, hook: func() {
+		mu.Lock()
+		defer mu.Unlock()
+		live = true
+		close(next)
+		next = make(chan struct{})
+	}}
+	e, err := NewEndpoints(EndpointsConfig{Store: hooked, Plane: p, Presence: presence,
+		Live: func(string) bool { mu.Lock(); defer mu.Unlock(); return live }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := json.Marshal(map[string]any{"networking": map[string]any{"address": "10.0.0.1",
+		"inbound": []any{map[string]any{"port": 80, "tags": map[string]string{"kuma.io/service": "web"}}}}})
+	dp := &resource.Resource{Type: "Dataplane", Mesh: "m", Name: "web-1", Spec: spec}
+	dp.Labels.Set(resource.LabelOrigin, resource.OriginZone)
+	dp.Labels.Set(resource.LabelZone, "zone-1")
+	dp.Labels.Set(LabelManagedBy, ManagedByAgent)
+	if _, _, err := store.Put(ctx, dp); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = e.Run(ctx) }()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if eps := e.Of("m")["web"]; len(eps) == 1 && eps[0].Healthy {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent connected during a flush and its endpoint is still %+v", e.Of("m")["web"])
+		}
 	}
 }
