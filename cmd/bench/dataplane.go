@@ -316,6 +316,7 @@ func manyProxies(e *env, g, z *plane, n int, profileDir string, r results) error
 	rss1, _ := usage(z.proc.PID())
 	r["proxy_rss_kib"] = (rss1 - rss0) * 1024 / float64(n)
 	if profileDir != "" {
+		joinProfile.Wait() // one CPU profile at a time
 		if err := e.heapProfile(z, profileDir, "proxies"); err != nil {
 			return err
 		}
