@@ -321,7 +321,12 @@ func TestEndpointsFollowMatchesRefresh(t *testing.T) {
 			r := summary(fmt.Sprint("zone-", 2+rng.IntN(2)), rng.IntN(6))
 			del(r.Key())
 		case op < 9:
-			put(summary("zone-1", rng.IntN(6))) // this zone's, written by hand
+			r := summary("zone-1", rng.IntN(6)) // this zone's, written by hand
+			if rng.IntN(3) == 0 {
+				// under another service's name
+				r.Name = SummaryName(services[rng.IntN(len(services))])
+			}
+			put(r)
 		default:
 			del(summary("zone-1", rng.IntN(6)).Key())
 		}

@@ -143,8 +143,11 @@ func (e *Endpoints) putSummary(r *resource.Resource) {
 	st := e.state
 	key := r.Key()
 	if mapping.OwnedByZone(r, e.cfg.Plane.Zone) {
-		if w, ok := st.written[key]; ok && string(w.raw) == string(r.Spec) {
-			return
+		if w, ok := st.written[key]; ok {
+			if string(w.raw) == string(r.Spec) {
+				return
+			}
+			st.dirty[w.ms] = struct{}{} // the service it summarized is written again
 		}
 		var spec summarySpec
 		_ = json.Unmarshal(r.Spec, &spec) // unreadable: rewritten or removed at the flush
