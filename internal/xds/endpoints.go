@@ -112,15 +112,6 @@ func sameSlice(a, b []Endpoint) bool {
 	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
-// held returns the assignment of cluster name spread by plan if one was
-// made or carried.
-func (l *LoadAssignments) held(name string, plan localityPlan) (sharedAssignment, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	a, ok := l.byName[assignmentKey{name, plan.key()}]
-	return a, ok
-}
-
 // get returns the assignment of cluster name (spec) spread by plan, and
 // its digest.
 func (l *LoadAssignments) get(name string, spec clusterSpec, plan localityPlan) (sharedAssignment, error) {

@@ -646,29 +646,30 @@ func (r *Resources) withAssignments(a *LoadAssignments) (out *Resources, ok bool
 	if len(r.asked) != len(r.Endpoints) {
 		return nil, false, nil
 	}
-	if r.sameAssignments(a) {
-		return r, true, nil
-	}
-	c := *r
-	c.Endpoints = make([]types.Resource, 0, len(r.asked))
-	c.sums[listEndpoints] = make([][sha256.Size]byte, 0, len(r.asked))
-	for _, p := range r.asked {
-		if err := c.addAssignment(a, p); err != nil {
+	// Copied from the first cluster whose assignment changed: a proxy
+	// none of whose services changed gets r itself.
+	var c *Resources
+	for i, p := range r.asked {
+		sa, err := a.get(p.name, p.spec, p.plan)
+		if err != nil {
 			return nil, false, err
 		}
-	}
-	return &c, true, nil
-}
-
-// sameAssignments: a holds the very assignments r's endpoints are (none
-// of the services r's clusters call changed).
-func (r *Resources) sameAssignments(a *LoadAssignments) bool {
-	for i, p := range r.asked {
-		if sa, ok := a.held(p.name, p.plan); !ok || sa.cla != r.Endpoints[i] {
-			return false
+		if c == nil {
+			if sa.cla == r.Endpoints[i] {
+				continue
+			}
+			copied := *r
+			c = &copied
+			c.Endpoints = append(make([]types.Resource, 0, len(r.asked)), r.Endpoints[:i]...)
+			c.sums[listEndpoints] = append(make([][sha256.Size]byte, 0, len(r.asked)), r.sums[listEndpoints][:min(i, len(r.sums[listEndpoints]))]...)
 		}
+		c.Endpoints = append(c.Endpoints, sa.cla)
+		c.setSum(listEndpoints, len(c.Endpoints)-1, sa.digest)
 	}
-	return true
+	if c == nil {
+		return r, true, nil
+	}
+	return c, true, nil
 }
 
 // addAssignment appends the shared endpoints of the cluster p asks for,
